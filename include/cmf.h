@@ -1,0 +1,25 @@
+/*
+ * cmf.h — public API of libcmf, the cmf LLM inference runtime.
+ *
+ *   cmf/core.h       status codes, errors, f16/bf16 conversion
+ *   cmf/format.h     the CMF v2 container: open, write, verify, sign
+ *   cmf/import.h     Hugging Face, GGUF and llama2.c importers
+ *   cmf/tokenizer.h  Hugging Face-compatible tokenizers
+ *   cmf/chat.h       Jinja chat templates
+ *   cmf/model.h      model, KV cache, batched forward pass
+ *   cmf/sample.h     samplers and stop strings
+ *
+ * Link with `pkg-config --cflags --libs cmf`.
+ */
+#ifndef CMF_H
+#define CMF_H
+
+#include "cmf/core.h"
+#include "cmf/format.h"
+#include "cmf/import.h"
+#include "cmf/tokenizer.h"
+#include "cmf/chat.h"
+#include "cmf/model.h"
+#include "cmf/sample.h"
+
+#endif /* CMF_H */

@@ -1,0 +1,57 @@
+/*
+ * cmf/chat.h — chat templates: a Jinja2 engine with the semantics Hugging
+ * Face transformers uses (jinja2 ImmutableSandboxedEnvironment with
+ * trim_blocks=True, lstrip_blocks=True, loop controls, tojson with
+ * ensure_ascii=False and kept key order, raise_exception, strftime_now).
+ *
+ * Reference: jinja2 3.x templates documentation; transformers
+ * `utils/chat_template_utils.py` (_compile_jinja_template, render).
+ *
+ * Thread-safety: a parsed cmf_template is immutable; rendering it from
+ * several threads at once is safe.
+ */
+#ifndef CMF_CHAT_H
+#define CMF_CHAT_H
+
+#include "cmf/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cJSON;
+typedef struct cmf_template cmf_template;
+
+/* Parse template source. `name` is used in error messages
+ * ("NAME:LINE:COL: message"). Errors: CMF_ERR_FORMAT (syntax),
+ * CMF_ERR_NOMEM, CMF_ERR_LIMIT (nesting too deep). */
+cmf_status cmf_template_parse(const char *src, size_t len, const char *name, cmf_template **out,
+                              cmf_error *err);
+void cmf_template_free(cmf_template *t);
+
+typedef struct cmf_render_opts {
+    /* Fixed "now" for strftime_now, seconds since the epoch (UTC);
+     * < 0 = the real clock. */
+    int64_t now;
+    size_t max_output_bytes;  /* 0 = default (16 MiB) */
+    size_t max_loop_iterations; /* total across the render; 0 = default (1e6) */
+    int max_recursion;        /* macro/call/include depth; 0 = default (64) */
+} cmf_render_opts;
+
+/* Render with `context` (a JSON object: every key becomes a top-level
+ * variable, e.g. messages, tools, add_generation_prompt, bos_token...).
+ * *out is malloc'd, NUL-terminated; *len its length in bytes.
+ * Errors: CMF_ERR_RENDER (raise_exception, type errors, undefined
+ * attribute), CMF_ERR_LIMIT; the message carries name:line:col. opts may
+ * be NULL. */
+cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *context,
+                               const cmf_render_opts *opts, char **out, size_t *len,
+                               cmf_error *err);
+
+/* ChatML template used for files that carry none (§6). */
+extern const char *const cmf_chatml_template;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMF_CHAT_H */

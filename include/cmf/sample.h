@@ -1,0 +1,71 @@
+/*
+ * cmf/sample.h — turning logits into the next token, and deciding when
+ * generation stops.
+ *
+ * Sampler chain, in this order (llama.cpp's default order):
+ *   1. penalties over the last `penalty_last_n` tokens: repetition
+ *      (positive logits divided by r, negative multiplied by r — CTRL paper,
+ *      Keskar et al. 2019), presence and frequency (OpenAI API semantics:
+ *      logit -= presence·[count>0] + frequency·count);
+ *   2. top-k; 3. top-p (nucleus, Holtzman et al. 2019); 4. min-p
+ *      (keep p >= min_p·p_max); 5. temperature; 6. draw with the seeded RNG.
+ * temp <= 0 or greedy = argmax after penalties (ties: lowest id).
+ *
+ * Thread-safety: a sampler belongs to one sequence/thread.
+ */
+#ifndef CMF_SAMPLE_H
+#define CMF_SAMPLE_H
+
+#include "cmf/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cmf_sampler_params {
+    float temp;             /* 0.8 default; <= 0 means greedy */
+    int32_t top_k;          /* 40; <= 0 disables */
+    float top_p;            /* 0.95; >= 1 disables */
+    float min_p;            /* 0.05; <= 0 disables */
+    float repeat_penalty;   /* 1.0 disables */
+    float presence_penalty; /* 0 disables */
+    float frequency_penalty;/* 0 disables */
+    int32_t penalty_last_n; /* 64; 0 disables penalties, -1 = whole history */
+    uint64_t seed;          /* used when has_seed */
+    bool has_seed;          /* false: seed from the OS (cmf_sampler_seed reports it) */
+    bool greedy;
+} cmf_sampler_params;
+
+/* llama.cpp-like defaults (temp 0.8, top-k 40, top-p 0.95, min-p 0.05). */
+cmf_sampler_params cmf_sampler_default_params(void);
+
+typedef struct cmf_sampler cmf_sampler;
+cmf_status cmf_sampler_new(const cmf_sampler_params *p, uint32_t n_vocab, cmf_sampler **out,
+                           cmf_error *err);
+void cmf_sampler_free(cmf_sampler *s);
+/* The seed in use (reported to the user so a run can be reproduced). */
+uint64_t cmf_sampler_seed(const cmf_sampler *s);
+/* Choose a token from logits [n_vocab] (not modified). */
+int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits);
+/* Record a token in the penalty history (prompt tokens and sampled ones). */
+void cmf_sampler_accept(cmf_sampler *s, int32_t token);
+void cmf_sampler_reset(cmf_sampler *s);
+
+/* Stop strings over streamed text: feed each new piece; the matcher holds
+ * back any tail that could still become a stop string. */
+typedef struct cmf_stop_matcher cmf_stop_matcher;
+cmf_status cmf_stop_matcher_new(const char *const *stops, size_t n_stops, cmf_stop_matcher **out,
+                                cmf_error *err);
+void cmf_stop_matcher_free(cmf_stop_matcher *m);
+/* Feed text; *emit and *emit_len = text safe to print now (pointer valid until
+ * the next call). Returns true when a stop string completed (the stop
+ * string itself and anything after it are not emitted). */
+bool cmf_stop_matcher_feed(cmf_stop_matcher *m, const char *text, size_t len, const char **emit,
+                           size_t *emit_len);
+/* At the end of generation: the held-back tail, which is safe to print. */
+void cmf_stop_matcher_flush(cmf_stop_matcher *m, const char **emit, size_t *emit_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMF_SAMPLE_H */

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The test command (README "Run the tests"; CI runs it via .ci/run):
+# installs dependencies, then builds and runs the whole suite three ways:
+#   1. Release build with -Wall -Wextra -Werror, ctest;
+#   2. ASan + UBSan build, ctest;
+#   3. libFuzzer targets, each for a bounded time (CMF_FUZZ_SECONDS, default 60).
+# Tests that need ../shared/data skip when it is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== release build (-Werror) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMF_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== ASan + UBSan build =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_WERROR=ON -DCMF_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  CMF_TEST_QUICK=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== fuzzing (${CMF_FUZZ_SECONDS:-60} s per target) =="
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_FUZZ=ON -DCMF_TESTS=OFF >/dev/null
+cmake --build build-fuzz -j"$jobs"
+shopt -s nullglob
+for f in build-fuzz/fuzz/fuzz_*; do
+  [ -x "$f" ] || continue
+  name=$(basename "$f")
+  corpus="build-fuzz/corpus_$name"
+  mkdir -p "$corpus"
+  seeds=()
+  [ -d "fuzz/seeds/${name#fuzz_}" ] && seeds=("fuzz/seeds/${name#fuzz_}")
+  echo "-- $name"
+  "$f" -max_total_time="${CMF_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 -timeout=10 \
+       -print_final_stats=0 "$corpus" "${seeds[@]}" 2>&1 | tail -n 3
+done
+echo "all test stages passed"

@@ -1,0 +1,2 @@
+/* cpu module — placeholder translation unit until the module lands. */
+typedef int cmf_cpu_placeholder;

@@ -1,0 +1,71 @@
+/*
+ * fileio.c — whole-file reads (with transparent gunzip for ".gz", used for
+ * tokenizer.json.gz and test data). Large model files are never read this
+ * way: the format module mmaps them.
+ */
+#include "cmf/core.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+static int ends_with(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && memcmp(s + n - m, suf, m) == 0;
+}
+
+cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *err) {
+    *out = NULL;
+    if (len) *len = 0;
+    if (ends_with(path, ".gz")) {
+        gzFile gz = gzopen(path, "rb");
+        if (!gz) return cmf_error_set(err, CMF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        size_t cap = 1 << 16, n = 0;
+        char *buf = malloc(cap + 1);
+        if (!buf) { gzclose(gz); return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path); }
+        for (;;) {
+            if (n == cap) {
+                char *nb = realloc(buf, cap * 2 + 1);
+                if (!nb) { free(buf); gzclose(gz); return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path); }
+                buf = nb;
+                cap *= 2;
+            }
+            int r = gzread(gz, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
+            if (r < 0) {
+                int zerr;
+                const char *m = gzerror(gz, &zerr);
+                cmf_error_set(err, CMF_ERR_FORMAT, "%s: gzip: %s", path, m);
+                free(buf);
+                gzclose(gz);
+                return CMF_ERR_FORMAT;
+            }
+            if (r == 0) break;
+            n += (size_t)r;
+        }
+        gzclose(gz);
+        buf[n] = 0;
+        *out = buf;
+        if (len) *len = n;
+        return CMF_OK;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) return cmf_error_set(err, CMF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return cmf_error_set(err, CMF_ERR_IO, "%s: cannot seek", path); }
+    long sz = ftell(f);
+    if (sz < 0) { fclose(f); return cmf_error_set(err, CMF_ERR_IO, "%s: not a regular file", path); }
+    rewind(f);
+    char *buf = malloc((size_t)sz + 1);
+    if (!buf) { fclose(f); return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory (%ld bytes)", path, sz); }
+    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+        free(buf);
+        fclose(f);
+        return cmf_error_set(err, CMF_ERR_IO, "%s: short read", path);
+    }
+    fclose(f);
+    buf[sz] = 0;
+    *out = buf;
+    if (len) *len = (size_t)sz;
+    return CMF_OK;
+}

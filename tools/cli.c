@@ -1,0 +1,80 @@
+/*
+ * cli.c — shared helpers for the `cmf` subcommands (see cli.h).
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cmf %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see `cmf %s --help`)\n", cmd);
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_fail(const char *cmd, const cmf_error *err) {
+    fprintf(stderr, "cmf %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
+    return CLI_EXIT_FAIL;
+}
+
+bool cli_flag_value(int argc, char **argv, int *i, const char *flag, const char **val, bool *missing) {
+    if (strcmp(argv[*i], flag) != 0) return false;
+    if (*i + 1 >= argc) {
+        *missing = true;
+        *val = NULL;
+        return true;
+    }
+    *val = argv[++*i];
+    return true;
+}
+
+bool cli_parse_long(const char *cmd, const char *flag, const char *s, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "cmf %s: %s: expected an integer in [%ld, %ld], got '%s'\n", cmd, flag, min, max, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max,
+                      double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
+        fprintf(stderr, "cmf %s: %s: expected a number in [%g, %g], got '%s'\n", cmd, flag, min, max, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+        fprintf(stderr, "cmf %s: %s: expected a non-negative integer, got '%s'\n", cmd, flag, s);
+        return false;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "cmf %s: %s: expected a non-negative integer, got '%s'\n", cmd, flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }

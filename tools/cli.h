@@ -1,0 +1,56 @@
+/*
+ * cli.h — what every `cmf` subcommand shares: argument parsing helpers that
+ * name the flag at fault, and the error printer. Subcommands return the
+ * process exit code: 0 success, 1 failure of the operation (bad file,
+ * verification failed, ...), 2 usage error.
+ */
+#ifndef CMF_CLI_H
+#define CMF_CLI_H
+
+#include "cmf.h"
+
+#include <stdbool.h>
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+/* Subcommand entry points (tools/cmd_*.c). argv[0] is the subcommand name. */
+int cmd_info(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_sign(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
+int cmd_compact(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_import_gguf(int argc, char **argv);
+int cmd_import_llama2c(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* "cmf <cmd>: message\n" on stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Print a library error "cmf <cmd>: msg" on stderr; returns CLI_EXIT_FAIL. */
+int cli_fail(const char *cmd, const cmf_error *err);
+
+/* True when argv[i] is flag; then *val = argv[i+1] (error if missing) and
+ * i is advanced. Usage: if (cli_flag_value(argc, argv, &i, "-n", &v, &bad)). */
+bool cli_flag_value(int argc, char **argv, int *i, const char *flag, const char **val, bool *missing);
+/* Parse numbers, naming the flag on error (message printed, false returned). */
+bool cli_parse_long(const char *cmd, const char *flag, const char *s, long min, long max, long *out);
+bool cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max,
+                      double *out);
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out);
+/* True for "-h"/"--help". */
+bool cli_is_help(const char *arg);
+
+#endif /* CMF_CLI_H */

@@ -1,0 +1,61 @@
+/*
+ * cmf.c — the `cmf` command line: dispatches `cmf <command> ...` to the
+ * subcommands in tools/cmd_*.c. Every subcommand answers --help.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "interactive multi-turn chat"},
+    {"info", cmd_info, "describe a .cmf file (architecture, tensors, dtypes)"},
+    {"verify", cmd_verify, "check every hash (and FILE.sig) of a .cmf file"},
+    {"sign", cmd_sign, "write an Ed25519 signature FILE.sig"},
+    {"keygen", cmd_keygen, "create an Ed25519 signing key"},
+    {"compact", cmd_compact, "rewrite a .cmf file without dead bytes"},
+    {"convert", cmd_convert, "convert a Hugging Face folder to .cmf"},
+    {"import-gguf", cmd_import_gguf, "convert a GGUF file to .cmf"},
+    {"import-llama2c", cmd_import_llama2c, "convert a llama2.c checkpoint to .cmf"},
+    {"tokenize", cmd_tokenize, "text -> token ids"},
+    {"detokenize", cmd_detokenize, "token ids -> text"},
+    {"template", cmd_template, "render a chat template with a JSON context"},
+    {"logits", cmd_logits, "logits of every position for given tokens (.npy)"},
+    {"ppl", cmd_ppl, "perplexity of a text file"},
+    {"bench", cmd_bench, "prompt processing and generation throughput"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "cmf %s — portable LLM inference runtime\n\nusage: cmf <command> [args]\n\ncommands:\n",
+            CMF_VERSION_STRING);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-15s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`cmf <command> --help` describes each command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("cmf %s\n", CMF_VERSION_STRING);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "cmf: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+}
