@@ -8,6 +8,7 @@
  *   cmf/chat.h       Jinja chat templates
  *   cmf/model.h      model, KV cache, batched forward pass
  *   cmf/sample.h     samplers and stop strings
+ *   cmf/generate.h   the prefill/decode loop shared by run, chat and serve
  *
  * Link with `pkg-config --cflags --libs cmf`.
  */
@@ -21,5 +22,6 @@
 #include "cmf/chat.h"
 #include "cmf/model.h"
 #include "cmf/sample.h"
+#include "cmf/generate.h"
 
 #endif /* CMF_H */

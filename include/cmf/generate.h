@@ -1,0 +1,87 @@
+/*
+ * cmf/generate.h — one conversation or completion over a model: the loop
+ * that `cmf run`, `cmf chat` and (later) `cmf serve` share.
+ *
+ * A cmf_session owns a KV cache sequence, a sampler, a streaming
+ * detokenizer and a stop-string matcher. It feeds prompt tokens as one
+ * batch (prefill), then samples one token at a time (decode), streaming
+ * text through a callback. Between calls the KV cache keeps the tokens
+ * already processed; cmf_session_prefill_tokens reuses the longest common
+ * prefix with what is cached and re-runs only the rest (chat turns).
+ *
+ * Thread-safety: a session belongs to one thread.
+ */
+#ifndef CMF_GENERATE_H
+#define CMF_GENERATE_H
+
+#include "cmf/model.h"
+#include "cmf/sample.h"
+#include "cmf/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cmf_session cmf_session;
+
+typedef struct cmf_session_params {
+    uint32_t n_ctx;          /* KV capacity in tokens (0 = min(4096, n_ctx_train)) */
+    cmf_kv_type kv_type;     /* CMF_KV_F16 default */
+    cmf_sampler_params sampler;
+} cmf_session_params;
+
+/* model, tokenizer and file must outlive the session. */
+cmf_status cmf_session_new(cmf_model *model, const cmf_tokenizer *tok,
+                           const cmf_session_params *p, cmf_session **out, cmf_error *err);
+void cmf_session_free(cmf_session *s);
+
+/* Make the cached sequence equal `ids`: keeps the longest common prefix
+ * already in the KV cache, truncates the rest, and prefills the new
+ * suffix as one batch. Leaves the logits of the last token ready for
+ * sampling. Errors: CMF_ERR_CONTEXT_FULL (ids longer than n_ctx). */
+cmf_status cmf_session_prefill_tokens(cmf_session *s, const int32_t *ids, size_t n,
+                                      cmf_error *err);
+
+/* Called with each piece of complete UTF-8 text; return false to stop
+ * (e.g. Ctrl-C). */
+typedef bool (*cmf_text_cb)(const char *text, size_t len, void *user);
+
+typedef enum cmf_stop_reason {
+    CMF_STOP_MAX_TOKENS = 0, /* n_predict reached */
+    CMF_STOP_EOS,            /* an end-of-sequence id was sampled */
+    CMF_STOP_STRING,         /* a stop string appeared in the text */
+    CMF_STOP_CALLBACK,       /* the callback returned false */
+    CMF_STOP_CONTEXT_FULL    /* the KV cache is full (reported, not an error) */
+} cmf_stop_reason;
+
+typedef struct cmf_gen_params {
+    int32_t n_predict;              /* max new tokens (< 0 = until EOS/context) */
+    const int32_t *eos_ids;         /* stop on any of these ids (not printed) */
+    size_t n_eos;
+    const char *const *stop_strings;/* stop when the text contains one */
+    size_t n_stop;
+} cmf_gen_params;
+
+typedef struct cmf_gen_stats {
+    size_t n_prompt_tokens;   /* tokens prefilled by the last prefill call */
+    double prompt_seconds;
+    size_t n_generated;
+    double gen_seconds;
+    cmf_stop_reason stop;
+} cmf_gen_stats;
+
+/* Sample and stream until a stop condition. Generated tokens are appended
+ * to the KV cache (so a chat can continue from them). */
+cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_text_cb cb,
+                                void *user, cmf_gen_stats *stats, cmf_error *err);
+
+/* Tokens currently in the KV cache for this session (prompt + generated). */
+const int32_t *cmf_session_tokens(const cmf_session *s, size_t *n);
+uint64_t cmf_session_seed(const cmf_session *s);
+/* Clear the conversation (KV cache and sampler history). */
+void cmf_session_reset(cmf_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMF_GENERATE_H */
