@@ -1,4 +1,249 @@
-/* cmd_bench.c — placeholder; replaced by its module's owner. */
+/*
+ * cmd_bench.c — `cmf bench FILE [-p 512] [-n 128] [-r 5] [-t N] [--json]`:
+ * llama-bench-style throughput of a model through the public API
+ * (include/cmf/model.h), weights as stored in FILE.
+ *   pp<P>: prompt processing, one forward of P tokens (a single batch,
+ *          logits for the last one) from an empty KV cache;
+ *   tg<N>: generation, N forwards of one token each from an empty cache.
+ * Each test runs once to warm up, then -r times; reported as tokens/second
+ * mean ± sample standard deviation over the repetitions (as llama-bench
+ * does). Token ids are pseudo-random in [0, n_vocab) with a fixed seed, so
+ * runs are repeatable; the values do not affect the work done.
+ * Output: a Markdown table (stdout), or with --json an array of objects
+ * {"test","n_prompt","n_gen","threads","avg_ts","stddev_ts","samples_ts",...}.
+ */
 #include "cli.h"
+
+#include <math.h>
 #include <stdio.h>
-int cmd_bench(int argc, char **argv) { (void)argc; fprintf(stderr, "cmf %s: not implemented yet\n", argv[0]); return CLI_EXIT_FAIL; }
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* From src/backend/cpu/cpu.h (internal header, not on the CLI's include
+ * path): the default thread count the CPU engine uses, for the report. */
+int cmf_cpu_physical_cores(void);
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *o) {
+    fprintf(o,
+            "usage: cmf bench FILE [-p N] [-n N] [-r N] [-t N] [--json]\n"
+            "  prompt processing (one batch of -p tokens) and generation (-n single-token\n"
+            "  steps) throughput, tokens/s mean +- stddev over -r repetitions.\n"
+            "  -p N      prompt tokens (default 512; 0 skips the pp test)\n"
+            "  -n N      generated tokens (default 128; 0 skips the tg test)\n"
+            "  -r N      repetitions after one warm-up run (default 5)\n"
+            "  -t N      threads (default: physical cores)\n"
+            "  --json    machine-readable output\n");
+}
+
+/* One test: run `reps` timed repetitions (after a warm-up); samples in ts[]. */
+static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, int n_prompt,
+                           int n_gen, int reps, double *ts, cmf_error *err) {
+    uint32_t nv;
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    nv = info.n_vocab;
+    float *logits = malloc(sizeof(float) * nv);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
+    int32_t *seq = calloc((size_t)(n_prompt > 0 ? n_prompt : 1), sizeof(int32_t));
+    if (!logits || !pos || !seq) {
+        free(logits);
+        free(pos);
+        free(seq);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "bench: out of memory");
+    }
+    for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    cmf_status st = CMF_OK;
+    for (int rep = -1; rep < reps && st == CMF_OK; rep++) {
+        st = cmf_kv_seq_truncate(kv, 0, 0, err);
+        if (st != CMF_OK) break;
+        double t0 = now_s();
+        if (n_prompt > 0) {
+            cmf_batch b = {.n_tokens = (uint32_t)n_prompt, .tokens = toks, .pos = pos, .seq_id = seq};
+            st = cmf_model_forward(m, kv, &b, logits, err);
+        }
+        for (int i = 0; i < n_gen && st == CMF_OK; i++) {
+            int32_t tok = toks[i], p = i, s = 0;
+            cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &p, .seq_id = &s};
+            st = cmf_model_forward(m, kv, &b, logits, err);
+        }
+        double dt = now_s() - t0;
+        if (rep >= 0) ts[rep] = (double)(n_prompt + n_gen) / dt;
+    }
+    free(logits);
+    free(pos);
+    free(seq);
+    return st;
+}
+
+/* True when name is a token-embedding table / an output head. */
+static bool is_embed(const char *n) {
+    static const char *const names[] = {"model.embed_tokens.weight", "token_embd.weight",
+                                        "tok_embeddings.weight", "transformer.wte.weight",
+                                        "embed_tokens.weight"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(n, names[i]) == 0) return true;
+    return false;
+}
+static bool is_head(const char *n) {
+    return strcmp(n, "lm_head.weight") == 0 || strcmp(n, "output.weight") == 0;
+}
+
+/* Weight bytes one decode step reads (every tensor, but only one row of the
+ * embedding table unless it doubles as the output head) and matmul flops
+ * per token (2 per weight of every matrix, embedding lookup excluded). */
+static void per_token_cost(const cmf_file *f, double *bytes, double *flops) {
+    bool tied = true;
+    size_t n = cmf_file_tensor_count(f);
+    for (size_t i = 0; i < n; i++)
+        if (is_head(cmf_file_tensor_at(f, i)->name)) tied = false;
+    *bytes = 0;
+    *flops = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        bool emb = is_embed(t->name);
+        if (emb && !tied) {
+            *bytes += (double)t->nbytes / (double)(t->shape[0] ? t->shape[0] : 1);
+            continue;
+        }
+        *bytes += (double)t->nbytes;
+        if (t->ndim >= 2) *flops += 2.0 * (double)t->nelem;
+    }
+}
+
+static void stats(const double *x, int n, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) q += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench", *path = NULL;
+    long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        bool missing = false;
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "-p needs a value");
+            if (!cli_parse_long(cmd, "-p", v, 0, 1 << 20, &n_prompt)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-n", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "-n needs a value");
+            if (!cli_parse_long(cmd, "-n", v, 0, 1 << 20, &n_gen)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-r", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "-r needs a value");
+            if (!cli_parse_long(cmd, "-r", v, 1, 1000, &reps)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "-t needs a value");
+            if (!cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage_error(cmd, "unknown flag '%s' (see cmf bench --help)", argv[i]);
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            return cli_usage_error(cmd, "more than one FILE ('%s')", argv[i]);
+        }
+    }
+    if (!path) return cli_usage_error(cmd, "missing FILE (see cmf bench --help)");
+    if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
+
+    cmf_error err = {0};
+    cmf_file *f = NULL;
+    cmf_model *m = NULL;
+    cmf_kv_cache *kv = NULL;
+    int32_t *toks = NULL;
+    int rc = CLI_EXIT_FAIL;
+    double t_load = now_s();
+    if (cmf_file_open(path, &f, &err) != CMF_OK) goto fail;
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL};
+    if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
+    t_load = now_s() - t_load;
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    long n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    cmf_kv_params kp = {.n_ctx = (uint32_t)(n_max + 16), .n_seq_max = 1, .page_size = 0,
+                        .type = CMF_KV_F16};
+    if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) goto fail;
+    toks = malloc(sizeof(int32_t) * (size_t)(n_max > 0 ? n_max : 1));
+    if (!toks) {
+        cmf_error_set(&err, CMF_ERR_NOMEM, "bench: out of memory");
+        goto fail;
+    }
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (long i = 0; i < n_max; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        toks[i] = (int32_t)(s % (info.n_vocab ? info.n_vocab : 1));
+    }
+    int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
+    struct { const char *kind; int p, g; } tests[2] = {{"pp", (int)n_prompt, 0}, {"tg", 0, (int)n_gen}};
+    double *ts = malloc(sizeof(double) * (size_t)reps);
+    if (!ts) {
+        cmf_error_set(&err, CMF_ERR_NOMEM, "bench: out of memory");
+        goto fail;
+    }
+    if (json) printf("[\n");
+    else {
+        printf("| model | size | params | threads | test | t/s |\n");
+        printf("| ----- | ---: | -----: | ------: | ---: | --: |\n");
+    }
+    double bpt, fpt;
+    per_token_cost(f, &bpt, &fpt);
+    bool first = true;
+    for (int k = 0; k < 2; k++) {
+        int np = tests[k].p, ng = tests[k].g;
+        if (np + ng == 0) continue;
+        if (run_test(m, kv, toks, np, ng, (int)reps, ts, &err) != CMF_OK) {
+            free(ts);
+            if (json) printf("]\n");
+            goto fail;
+        }
+        double mean, sd;
+        stats(ts, (int)reps, &mean, &sd);
+        char name[32];
+        snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
+        if (json) {
+            printf("%s  {\"model\": \"%s\", \"arch\": \"%s\", \"weight_bytes\": %llu, \"n_params\": %llu, "
+                   "\"threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+                   "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
+                   first ? "" : ",\n", path, info.arch_name ? info.arch_name : "",
+                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, nt,
+                   name, np, ng, mean, sd);
+            for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
+            printf("], \"load_s\": %.3f, \"bytes_per_token\": %.0f, \"flops_per_token\": %.0f}",
+                   t_load, bpt, fpt);
+        } else {
+            printf("| %s | %.2f GiB | %.2f B | %d | %s | %.2f ± %.2f |\n",
+                   info.arch_name ? info.arch_name : "?", (double)info.weight_bytes / (1 << 30),
+                   (double)info.n_params / 1e9, nt, name, mean, sd);
+        }
+        fflush(stdout);
+        first = false;
+    }
+    if (json) printf("\n]\n");
+    free(ts);
+    rc = CLI_EXIT_OK;
+    goto done;
+fail:
+    rc = cli_fail(cmd, &err);
+done:
+    free(toks);
+    cmf_kv_free(kv);
+    cmf_model_free(m);
+    cmf_file_close(f);
+    return rc;
+}

@@ -1,6 +1,491 @@
-/* cmd_run.c — placeholder; replaced by its module's owner. */
+/*
+ * cmd_run.c — `cmf run` (generate text from a prompt), `cmf logits` (the
+ * logits of every position for given token ids, as .npy, for parity
+ * checks) and `cmf ppl` (perplexity of a text file over non-overlapping
+ * windows). All three load a model (src/model) from a CMF file; `run`
+ * streams through a cmf_session (src/generate), `ppl` and `run` need the
+ * file's tokenizer section.
+ */
+#include "chat_prompt.h"
 #include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
-int cmd_run(int argc, char **argv) { (void)argc; fprintf(stderr, "cmf %s: not implemented yet\n", argv[0]); return CLI_EXIT_FAIL; }
-int cmd_logits(int argc, char **argv) { (void)argc; fprintf(stderr, "cmf %s: not implemented yet\n", argv[0]); return CLI_EXIT_FAIL; }
-int cmd_ppl(int argc, char **argv) { (void)argc; fprintf(stderr, "cmf %s: not implemented yet\n", argv[0]); return CLI_EXIT_FAIL; }
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Open FILE and bind a model; prints the error and returns false on failure. */
+static bool open_model(const char *cmd, const char *path, int n_threads, cmf_file **f, cmf_model **m) {
+    cmf_error err = {0};
+    *f = NULL;
+    *m = NULL;
+    if (cmf_file_open(path, f, &err) != CMF_OK) {
+        cli_fail(cmd, &err);
+        return false;
+    }
+    cmf_model_params mp = {.n_threads = n_threads, .backend = NULL};
+    if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
+        cli_fail(cmd, &err);
+        cmf_file_close(*f);
+        *f = NULL;
+        return false;
+    }
+    return true;
+}
+
+static bool load_tokenizer(const char *cmd, const cmf_file *f, cmf_tokenizer **tok) {
+    size_t len = 0;
+    const char *json = cmf_file_tokenizer_json(f, &len);
+    cmf_error err = {0};
+    if (!json || len == 0) {
+        fprintf(stderr,
+                "cmf %s: %s has no tokenizer section (files from the original tool carry none); "
+                "use `cmf logits --tokens` or re-convert with a tokenizer\n",
+                cmd, cmf_file_path(f));
+        return false;
+    }
+    if (cmf_tokenizer_load_json(json, len, tok, &err) != CMF_OK) {
+        cmf_error_prefix(&err, "%s: tokenizer", cmf_file_path(f));
+        cli_fail(cmd, &err);
+        return false;
+    }
+    return true;
+}
+
+/* ---- .npy writer -------------------------------------------------------
+ * NPY format version 1.0 (numpy/lib/format.py): magic "\x93NUMPY", 1, 0,
+ * u16 little-endian header length, then an ASCII dict padded with spaces and
+ * ended by '\n' so that the data starts at a multiple of 64 bytes. */
+static bool write_npy_f32(const char *cmd, const char *path, const float *data, size_t rows, size_t cols) {
+    char dict[256];
+    int dl = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }",
+                      rows, cols);
+    size_t total = 10 + (size_t)dl + 1;
+    size_t pad = (64 - total % 64) % 64;
+    size_t hlen = (size_t)dl + pad + 1;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        fprintf(stderr, "cmf %s: %s: %s\n", cmd, tmp, strerror(errno));
+        return false;
+    }
+    bool ok = fwrite(pre, 1, 10, fp) == 10 && fwrite(dict, 1, (size_t)dl, fp) == (size_t)dl;
+    for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', fp) != EOF;
+    ok = ok && fputc('\n', fp) != EOF;
+    ok = ok && fwrite(data, sizeof(float), rows * cols, fp) == rows * cols; /* little-endian hosts */
+    ok = (fflush(fp) == 0) && ok;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "cmf %s: %s: write failed: %s\n", cmd, path, strerror(errno));
+        remove(tmp);
+        return false;
+    }
+    return true;
+}
+
+/* "1,2,3" -> ids (malloc'd). */
+static bool parse_ids(const char *cmd, const char *s, int32_t **ids, size_t *n) {
+    size_t cap = 16, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return false;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            cli_usage_error(cmd, "--tokens: \"%s\" is not a comma-separated list of token ids", s);
+            free(v);
+            return false;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) { free(v); return false; }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) {
+        cli_usage_error(cmd, "--tokens: empty list");
+        free(v);
+        return false;
+    }
+    *ids = v;
+    *n = k;
+    return true;
+}
+
+/* ---- cmf logits -------------------------------------------------------- */
+
+static const char logits_help[] =
+    "usage: cmf logits FILE --tokens ID,ID,... -o OUT.npy [-t N] [--kv-f32]\n"
+    "  Runs the token ids through the model in one forward pass (one batch,\n"
+    "  empty KV cache) and writes the logits of every position as a float32\n"
+    "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
+    "  -t N       threads (default: physical cores)\n"
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+
+int cmd_logits(int argc, char **argv) {
+    const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *v;
+    long threads = 0;
+    bool kv_f32 = false, missing = false;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) { fputs(logits_help, stdout); return CLI_EXIT_OK; }
+        if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
+        else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
+        else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
+            if (!v || !cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return missing ? cli_usage_error(cmd, "-t needs a value") : CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--kv-f32") == 0) kv_f32 = true;
+        else if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", argv[i]);
+        else if (!file) file = argv[i];
+        else return cli_usage_error(cmd, "unexpected argument %s", argv[i]);
+        if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
+    }
+    if (!file || !toks || !outp) return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)");
+    int32_t *ids;
+    size_t n;
+    if (!parse_ids(cmd, toks, &ids, &n)) return CLI_EXIT_USAGE;
+    cmf_file *f;
+    cmf_model *m;
+    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    int rc = CLI_EXIT_FAIL;
+    cmf_error err = {0};
+    cmf_kv_cache *kv = NULL;
+    int32_t *pos = malloc(n * sizeof *pos);
+    int8_t *want = malloc(n);
+    float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
+    if (!pos || !want || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
+    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
+    cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
+                        .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
+    if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want, .skill = NULL};
+    if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    if (write_npy_f32(cmd, outp, logits, n, info.n_vocab)) rc = CLI_EXIT_OK;
+done:
+    cmf_kv_free(kv);
+    free(pos);
+    free(want);
+    free(logits);
+    free(ids);
+    cmf_model_free(m);
+    cmf_file_close(f);
+    return rc;
+}
+
+/* ---- cmf ppl ----------------------------------------------------------- */
+
+static const char ppl_help[] =
+    "usage: cmf ppl FILE --file TEXT [-c N] [-b N] [-t N] [--kv-f32]\n"
+    "  Perplexity of a text file. Definition (exactly):\n"
+    "    ids = tokenize(whole file, add_special_tokens=false)\n"
+    "    split ids into non-overlapping windows of N tokens (-c, default 512);\n"
+    "    a final shorter window counts if it has >= 2 tokens\n"
+    "    each window is evaluated from an empty KV cache; in a window w of\n"
+    "    length L, token w[i] is scored for i = 1 .. L-1 with\n"
+    "    NLL_i = -log softmax(logits(w[0..i-1]))[w[i]]\n"
+    "    ppl = exp(mean of NLL over every scored token of every window)\n"
+    "  -b N       tokens per forward batch inside a window (default 64; bounds the\n"
+    "             logits scratch to N x vocab floats)\n"
+    "  -t N       threads (default: physical cores)\n"
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+
+int cmd_ppl(int argc, char **argv) {
+    const char *cmd = "ppl", *file = NULL, *text = NULL, *v;
+    long threads = 0, ctx = 512, nb = 64;
+    bool kv_f32 = false, missing = false;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) { fputs(ppl_help, stdout); return CLI_EXIT_OK; }
+        const char *flag = argv[i];
+        if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
+        else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
+            if (v && !cli_parse_long(cmd, "-c", v, 2, 1 << 24, &ctx)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-b", &v, &missing)) {
+            if (v && !cli_parse_long(cmd, "-b", v, 1, 1 << 16, &nb)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
+            if (v && !cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
+        } else if (strcmp(flag, "--kv-f32") == 0) kv_f32 = true;
+        else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", flag);
+        else if (!file) file = flag;
+        else return cli_usage_error(cmd, "unexpected argument %s", flag);
+        if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
+    }
+    if (!file || !text) return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)");
+    cmf_error err = {0};
+    char *buf = NULL;
+    size_t blen = 0;
+    if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) return cli_fail(cmd, &err);
+    cmf_file *f;
+    cmf_model *m;
+    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
+    int rc = CLI_EXIT_FAIL;
+    cmf_tokenizer *tok = NULL;
+    cmf_kv_cache *kv = NULL;
+    int32_t *ids = NULL, *pos = NULL, *seq = NULL;
+    int8_t *want = NULL;
+    float *logits = NULL;
+    size_t n_ids = 0;
+    if (!load_tokenizer(cmd, f, &tok)) goto done;
+    if (cmf_tokenizer_encode(tok, buf, blen, false, &ids, &n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    pos = malloc((size_t)nb * sizeof *pos);
+    want = malloc((size_t)nb);
+    logits = malloc((size_t)nb * info.n_vocab * sizeof(float));
+    if (!pos || !want || !logits) { fprintf(stderr, "cmf ppl: out of memory\n"); goto done; }
+    memset(want, 1, (size_t)nb);
+    cmf_kv_params kp = {.n_ctx = (uint32_t)ctx, .n_seq_max = 1, .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
+    if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    double nll = 0.0, t0 = now_s();
+    size_t scored = 0, windows = 0;
+    for (size_t w0 = 0; w0 + 2 <= n_ids; w0 += (size_t)ctx) {
+        size_t L = n_ids - w0 < (size_t)ctx ? n_ids - w0 : (size_t)ctx;
+        cmf_kv_seq_truncate(kv, 0, 0, &err); /* empty cache per window */
+        for (size_t c0 = 0; c0 < L; c0 += (size_t)nb) {
+            uint32_t cn = (uint32_t)((L - c0) < (size_t)nb ? (L - c0) : (size_t)nb);
+            for (uint32_t i = 0; i < cn; i++) pos[i] = (int32_t)(c0 + i);
+            cmf_batch b = {.n_tokens = cn, .tokens = ids + w0 + c0, .pos = pos, .logits = want};
+            if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+            for (uint32_t i = 0; i < cn; i++) {
+                size_t at = c0 + i; /* logits at position at predict token at+1 */
+                if (at + 1 >= L) break;
+                const float *lg = logits + (size_t)i * info.n_vocab;
+                double mx = lg[0], s = 0.0;
+                for (uint32_t j = 1; j < info.n_vocab; j++) mx = lg[j] > mx ? lg[j] : mx;
+                for (uint32_t j = 0; j < info.n_vocab; j++) s += exp((double)lg[j] - mx);
+                int32_t next = ids[w0 + at + 1];
+                nll += -(((double)lg[next] - mx) - log(s));
+                scored++;
+            }
+        }
+        windows++;
+    }
+    if (scored == 0) {
+        fprintf(stderr, "cmf ppl: %s: fewer than 2 tokens, nothing to score\n", text);
+        goto done;
+    }
+    double dt = now_s() - t0;
+    printf("%.6f\n", exp(nll / (double)scored));
+    fprintf(stderr, "ppl: %zu tokens, %zu windows of <= %ld, %zu scored, mean NLL %.6f, %.2f s (%.1f tok/s)\n",
+            n_ids, windows, ctx, scored, nll / (double)scored, dt, dt > 0 ? (double)n_ids / dt : 0.0);
+    rc = CLI_EXIT_OK;
+done:
+    cmf_kv_free(kv);
+    cmf_tokenizer_free(tok);
+    free(ids);
+    free(pos);
+    free(seq);
+    free(want);
+    free(logits);
+    free(buf);
+    cmf_model_free(m);
+    cmf_file_close(f);
+    return rc;
+}
+
+/* ---- cmf run ----------------------------------------------------------- */
+
+static const char run_help[] =
+    "usage: cmf run FILE -p TEXT [options]\n"
+    "  Generates a continuation of the prompt. stdout: the generated text only\n"
+    "  (streamed); stderr: load time, prompt and generation speed, the seed.\n"
+    "  -p, --prompt TEXT       the prompt\n"
+    "  -n, --n-predict N       max new tokens (default 128; -1 = until EOS/context)\n"
+    "  --temp T                temperature (default 0.8; 0 = greedy)\n"
+    "  --top-k K               (default 40; 0 = off)\n"
+    "  --top-p P               (default 0.95; 1 = off)\n"
+    "  --min-p P               (default 0.05; 0 = off)\n"
+    "  --repeat-penalty R      (default 1.0 = off)\n"
+    "  --repeat-last-n N       penalty window (default 64)\n"
+    "  --presence-penalty P    (default 0)\n"
+    "  --frequency-penalty P   (default 0)\n"
+    "  -s, --seed S            RNG seed (default: random, reported on stderr)\n"
+    "  --greedy                argmax sampling\n"
+    "  -t, --threads N         threads (default: physical cores)\n"
+    "  -c, --ctx-size N        KV cache capacity in tokens (default min(4096, training context))\n"
+    "  --raw                   no chat template (default)\n"
+    "  --chat                  render the prompt through the file's chat template\n"
+    "                          (ChatML when the file has none; add_special_tokens=false)\n"
+    "  --system TEXT           system message for --chat\n"
+    "  --echo                  also print the prompt\n"
+    "  --stop STR              stop when STR appears (repeatable)\n"
+    "  --kv-f32                keep the KV cache in float32 (default f16)\n"
+    "  BOS is added as the tokenizer's post-processor says, and also when the\n"
+    "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
+    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS.\n";
+
+static bool write_cb(const char *text, size_t len, void *user) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+/* EOS ids: header.tokenizer_config.eos_token_ids + the tokenizer's EOS. */
+static size_t collect_eos(const cmf_file *f, const cmf_tokenizer *tok, int32_t *out, size_t cap) {
+    size_t n = 0;
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(tc, "eos_token_ids");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) if (cJSON_IsNumber(e) && n < cap) out[n++] = (int32_t)e->valuedouble;
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id");
+    if (cJSON_IsNumber(one) && n < cap) out[n++] = (int32_t)one->valuedouble;
+    int32_t te = cmf_tokenizer_eos_id(tok);
+    if (te >= 0 && n < cap) out[n++] = te;
+    return n;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *cmd = "run", *file = NULL, *prompt = NULL, *system = NULL, *v;
+    long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
+    unsigned long long seed = 0;
+    bool has_seed = false, greedy = false, chat = false, echo = false, kv_f32 = false, missing = false;
+    const char *stops[64];
+    size_t n_stops = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (cli_is_help(flag)) { fputs(run_help, stdout); return CLI_EXIT_OK; }
+#define NUMFLAG(a, b, parse)                                                                      \
+    if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
+        if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
+        if (!(parse)) return CLI_EXIT_USAGE;                                                      \
+        continue;                                                                                 \
+    }
+        NUMFLAG("-n", "--n-predict", cli_parse_long(cmd, flag, v, -1, 1L << 30, &n_predict))
+        NUMFLAG("-t", "--threads", cli_parse_long(cmd, flag, v, 1, 256, &threads))
+        NUMFLAG("-c", "--ctx-size", cli_parse_long(cmd, flag, v, 1, 1L << 24, &ctx))
+        NUMFLAG("--top-k", NULL, cli_parse_long(cmd, flag, v, 0, 1L << 30, &top_k))
+        NUMFLAG("--repeat-last-n", NULL, cli_parse_long(cmd, flag, v, -1, 1L << 30, &last_n))
+        NUMFLAG("--temp", NULL, cli_parse_double(cmd, flag, v, 0.0, 100.0, &temp))
+        NUMFLAG("--top-p", NULL, cli_parse_double(cmd, flag, v, 0.0, 1.0, &top_p))
+        NUMFLAG("--min-p", NULL, cli_parse_double(cmd, flag, v, 0.0, 1.0, &min_p))
+        NUMFLAG("--repeat-penalty", NULL, cli_parse_double(cmd, flag, v, 0.0, 100.0, &rep))
+        NUMFLAG("--presence-penalty", NULL, cli_parse_double(cmd, flag, v, -100.0, 100.0, &pres))
+        NUMFLAG("--frequency-penalty", NULL, cli_parse_double(cmd, flag, v, -100.0, 100.0, &freq))
+        NUMFLAG("-s", "--seed", (has_seed = true, cli_parse_u64(cmd, flag, v, &seed)))
+#undef NUMFLAG
+        if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) ||
+            cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) prompt = v;
+        else if (cli_flag_value(argc, argv, &i, "--system", &v, &missing)) system = v;
+        else if (cli_flag_value(argc, argv, &i, "--stop", &v, &missing)) {
+            if (v && n_stops == sizeof stops / sizeof stops[0]) return cli_usage_error(cmd, "too many --stop strings");
+            if (v) stops[n_stops++] = v;
+        } else if (strcmp(flag, "--greedy") == 0) greedy = true;
+        else if (strcmp(flag, "--chat") == 0) chat = true;
+        else if (strcmp(flag, "--raw") == 0) chat = false;
+        else if (strcmp(flag, "--echo") == 0) echo = true;
+        else if (strcmp(flag, "--kv-f32") == 0) kv_f32 = true;
+        else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", flag);
+        else if (!file) file = flag;
+        else return cli_usage_error(cmd, "unexpected argument %s", flag);
+        if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
+    }
+    if (!file || !prompt) return cli_usage_error(cmd, "need FILE and -p TEXT (see --help)");
+    if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
+
+    double t0 = now_s();
+    cmf_file *f;
+    cmf_model *m;
+    if (!open_model(cmd, file, (int)threads, &f, &m)) return CLI_EXIT_FAIL;
+    int rc = CLI_EXIT_FAIL;
+    cmf_error err = {0};
+    cmf_tokenizer *tok = NULL;
+    cmf_session *s = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *rendered = NULL;
+    if (!load_tokenizer(cmd, f, &tok)) goto done;
+    double t_load = now_s() - t0;
+
+    const char *text = prompt;
+    bool add_special = true;
+    if (chat) {
+        size_t rlen = 0;
+        if (cli_render_chat_prompt(f, system, prompt, false, &rendered, &rlen, &err) != 0) {
+            cli_fail(cmd, &err);
+            goto done;
+        }
+        text = rendered;
+        add_special = false; /* the template writes BOS itself (HF apply_chat_template) */
+    }
+    if (cmf_tokenizer_encode(tok, text, strlen(text), add_special, &ids, &n_ids, &err) != CMF_OK) {
+        cli_fail(cmd, &err);
+        goto done;
+    }
+    /* tokenizer_config.add_bos_token = true: make sure BOS leads */
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
+    const cJSON *abos = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(tc, "bos_token_id");
+    if (!chat && cJSON_IsTrue(abos) && cJSON_IsNumber(bos) && (n_ids == 0 || ids[0] != (int32_t)bos->valuedouble)) {
+        int32_t *nid = realloc(ids, (n_ids + 1) * sizeof *nid);
+        if (!nid) { fprintf(stderr, "cmf run: out of memory\n"); goto done; }
+        ids = nid;
+        memmove(ids + 1, ids, n_ids * sizeof *ids);
+        ids[0] = (int32_t)bos->valuedouble;
+        n_ids++;
+    }
+    if (n_ids == 0) { fprintf(stderr, "cmf run: the prompt encodes to no tokens\n"); goto done; }
+
+    cmf_session_params sp = {0};
+    sp.n_ctx = (uint32_t)ctx;
+    sp.kv_type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16;
+    sp.sampler = cmf_sampler_default_params();
+    sp.sampler.temp = (float)temp;
+    sp.sampler.top_k = (int32_t)top_k;
+    sp.sampler.top_p = (float)top_p;
+    sp.sampler.min_p = (float)min_p;
+    sp.sampler.repeat_penalty = (float)rep;
+    sp.sampler.presence_penalty = (float)pres;
+    sp.sampler.frequency_penalty = (float)freq;
+    sp.sampler.penalty_last_n = (int32_t)last_n;
+    sp.sampler.seed = seed;
+    sp.sampler.has_seed = has_seed;
+    sp.sampler.greedy = greedy || temp <= 0.0;
+    if (cmf_session_new(m, tok, &sp, &s, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    double tp = now_s();
+    if (cmf_session_prefill_tokens(s, ids, n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    tp = now_s() - tp;
+    if (echo) { fputs(text, stdout); fflush(stdout); }
+    int32_t eos[64];
+    cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = collect_eos(f, tok, eos, 64),
+                         .stop_strings = stops, .n_stop = n_stops};
+    cmf_gen_stats st = {0};
+    if (cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
+        fputc('\n', stdout);
+        cli_fail(cmd, &err);
+        goto done;
+    }
+    fflush(stdout);
+    fprintf(stderr, "\nload: %.3f s\n", t_load);
+    fprintf(stderr, "prompt: %zu tokens, %.3f s, %.2f tok/s\n", n_ids, tp, tp > 0 ? (double)n_ids / tp : 0.0);
+    fprintf(stderr, "generated: %zu tokens, %.3f s, %.2f tok/s\n", st.n_generated, st.gen_seconds,
+            st.gen_seconds > 0 ? (double)st.n_generated / st.gen_seconds : 0.0);
+    fprintf(stderr, "seed: %llu\n", (unsigned long long)cmf_session_seed(s));
+    if (st.stop == CMF_STOP_CONTEXT_FULL) fprintf(stderr, "stopped: context full (raise -c)\n");
+    rc = CLI_EXIT_OK;
+done:
+    cmf_session_free(s);
+    free(rendered);
+    free(ids);
+    cmf_tokenizer_free(tok);
+    cmf_model_free(m);
+    cmf_file_close(f);
+    return rc;
+}

@@ -1,4 +1,141 @@
-/* cmd_template.c — placeholder; replaced by its module's owner. */
+/*
+ * cmd_template.c — `cmf template MODEL.cmf|FILE.jinja --context CTX.json
+ * [--now 2025-07-10T12:00:00]`: render a chat template exactly as
+ * transformers' apply_chat_template would and print the bytes, nothing
+ * added. CTX.json's keys become the template's top-level variables; with a
+ * .cmf file the template is the file's (ChatML when it has none) and
+ * bos_token/eos_token default to the model's. A template that raises
+ * prints the error (NAME:LINE:COL: message) on stderr and exits 1.
+ */
+#include "chat_prompt.h"
 #include "cli.h"
+
+#include <cjson/cJSON.h>
 #include <stdio.h>
-int cmd_template(int argc, char **argv) { (void)argc; fprintf(stderr, "cmf %s: not implemented yet\n", argv[0]); return CLI_EXIT_FAIL; }
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *o) {
+    fprintf(o,
+            "usage: cmf template MODEL.cmf|FILE.jinja [--context CTX.json] [--now TIME] [--max-output BYTES]\n"
+            "\n"
+            "Render a chat template and print the prompt bytes exactly (no newline added).\n"
+            "  --context CTX.json   render context: messages, tools, documents, add_generation_prompt,\n"
+            "                       bos_token, eos_token and any extra variables (default: {})\n"
+            "  --now TIME           fixed clock for strftime_now, UTC: 2025-07-10T12:00:00[Z]\n"
+            "  --max-output BYTES   output limit (default 16 MiB)\n"
+            "With a .cmf file, bos_token/eos_token default to the model's; files without a\n"
+            "template use ChatML. Exit 1 when the template fails or raises.\n");
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS" (T or space, optional Z) -> seconds since the epoch */
+static bool parse_time(const char *s, int64_t *out) {
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    int n = 0;
+    char sep;
+    if (sscanf(s, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &sep, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &n) != 7 ||
+        (sep != 'T' && sep != ' '))
+        return false;
+    if (s[n] == 'Z') n++;
+    if (s[n] != 0 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+        tm.tm_min > 59 || tm.tm_sec > 60)
+        return false;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    *out = (int64_t)timegm(&tm);
+    return true;
+}
+
+int cmd_template(int argc, char **argv) {
+    const char *cmd = "template", *path = NULL, *ctx_path = NULL, *now_s = NULL, *max_s = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        bool missing = false;
+        if (cli_is_help(argv[i])) { usage(stdout); return CLI_EXIT_OK; }
+        if (cli_flag_value(argc, argv, &i, "--context", &v, &missing)) ctx_path = v;
+        else if (cli_flag_value(argc, argv, &i, "--now", &v, &missing)) now_s = v;
+        else if (cli_flag_value(argc, argv, &i, "--max-output", &v, &missing)) max_s = v;
+        else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        else if (!path) path = argv[i];
+        else return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
+        if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
+    }
+    if (!path) return cli_usage_error(cmd, "missing MODEL.cmf or FILE.jinja");
+    cmf_render_opts opts = {0};
+    opts.now = -1;
+    if (now_s && !parse_time(now_s, &opts.now))
+        return cli_usage_error(cmd, "--now: expected YYYY-MM-DDTHH:MM:SS, got '%s'", now_s);
+    if (max_s) {
+        unsigned long long m;
+        if (!cli_parse_u64(cmd, "--max-output", max_s, &m)) return CLI_EXIT_USAGE;
+        opts.max_output_bytes = (size_t)m;
+    }
+
+    cmf_error err = {0};
+    cJSON *ctx = NULL;
+    if (ctx_path) {
+        char *buf = NULL;
+        size_t len = 0;
+        if (cmf_read_file(ctx_path, &buf, &len, &err) != CMF_OK) return cli_fail(cmd, &err);
+        ctx = cJSON_ParseWithLength(buf, len);
+        if (!ctx || !cJSON_IsObject(ctx)) {
+            const char *at = cJSON_GetErrorPtr();
+            fprintf(stderr, "cmf %s: %s: %s\n", cmd, ctx_path,
+                    ctx ? "the context must be a JSON object" : "invalid JSON");
+            if (!ctx && at && at >= buf && at <= buf + len)
+                fprintf(stderr, "cmf %s: %s: parse error at byte %ld\n", cmd, ctx_path, (long)(at - buf));
+            cJSON_Delete(ctx);
+            free(buf);
+            return CLI_EXIT_FAIL;
+        }
+        free(buf);
+    } else {
+        ctx = cJSON_CreateObject();
+        if (!ctx) { cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory"); return cli_fail(cmd, &err); }
+    }
+
+    int rc = CLI_EXIT_OK;
+    cmf_file *f = NULL;
+    char *src = NULL, *out = NULL;
+    size_t src_len = 0, out_len = 0;
+    const char *name = path;
+    cmf_template *t = NULL;
+    if (ends_with(path, ".cmf")) {
+        if (cmf_file_open(path, &f, &err) != CMF_OK) { rc = cli_fail(cmd, &err); goto done; }
+        bool fallback;
+        const char *s = cli_chat_template_source(f, &fallback);
+        if (fallback) name = "chatml";
+        src_len = strlen(s);
+        src = malloc(src_len + 1);
+        if (!src) { cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory"); rc = cli_fail(cmd, &err); goto done; }
+        memcpy(src, s, src_len + 1);
+        if (cli_chat_add_special_tokens(f, ctx, &err) != CMF_OK) { rc = cli_fail(cmd, &err); goto done; }
+    } else if (cmf_read_file(path, &src, &src_len, &err) != CMF_OK) {
+        rc = cli_fail(cmd, &err);
+        goto done;
+    }
+    if (cmf_template_parse(src, src_len, name, &t, &err) != CMF_OK ||
+        cmf_template_render(t, ctx, &opts, &out, &out_len, &err) != CMF_OK) {
+        rc = cli_fail(cmd, &err);
+        goto done;
+    }
+    if (fwrite(out, 1, out_len, stdout) != out_len || fflush(stdout) != 0) {
+        fprintf(stderr, "cmf %s: writing stdout failed\n", cmd);
+        rc = CLI_EXIT_FAIL;
+    }
+done:
+    free(out);
+    cmf_template_free(t);
+    free(src);
+    cmf_file_close(f);
+    cJSON_Delete(ctx);
+    return rc;
+}

@@ -60,6 +60,11 @@ int cmf_dtype_from_name(const char *name);
 cmf_status cmf_dtype_payload_size(cmf_dtype dt, uint32_t ndim, const uint64_t *shape,
                                   uint64_t *nbytes, cmf_error *err);
 
+/* §4 q4tp/q2tp scale ladder of one row: t[0] = exp2(lo), t[c] =
+ * t[c-1]*exp2(step), in f32 from the row's f16 lo/step, so every kernel
+ * that calls this gets the same bits (tile scale of q4tp code c = t[c]). */
+void cmf_q4tp_ladder(uint16_t lo_f16, uint16_t step_f16, float t[32]);
+
 /* §5 hash64 of a byte string (not cryptographic). */
 uint64_t cmf_hash64(const void *data, size_t len);
 
@@ -108,6 +113,9 @@ const char *cmf_file_header_json(const cmf_file *f, size_t *len);
 const char *cmf_file_tokenizer_json(const cmf_file *f, size_t *len);
 /* header.tokenizer_config.chat_template, or NULL. */
 const char *cmf_file_chat_template(const cmf_file *f);
+/* §8 masks section bytes of shard 1 (validated at open: meta JSON parses,
+ * every mask blob lies in the section); NULL with *len = 0 when absent. */
+const uint8_t *cmf_file_masks(const cmf_file *f, size_t *len);
 
 /* Decode elements [first, first+count) of the flattened tensor to float32.
  * Works for every dtype in §4. Used for embedding rows and tests; kernels
@@ -158,6 +166,10 @@ cmf_status cmf_writer_add_f32(cmf_writer *w, const char *name, cmf_dtype dt, uin
 
 /* The tokenizer section: Hugging Face tokenizer.json bytes, stored verbatim. */
 cmf_status cmf_writer_set_tokenizer(cmf_writer *w, const char *json, size_t len, cmf_error *err);
+
+/* The §8 masks section bytes (validated, stored verbatim in shard 1; sets
+ * the BINARY_MASKS feature bit). */
+cmf_status cmf_writer_set_masks(cmf_writer *w, const void *data, size_t len, cmf_error *err);
 
 /* Write directory, header, tokenizer, hashes and envelope, fsync, and
  * rename into place. Frees w whether or not it succeeds. */

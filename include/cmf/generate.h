@@ -71,13 +71,31 @@ typedef struct cmf_gen_stats {
 } cmf_gen_stats;
 
 /* Sample and stream until a stop condition. Generated tokens are appended
- * to the KV cache (so a chat can continue from them). */
+ * to the KV cache (so a chat can continue from them). An EOS id ends the
+ * generation and is not streamed; it is counted in n_generated and kept in
+ * cmf_session_tokens. A model with a tokenizer never samples ids past the
+ * tokenizer's vocabulary (padded embedding rows). With tok == NULL at
+ * cmf_session_new the callback is never called. Stop strings do not
+ * appear in the streamed text. */
 cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_text_cb cb,
                                 void *user, cmf_gen_stats *stats, cmf_error *err);
 
-/* Tokens currently in the KV cache for this session (prompt + generated). */
+/* Tokens of this session: prompt + generated. The last generated token is
+ * added to the KV cache lazily (its forward pass only serves the token
+ * after it), when generation continues; a new prefill compares against the
+ * cached ones. */
 const int32_t *cmf_session_tokens(const cmf_session *s, size_t *n);
 uint64_t cmf_session_seed(const cmf_session *s);
+/* The tokenizer given to cmf_session_new (may be NULL: then no text is
+ * streamed and stop strings are refused) and the context size in use. */
+const cmf_tokenizer *cmf_session_tokenizer(const cmf_session *s);
+uint32_t cmf_session_n_ctx(const cmf_session *s);
+/* Logits [n_vocab] after the last token of cmf_session_tokens, or NULL
+ * when they are not computed (before a prefill, or while the last sampled
+ * token is pending). For parity checks and tools. */
+const float *cmf_session_logits(const cmf_session *s);
+/* Tokens per prefill batch (default and maximum 512; 0 = default). */
+void cmf_session_set_batch_size(cmf_session *s, uint32_t n_batch);
 /* Clear the conversation (KV cache and sampler history). */
 void cmf_session_reset(cmf_session *s);
 

@@ -50,6 +50,13 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits);
 /* Record a token in the penalty history (prompt tokens and sampled ones). */
 void cmf_sampler_accept(cmf_sampler *s, int32_t token);
 void cmf_sampler_reset(cmf_sampler *s);
+/* The distribution cmf_sampler_sample would draw from for these logits,
+ * without drawing: the tokens that survive steps 1-5, best first, with
+ * their logit after penalties and temperature and their probability.
+ * Writes min(cap, count) entries (any output array may be NULL) and
+ * returns the count. Greedy: the argmax alone, probability 1. */
+size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, int32_t *ids,
+                              float *final_logits, float *probs);
 
 /* Stop strings over streamed text: feed each new piece; the matcher holds
  * back any tail that could still become a stop string. */

@@ -1,0 +1,120 @@
+/*
+ * backend.h — the operations the model's forward pass asks of a backend.
+ *
+ * The model (src/model/) never touches arithmetic directly: it calls the
+ * entries of a cmf_backend vtable on activation buffers that the backend
+ * allocated. The CPU backend (src/backend/cpu/ops_cpu.c) is the first; a
+ * Vulkan backend implements the same table later, keeping its buffers on the
+ * device (the model only passes the pointers it got from `alloc` back in,
+ * and reads host memory only through `read`).
+ *
+ * Conventions (all ops):
+ *   - activations are float32, row-major: a batch of n rows of `dim`
+ *     contiguous values, row stride given explicitly where it may differ;
+ *   - weights are cmf_tensor views into the mmap'd file, read in place
+ *     (shape [out, in], PyTorch order), any dtype the kernels support;
+ *   - small per-channel vectors (norm weights, biases) are float32 arrays
+ *     the model decoded once at load time;
+ *   - every op that can fail returns cmf_status and fills err.
+ * There is no graph: the model calls the ops one after another, like
+ * llama2.c's forward().
+ */
+#ifndef CMF_BACKEND_H
+#define CMF_BACKEND_H
+
+#include "cmf/format.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct cmf_backend cmf_backend;
+
+/* Rotary position embedding of one layer type (see src/model/rope.c). */
+typedef struct cmf_rope {
+    int n_rot;             /* rotated dims per head (even, <= head_dim) */
+    bool interleaved;      /* pairs (2i, 2i+1) instead of (i, i + n_rot/2) */
+    const float *inv_freq; /* [n_rot/2] angle per position, after scaling */
+    float attn_factor;     /* cos/sin multiplier (yarn), 1 otherwise */
+} cmf_rope;
+
+/* One token's view of the paged KV cache for one layer: the keys/values of
+ * positions 0 .. n_kv-1 of its sequence live in pages; position p is slot
+ * p % page_size of page pages[p / page_size]. */
+typedef struct cmf_kv_view {
+    const void *k_base;    /* layer's K pool: [n_pages][page_size][kv_dim] */
+    const void *v_base;    /* layer's V pool, same layout */
+    const uint32_t *pages; /* page table of the sequence */
+    uint32_t page_size;
+    uint32_t page_stride;  /* elements between consecutive pages */
+    bool f16;              /* element type: IEEE half, else float32 */
+} cmf_kv_view;
+
+/* Attention over the KV cache for a batch (one layer).
+ *   q:   [n_tok][n_head * head_dim]   (already normed and rotated)
+ *   out: [n_tok][n_head * head_dim]
+ * token t attends to positions max(0, pos[t]-window+1) .. pos[t] of its
+ * sequence (window 0 = unlimited), via views[t]. Head h reads KV head
+ * h / (n_head / n_kv_head) (GQA). scores = q·k·scale, optionally softcapped
+ * c·tanh(s/c) (gemma2), softmax, then the weighted sum of v. */
+typedef struct cmf_attn_args {
+    uint32_t n_tok, n_head, n_kv_head, head_dim;
+    const float *q;
+    float *out;
+    const int32_t *pos;
+    const cmf_kv_view *views; /* [n_tok] */
+    uint32_t window;
+    float scale;
+    float softcap;            /* 0 = none */
+} cmf_attn_args;
+
+typedef enum cmf_act { CMF_ACT_SILU = 0, CMF_ACT_GELU_TANH = 1, CMF_ACT_GELU = 2 } cmf_act;
+
+typedef struct cmf_backend_ops {
+    const char *name;
+    void (*free)(cmf_backend *b);
+    /* Activation buffer of n floats (zeroed); NULL when out of memory. */
+    float *(*alloc)(cmf_backend *b, size_t n);
+    void (*release)(cmf_backend *b, float *buf);
+
+    /* Y[i][j] = sum_k X[i][k] · W[row0 + j][k] for i < n, j < n_rows:
+     * rows [row0, row0+n_rows) of W (fused qkv / gate_up splits). X is
+     * contiguous [n][in]; Y rows have stride ldy (floats). */
+    cmf_status (*matmul)(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
+                         const float *X, uint32_t n, float *Y, size_t ldy, cmf_error *err);
+    /* Embedding lookup: out[i] = row tok[i] of E (any dtype), [n][dim]. */
+    cmf_status (*get_rows)(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
+                           float *out, cmf_error *err);
+    /* RMSNorm of n rows of dim (stride ld), in place allowed:
+     * y = x / sqrt(mean(x²) + eps) · (w + add_one), w NULL = no weight.
+     * (Zhang & Sennrich 2019; gemma stores w - 1, so add_one = 1.) */
+    void (*rmsnorm)(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
+                    const float *w, float add_one, float eps);
+    /* RoPE in place on n rows holding n_head heads of head_dim each (row
+     * stride ld), position pos[i] per row (Su et al. 2021, RoFormer). */
+    void (*rope)(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head,
+                 uint32_t head_dim, const int32_t *pos, const cmf_rope *r);
+    cmf_status (*attention)(cmf_backend *b, const cmf_attn_args *a, cmf_error *err);
+    /* GLU: out[i][j] = act(gate[i][j]) · up[i][j] for j < dim; rows of gate
+     * and up have stride ld_in, out stride ld_out (may alias gate). */
+    void (*glu)(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
+                size_t ld_in, uint32_t n, uint32_t dim, cmf_act act);
+    /* y[i] += s · x[i] over n·dim values (contiguous). */
+    void (*add_scaled)(cmf_backend *b, float *y, const float *x, size_t count, float s);
+    /* x[i] = c·tanh(x[i]/c) (c > 0), or x[i] *= s when c == 0. */
+    void (*softcap)(cmf_backend *b, float *x, size_t count, float c, float s);
+    /* Store K/V rows (float32 [n][kv_dim]) of token i at slot dst[i] of the
+     * layer pools (element offset, in elements). */
+    void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, bool f16, const float *k,
+                     const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
+} cmf_backend_ops;
+
+struct cmf_backend {
+    const cmf_backend_ops *ops;
+    void *ctx;        /* backend state (CPU: the thread pool) */
+    int n_threads;
+};
+
+/* The CPU backend: a persistent pool of n_threads (0 = physical cores). */
+cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err);
+
+#endif /* CMF_BACKEND_H */

@@ -1,0 +1,119 @@
+/*
+ * cpu.h — the CPU kernel API of cmf: run-time CPU feature detection, a
+ * persistent thread pool, and the weight-matrix multiply every layer of the
+ * CPU engine is built on. The model code (src/model, ops_*.c) calls only
+ * what is declared here; the SIMD files (matmul_avx2.c, matmul_avx512.c,
+ * matmul_neon.c) are reached through cmf_cpu_matmul's run-time dispatch.
+ *
+ * Weights are read in place from the mmap'd payload (cmf_tensor.data):
+ * nothing is copied or repacked, so peak RSS stays ≈ mapped weights.
+ *
+ * Thread-safety: feature detection is done once (the only global mutable
+ * state of the module, set under pthread_once). A pool is driven by one
+ * thread at a time; cmf_cpu_matmul calls on the same pool must not overlap.
+ */
+#ifndef CMF_BACKEND_CPU_H
+#define CMF_BACKEND_CPU_H
+
+#include "cmf/format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- CPU features (cpu_features.c) ------------------------------------ */
+
+/* Feature bits found at run time (CPUID+XGETBV on x86, getauxval on arm64). */
+#define CMF_CPU_F_AVX2 (1u << 0)      /* + FMA + F16C, OS saves ymm state */
+#define CMF_CPU_F_AVX512 (1u << 1)    /* F, BW, VL, DQ, OS saves zmm state */
+#define CMF_CPU_F_AVX512VNNI (1u << 2)
+#define CMF_CPU_F_AVX512BF16 (1u << 3)
+#define CMF_CPU_F_NEON (1u << 4)      /* always on arm64 */
+#define CMF_CPU_F_DOTPROD (1u << 5)   /* arm64 sdot/udot */
+#define CMF_CPU_F_FP16 (1u << 6)      /* arm64 half-precision arithmetic */
+
+/* Kernel levels, in increasing capability. The level used is the best one
+ * the CPU supports, unless the environment variable CMF_CPU names one:
+ * CMF_CPU=ref (plain C reference), avx2, avx512, avx512vnni, neon, neondot.
+ * Asking for a level the CPU lacks falls back to the best supported level
+ * below it. */
+typedef enum cmf_cpu_level {
+    CMF_CPU_REF = 0,
+    CMF_CPU_AVX2,
+    CMF_CPU_AVX512,
+    CMF_CPU_AVX512VNNI,
+    CMF_CPU_NEON,
+    CMF_CPU_NEONDOT
+} cmf_cpu_level;
+
+unsigned cmf_cpu_features(void);            /* CMF_CPU_F_* bits */
+cmf_cpu_level cmf_cpu_level_get(void);      /* the level kernels use */
+const char *cmf_cpu_level_name(cmf_cpu_level l); /* "ref", "avx2", ... */
+/* Physical cores available (distinct core ids among online CPUs, from
+ * /sys/devices/system/cpu, else /proc/cpuinfo, else sysconf); >= 1. */
+int cmf_cpu_physical_cores(void);
+/* Test hook: override the level for this process (tests compare levels).
+ * Not thread-safe with concurrent matmuls. Returns the previous level. */
+cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l);
+
+/* ---- thread pool (pool.c) ---------------------------------------------- */
+
+typedef struct cmf_cpu_pool cmf_cpu_pool;
+
+/* A pool of n_threads threads including the caller (n_threads - 1 workers
+ * are started; n_threads <= 0 means cmf_cpu_physical_cores()). Workers
+ * spin briefly after a job, then park on a condition variable.
+ * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
+ * (pthread_create failed). */
+cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);
+void cmf_cpu_pool_free(cmf_cpu_pool *p);
+int cmf_cpu_pool_threads(const cmf_cpu_pool *p);
+
+/* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
+ * pool's threads (dynamic: each thread takes the next task index), and
+ * return when all are done. A call from inside a task (nested) runs the
+ * tasks serially on the calling thread. p may be NULL (serial). */
+typedef void (*cmf_cpu_task_fn)(void *ctx, int task, int n_tasks);
+void cmf_cpu_pool_run(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks);
+
+/* Same, also passing the index (0 .. threads-1) of the thread running the
+ * task, e.g. to pick a per-thread scratch buffer. */
+typedef void (*cmf_cpu_task_fn_t)(void *ctx, int task, int n_tasks, int thread);
+void cmf_cpu_pool_run_t(cmf_cpu_pool *p, cmf_cpu_task_fn_t fn, void *ctx, int n_tasks);
+
+/* Per-thread scratch owned by the pool for callers' ops (not used by
+ * cmf_cpu_matmul): a 64-byte aligned buffer of at least `bytes` for thread
+ * index `thread`, kept until the next call with a larger size or pool free.
+ * Grow it from the driving thread before cmf_cpu_pool_run (not inside a
+ * task). NULL on allocation failure or when p is NULL. */
+void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
+
+/* ---- matrix multiply (matmul.c) ---------------------------------------- */
+
+/* Y[t, r] = sum_i X[t, i] * W[row0 + r, i]  for t < n, r < nrows.
+ *   W: a 2-D tensor [rows, in] (shape[0] = rows, shape[1] = in) of any
+ *      matrix dtype: f32, f16, bf16, q8_row, q8_2f, q4_block, q4_tiled,
+ *      q4tp have fast kernels; other dtypes go through a slow decode path.
+ *      Tensors with ndim > 2 are treated as [prod(shape[0..ndim-2]), in].
+ *   X: float32 [n, in], row-major, contiguous.
+ *   Y: float32, row t at Y + t*ldy, ldy >= nrows.
+ * Quantized W with a SIMD level: X is quantized to int8 per 32-block
+ * (scale = absmax/127, round to nearest) and the dot products are integer;
+ * the reference level (CMF_CPU=ref) uses float X and dequantized W.
+ * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
+ * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
+ * CMF_ERR_NOMEM. The pool may be NULL (single thread). */
+cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
+                          const float *X, int n, float *Y, int ldy, cmf_error *err);
+
+/* True when cmf_cpu_matmul has a direct kernel for dt (no slow path). */
+bool cmf_cpu_matmul_fast(cmf_dtype dt);
+
+/* Decode row r of a matrix tensor to float32 [in] with the module's own
+ * plain-C decoders (handy for embedding lookups). Same errors as matmul. */
+cmf_status cmf_cpu_decode_row(const cmf_tensor *W, uint64_t r, float *dst, cmf_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMF_BACKEND_CPU_H */

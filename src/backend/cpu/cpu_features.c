@@ -1,0 +1,189 @@
+/*
+ * cpu_features.c — run-time CPU feature detection and kernel-level choice.
+ *
+ * x86-64: CPUID leaves 1 and 7 (Intel SDM vol. 2A, "CPUID") plus XGETBV to
+ * check that the OS saves ymm (XCR0 bits 1,2) and zmm/opmask state (bits
+ * 5,6,7). arm64: NEON is architectural; dot product and FP16 come from
+ * getauxval(AT_HWCAP) (Linux arch/arm64/include/uapi/asm/hwcap.h).
+ *
+ * The detected features and chosen level are this module's only global
+ * mutable state, written once under pthread_once (plus the test hook
+ * cmf_cpu_level_set). CMF_CPU=<level name> forces a level (capped by what
+ * the CPU has). Also counts physical cores for the default thread count.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "backend/cpu/cpu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static unsigned g_features;
+static cmf_cpu_level g_level;
+
+#if defined(__x86_64__) || defined(__i386__)
+static unsigned long long xgetbv0(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+static unsigned detect(void) {
+    unsigned a, b, c, d, f = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave) return 0;
+    unsigned long long xcr0 = xgetbv0();
+    bool ymm_ok = (xcr0 & 0x6) == 0x6, zmm_ok = (xcr0 & 0xe6) == 0xe6;
+    unsigned max = __get_cpuid_max(0, NULL);
+    if (max < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    bool avx2 = (b >> 5) & 1;
+    bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    bool vnni = (c >> 11) & 1;
+    unsigned a1, b1, c1, d1;
+    __cpuid_count(7, 1, a1, b1, c1, d1);
+    bool bf16 = (a1 >> 5) & 1;
+    (void)b1; (void)c1; (void)d1;
+    if (ymm_ok && avx2 && fma && f16c) f |= CMF_CPU_F_AVX2;
+    if ((f & CMF_CPU_F_AVX2) && zmm_ok && f512 && dq && bw && vl) {
+        f |= CMF_CPU_F_AVX512;
+        if (vnni) f |= CMF_CPU_F_AVX512VNNI;
+        if (bf16) f |= CMF_CPU_F_AVX512BF16;
+    }
+    return f;
+}
+#elif defined(__aarch64__)
+static unsigned detect(void) {
+    unsigned f = CMF_CPU_F_NEON;
+#if defined(__linux__)
+    unsigned long hw = getauxval(AT_HWCAP);
+    if (hw & (1ul << 20)) f |= CMF_CPU_F_DOTPROD; /* HWCAP_ASIMDDP */
+    if (hw & (1ul << 10)) f |= CMF_CPU_F_FP16;    /* HWCAP_ASIMDHP */
+#endif
+    return f;
+}
+#else
+static unsigned detect(void) { return 0; }
+#endif
+
+/* Best level the features allow, at most `cap`. */
+static cmf_cpu_level best_level(unsigned f, cmf_cpu_level cap) {
+#if defined(__aarch64__)
+    if (cap >= CMF_CPU_NEONDOT && (f & CMF_CPU_F_DOTPROD)) return CMF_CPU_NEONDOT;
+    if (cap >= CMF_CPU_NEON && (f & CMF_CPU_F_NEON)) return CMF_CPU_NEON;
+#else
+    if (cap > CMF_CPU_AVX512VNNI) cap = CMF_CPU_AVX512VNNI;
+    if (cap >= CMF_CPU_AVX512VNNI && (f & CMF_CPU_F_AVX512VNNI)) return CMF_CPU_AVX512VNNI;
+    if (cap >= CMF_CPU_AVX512 && (f & CMF_CPU_F_AVX512)) return CMF_CPU_AVX512;
+    if (cap >= CMF_CPU_AVX2 && (f & CMF_CPU_F_AVX2)) return CMF_CPU_AVX2;
+#endif
+    return CMF_CPU_REF;
+}
+
+static const char *const k_names[] = {"ref", "avx2", "avx512", "avx512vnni", "neon", "neondot"};
+
+static void init_once(void) {
+    g_features = detect();
+    cmf_cpu_level cap = CMF_CPU_NEONDOT;
+    const char *env = getenv("CMF_CPU");
+    if (env && *env) {
+        for (int i = 0; i < (int)(sizeof k_names / sizeof k_names[0]); i++)
+            if (strcmp(env, k_names[i]) == 0) cap = (cmf_cpu_level)i;
+    }
+    g_level = best_level(g_features, cap);
+}
+
+unsigned cmf_cpu_features(void) {
+    pthread_once(&g_once, init_once);
+    return g_features;
+}
+
+cmf_cpu_level cmf_cpu_level_get(void) {
+    pthread_once(&g_once, init_once);
+    return g_level;
+}
+
+cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l) {
+    pthread_once(&g_once, init_once);
+    cmf_cpu_level old = g_level;
+    g_level = best_level(g_features, l);
+    return old;
+}
+
+const char *cmf_cpu_level_name(cmf_cpu_level l) {
+    if ((int)l < 0 || (int)l >= (int)(sizeof k_names / sizeof k_names[0])) return "unknown";
+    return k_names[l];
+}
+
+/* Read one small integer file; -1 if absent. */
+static long read_long(const char *path) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    long v = -1;
+    if (fscanf(fp, "%ld", &v) != 1) v = -1;
+    fclose(fp);
+    return v;
+}
+
+int cmf_cpu_physical_cores(void) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    cpu_set_t set;
+    bool have_aff = sched_getaffinity(0, sizeof set, &set) == 0;
+    /* Distinct (package, core) pairs among CPUs we may run on. */
+    enum { MAXC = 1024 };
+    long keys[MAXC];
+    int nkeys = 0;
+    bool sys_ok = true;
+    for (int cpu = 0; cpu < MAXC && sys_ok; cpu++) {
+        char path[128];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        long core = read_long(path);
+        if (core < 0) {
+            if (cpu == 0) sys_ok = false;
+            break;
+        }
+        if (have_aff && !CPU_ISSET(cpu, &set)) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 cpu);
+        long pkg = read_long(path);
+        long key = (pkg < 0 ? 0 : pkg) * 1000000 + core;
+        bool seen = false;
+        for (int k = 0; k < nkeys; k++) seen |= keys[k] == key;
+        if (!seen && nkeys < MAXC) keys[nkeys++] = key;
+    }
+    if (sys_ok && nkeys > 0) return nkeys;
+    /* /proc/cpuinfo: count distinct "physical id"/"core id" pairs. */
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (fp) {
+        char line[256];
+        long pkg = 0;
+        nkeys = 0;
+        while (fgets(line, sizeof line, fp)) {
+            long v;
+            if (sscanf(line, "physical id : %ld", &v) == 1) pkg = v;
+            else if (sscanf(line, "core id : %ld", &v) == 1) {
+                long key = pkg * 1000000 + v;
+                bool seen = false;
+                for (int k = 0; k < nkeys; k++) seen |= keys[k] == key;
+                if (!seen && nkeys < MAXC) keys[nkeys++] = key;
+            }
+        }
+        fclose(fp);
+        if (nkeys > 0) return nkeys;
+    }
+    return (int)ncpu;
+}

@@ -1,0 +1,317 @@
+/*
+ * matmul.c — cmf_cpu_matmul: argument checks, kernel choice by dtype and
+ * CPU level, int8 activation quantization, and the split of output rows
+ * over the thread pool.
+ *
+ * Work split: output rows are cut into chunks of a multiple of 4 rows whose
+ * weights are at most ~64 KiB (so a chunk stays in L2 while each tile of
+ * tokens runs over it) and at least 4 chunks per thread for load balance;
+ * threads take chunks dynamically. Activation quantization (see
+ * matmul_int.h) runs once per call, one token per task, into the pool's
+ * matmul buffer, so steady-state calls allocate nothing.
+ */
+#include "backend/cpu/matmul_int.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FAM_FP, FAM_Q8, FAM_Q4, FAM_SLOW };
+
+static int family(cmf_dtype dt, uint64_t in) {
+    switch (dt) {
+    case CMF_DT_F32:
+    case CMF_DT_F16:
+    case CMF_DT_BF16: return FAM_FP;
+    case CMF_DT_Q8_ROW:
+    case CMF_DT_Q8_2F: return FAM_Q8;
+    case CMF_DT_Q4_BLOCK: return in % 32 == 0 ? FAM_Q4 : FAM_SLOW;
+    case CMF_DT_Q4_TILED:
+    case CMF_DT_Q4TP: return FAM_Q4;
+    default: return FAM_SLOW;
+    }
+}
+
+bool cmf_cpu_matmul_fast(cmf_dtype dt) {
+    switch (dt) {
+    case CMF_DT_F32: case CMF_DT_F16: case CMF_DT_BF16: case CMF_DT_Q8_ROW: case CMF_DT_Q8_2F:
+    case CMF_DT_Q4_BLOCK: case CMF_DT_Q4_TILED: case CMF_DT_Q4TP: return true;
+    default: return false;
+    }
+}
+
+static inline uint16_t rd16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+float mm_q8_scale(const cmf_tensor *W, uint64_t rows, uint64_t in, uint64_t r) {
+    return cmf_f16_to_f32(rd16((const uint8_t *)W->data + rows * in + 2 * r));
+}
+
+const uint8_t *mm_q4_nibbles(const cmf_tensor *W, uint64_t nb, uint64_t r, size_t *stride) {
+    const uint8_t *b = W->data;
+    if (W->dtype == CMF_DT_Q4_TILED) {
+        *stride = 18;
+        return b + 18 * nb * r + 2;
+    }
+    *stride = 16;
+    return b + 16 * nb * r;
+}
+
+void mm_q4_scales(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, uint64_t b0,
+                  uint64_t cnt, float *dw) {
+    const uint8_t *b = W->data;
+    switch (W->dtype) {
+    case CMF_DT_Q4_TILED:
+        for (uint64_t i = 0; i < cnt; i++) dw[i] = cmf_f16_to_f32(rd16(b + 18 * (nb * r + b0 + i)));
+        break;
+    case CMF_DT_Q4_BLOCK: {
+        const uint8_t *sc = b + 16 * nb * rows; /* in % 32 == 0: ngroups = rows*nb */
+        for (uint64_t i = 0; i < cnt; i++) dw[i] = cmf_f16_to_f32(rd16(sc + 2 * (nb * r + b0 + i)));
+        break;
+    }
+    case CMF_DT_Q4TP: {
+        uint64_t cb = (nb * 5 + 7) / 8;
+        const uint8_t *ls = b + rows * nb * 16 + 4 * r;
+        const uint8_t *codes = b + rows * nb * 16 + 4 * rows + cb * r;
+        /* ladder exactly as spec §4: t[0] = exp2(lo), t[c] = t[c-1]*exp2(step) */
+        float t[32], m = exp2f(cmf_f16_to_f32(rd16(ls + 2)));
+        t[0] = exp2f(cmf_f16_to_f32(rd16(ls)));
+        for (int c = 1; c < 32; c++) t[c] = t[c - 1] * m;
+        for (uint64_t i = 0; i < cnt; i++) {
+            uint64_t bit = 5 * (b0 + i);
+            unsigned v = codes[bit >> 3];
+            if ((bit & 7) > 3) v |= (unsigned)codes[(bit >> 3) + 1] << 8;
+            dw[i] = t[(v >> (bit & 7)) & 31];
+        }
+        break;
+    }
+    default:
+        for (uint64_t i = 0; i < cnt; i++) dw[i] = 0.0f;
+        assert(0 && "mm_q4_scales: not a q4 dtype");
+    }
+}
+
+/* ---- activation quantization ------------------------------------------- */
+
+typedef struct quant_ctx {
+    const float *X;
+    const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
+    mm_act *a;
+    bool perm, expand;
+} quant_ctx;
+
+/* Quantize token t: per block of 32, d = absmax/127, q = round(x/d). */
+static void quant_task(void *vctx, int t, int n_tasks) {
+    (void)n_tasks;
+    quant_ctx *c = vctx;
+    mm_act *a = c->a;
+    const float *x = c->X + (size_t)t * a->in;
+    int8_t *q = a->q + (size_t)t * a->qstride;
+    float *d = a->d + (size_t)t * a->np * 2;
+    int32_t *s = a->s + (size_t)t * a->np * 2;
+    for (uint32_t b = 0; b < 2 * a->np; b++) {
+        float v[32];
+        uint64_t i0 = (uint64_t)b * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            uint64_t k = i0 + (uint64_t)i;
+            float xv = k < a->in ? x[k] : 0.0f;
+            if (c->col && k < a->in) xv *= cmf_f16_to_f32(rd16(c->col + 2 * k));
+            v[i] = xv;
+            float av = fabsf(xv);
+            amax = av > amax ? av : amax;
+        }
+        float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        int8_t *qb = q + 32 * (size_t)b;
+        for (int i = 0; i < 32; i++) {
+            long qi = lrintf(v[i] * id);
+            qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+            sum += (int32_t)qi;
+            qb[c->perm ? (i >> 1) + (i & 1) * 16 : i] = (int8_t)qi;
+        }
+        d[b] = dd;
+        s[b] = sum;
+        if (c->expand) {
+            float *de = a->de + ((size_t)t * a->np + b / 2) * 16 + (b & 1) * 8;
+            int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16 + (b & 1) * 8;
+            for (int k = 0; k < 8; k++) {
+                de[k] = dd;
+                se[k] = -sum;
+            }
+        }
+    }
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+typedef struct run_ctx {
+    mm_job *job;
+    mm_kernel_fn fn;
+    uint64_t chunk, nrows;
+} run_ctx;
+
+static void rows_task(void *vctx, int task, int n_tasks) {
+    (void)n_tasks;
+    run_ctx *c = vctx;
+    uint64_t rb = (uint64_t)task * c->chunk;
+    uint64_t re = rb + c->chunk < c->nrows ? rb + c->chunk : c->nrows;
+    c->fn(c->job, rb, re);
+}
+
+static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
+    if (fam == FAM_SLOW) return mm_ref;
+    switch (lv) {
+#if defined(__x86_64__) || defined(__i386__)
+    case CMF_CPU_AVX2:
+        return fam == FAM_FP ? mm_fp_avx2 : fam == FAM_Q8 ? mm_q8_avx2 : mm_q4_avx2;
+    case CMF_CPU_AVX512:
+        return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512 : mm_q4_avx512;
+    case CMF_CPU_AVX512VNNI:
+        return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512vnni;
+#endif
+#if defined(__aarch64__)
+    case CMF_CPU_NEON:
+    case CMF_CPU_NEONDOT:
+        return fam == FAM_FP ? mm_fp_neon : fam == FAM_Q8 ? mm_q8_neon : mm_q4_neon;
+#endif
+    default: return mm_ref;
+    }
+}
+
+cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
+                          const float *X, int n, float *Y, int ldy, cmf_error *err) {
+    if (!W || !X || !Y || !W->data)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL tensor, X or Y");
+    const char *nm = W->name ? W->name : "(unnamed)";
+    if (W->ndim < 1 || W->ndim > CMF_MAX_DIMS)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': ndim %u", nm, W->ndim);
+    uint64_t in = W->shape[W->ndim - 1];
+    if (in == 0 || W->nelem == 0 || W->nelem % in != 0)
+        return cmf_error_set(err, CMF_ERR_FORMAT, "cmf_cpu_matmul: tensor '%s': bad shape", nm);
+    uint64_t rows = W->nelem / in;
+    if (n < 1) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': n = %d", nm, n);
+    if (nrows == 0) return CMF_OK;
+    if (row0 > rows || nrows > rows - row0)
+        return cmf_error_set(err, CMF_ERR_ARG,
+                             "cmf_cpu_matmul: tensor '%s': rows [%llu, %llu) outside [0, %llu)", nm,
+                             (unsigned long long)row0, (unsigned long long)(row0 + nrows),
+                             (unsigned long long)rows);
+    if (ldy < 0 || (uint64_t)ldy < nrows)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': ldy %d < nrows %llu",
+                             nm, ldy, (unsigned long long)nrows);
+    int fam = family(W->dtype, in);
+    if (fam != FAM_SLOW) { /* the kernels index the payload directly: check its size */
+        uint64_t shape2[2] = {rows, in}, need = 0;
+        uint32_t nd = W->ndim == 1 ? 1 : 2;
+        const uint64_t *shp = W->ndim == 1 ? &in : shape2;
+        cmf_status st = cmf_dtype_payload_size(W->dtype, nd, shp, &need, err);
+        if (st != CMF_OK) return cmf_error_prefix(err, "cmf_cpu_matmul: tensor '%s'", nm);
+        if (need != W->nbytes)
+            return cmf_error_set(err, CMF_ERR_FORMAT,
+                                 "cmf_cpu_matmul: tensor '%s': payload is %llu bytes, %s needs %llu",
+                                 nm, (unsigned long long)W->nbytes, cmf_dtype_name(W->dtype),
+                                 (unsigned long long)need);
+    } else if (!cmf_dtype_name(W->dtype)) {
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "cmf_cpu_matmul: tensor '%s': dtype %d",
+                             nm, (int)W->dtype);
+    }
+
+    cmf_cpu_level lv = cmf_cpu_level_get();
+    mm_kernel_fn fn = pick(fam, lv);
+    mm_act act;
+    memset(&act, 0, sizeof act);
+    act.n = n;
+    act.in = in;
+    act.x = X;
+    act.nb = (uint32_t)((in + 31) / 32);
+    act.np = (act.nb + 1) / 2;
+    act.qstride = (size_t)act.np * 64;
+    void *heap = NULL;
+    if (fn != mm_ref && (fam == FAM_Q8 || fam == FAM_Q4)) {
+        if (in > (1u << 30))
+            return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
+        bool expand = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
+        size_t np = act.np, per_tok = np * 64 + np * 16 + (expand ? np * 128 : 0);
+        size_t bytes = per_tok * (size_t)n;
+        void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
+        if (!p && posix_memalign(&heap, 64, bytes) == 0) buf = heap;
+        if (!buf)
+            return cmf_error_set(err, CMF_ERR_NOMEM,
+                                 "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
+                                 bytes);
+        uint8_t *bp = buf;
+        act.q = (int8_t *)bp;
+        bp += np * 64 * (size_t)n;
+        if (expand) {
+            act.de = (float *)bp;
+            bp += np * 64 * (size_t)n;
+            act.se = (int32_t *)bp;
+            bp += np * 64 * (size_t)n;
+        }
+        act.d = (float *)bp;
+        bp += np * 8 * (size_t)n;
+        act.s = (int32_t *)bp;
+        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4, expand};
+        if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
+        cmf_cpu_pool_run(p, quant_task, &qc, n);
+    }
+
+    mm_job job;
+    job.W = W;
+    job.rows = rows;
+    job.in = in;
+    job.row0 = row0;
+    job.Y = Y;
+    job.ldy = ldy;
+    job.n = n;
+    job.a = &act;
+    job.exp2_f16 = cmf_cpu_pool_exp2_table(p);
+    atomic_init(&job.failed, 0);
+
+    int threads = cmf_cpu_pool_threads(p);
+    uint64_t row_bytes = W->nbytes / rows + 1;
+    uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);
+    uint64_t max_rows = (64u << 10) / row_bytes;
+    if (chunk > max_rows) chunk = max_rows;
+    chunk = (chunk + 3) & ~(uint64_t)3;
+    if (chunk < 4) chunk = 4;
+    uint64_t ntasks = (nrows + chunk - 1) / chunk;
+    if (ntasks > (1u << 30)) {
+        chunk = (nrows + (1u << 30) - 1) >> 30;
+        ntasks = (nrows + chunk - 1) / chunk;
+    }
+    run_ctx rc = {&job, fn, chunk, nrows};
+    cmf_cpu_pool_run(p, rows_task, &rc, (int)ntasks);
+    free(heap);
+    if (atomic_load(&job.failed)) {
+        /* redo one decode to get the message */
+        float tmp[32];
+        cmf_error e2;
+        memset(&e2, 0, sizeof e2);
+        mm_ref_decode(W, rows, in, row0, 0, in < 32 ? in : 32, tmp, &e2);
+        return cmf_error_set(err, e2.status ? e2.status : CMF_ERR_FORMAT,
+                             "cmf_cpu_matmul: tensor '%s': decode failed: %s", nm,
+                             e2.status ? e2.msg : "payload inconsistent");
+    }
+    return CMF_OK;
+}
+
+cmf_status cmf_cpu_decode_row(const cmf_tensor *W, uint64_t r, float *dst, cmf_error *err) {
+    if (!W || !dst || !W->data || W->ndim < 1)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_decode_row: NULL argument");
+    uint64_t in = W->shape[W->ndim - 1];
+    if (in == 0 || W->nelem % in) return cmf_error_set(err, CMF_ERR_FORMAT, "cmf_cpu_decode_row: bad shape");
+    uint64_t rows = W->nelem / in;
+    if (r >= rows)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_decode_row: tensor '%s': row %llu >= %llu",
+                             W->name ? W->name : "(unnamed)", (unsigned long long)r,
+                             (unsigned long long)rows);
+    cmf_status st = mm_ref_decode(W, rows, in, r, 0, in, dst, err);
+    if (st != CMF_OK) return cmf_error_prefix(err, "cmf_cpu_decode_row");
+    return CMF_OK;
+}

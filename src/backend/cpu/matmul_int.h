@@ -1,0 +1,109 @@
+/*
+ * matmul_int.h — internal contract between the matmul dispatcher
+ * (matmul.c) and the per-ISA kernels (matmul_ref.c, matmul_avx2.c,
+ * matmul_avx512.c, matmul_neon.c). Not a public header.
+ *
+ * Terms: W is viewed as [rows, in]; a "block" is 32 consecutive inputs of
+ * a row (nb = ceil(in/32) blocks, the last zero-padded in the activation);
+ * blocks are handled in pairs (np = ceil(nb/2)) so a 512-bit vector holds
+ * 64 int8 inputs.
+ *
+ * Quantized activations (mm_act), built once per call by matmul.c
+ * following llama.cpp's Q8_0 activation scheme (ggml-quants.c,
+ * quantize_row_q8_0): per block d = absmax/127, q = round(x/d):
+ *   q  int8  [n][np*64]  natural order for q8 weights; for q4 weights each
+ *                        block is permuted to [x0 x2 .. x30 | x1 x3 .. x31]
+ *                        so the low nibbles (even elements) meet the first
+ *                        16 bytes and the high nibbles the last 16;
+ *   d  float [n][np*2]   block scales (0 for padding blocks);
+ *   s  int32 [n][np*2]   sum of q over the block (for the q4 offset 8);
+ *   de float [n][np*16]  AVX-512 only: per pair, 8 copies of d[2p] then 8 of
+ *                        d[2p+1] (the lanes vpdpbusd leaves per block);
+ *   se int32 [n][np*16]  AVX-512 only: -s expanded the same way.
+ */
+#ifndef CMF_CPU_MATMUL_INT_H
+#define CMF_CPU_MATMUL_INT_H
+
+#include "backend/cpu/cpu.h"
+
+#include <stdatomic.h>
+
+typedef struct mm_act {
+    int n;
+    uint64_t in;
+    uint32_t nb, np;
+    size_t qstride; /* bytes per token in q = np * 64 */
+    int8_t *q;
+    float *d;
+    int32_t *s;
+    float *de;
+    int32_t *se;
+    const float *x; /* the caller's float X [n][in] */
+} mm_act;
+
+typedef struct mm_job {
+    const cmf_tensor *W;
+    uint64_t rows, in; /* W viewed as [rows, in] */
+    uint64_t row0;     /* first W row of this call */
+    float *Y;          /* Y[t*ldy + (r - row0)] */
+    int ldy;
+    int n;
+    const mm_act *a;
+    const float *exp2_f16; /* cmf_cpu_pool_exp2_table, may be NULL */
+    atomic_int failed; /* set by a task when a slow-path decode fails */
+} mm_job;
+
+/* Compute rows [row0 + rb, row0 + re) for all n tokens. */
+typedef void (*mm_kernel_fn)(mm_job *j, uint64_t rb, uint64_t re);
+
+/* Row-scale helpers shared by all levels (matmul.c).
+ * q4 family (q4_block with in%32==0, q4_tiled, q4tp): float scale of
+ * blocks [b0, b0+cnt) of row r into dw; nibble pointer of block 0 of row r
+ * and the byte stride between consecutive blocks of a row (16 or 18). */
+void mm_q4_scales(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, uint64_t b0,
+                  uint64_t cnt, float *dw);
+const uint8_t *mm_q4_nibbles(const cmf_tensor *W, uint64_t nb, uint64_t r, size_t *stride);
+/* q8_row / q8_2f: int8 row r and its f16 row scale as float. */
+static inline const int8_t *mm_q8_row(const cmf_tensor *W, uint64_t in, uint64_t r) {
+    return (const int8_t *)W->data + r * in;
+}
+float mm_q8_scale(const cmf_tensor *W, uint64_t rows, uint64_t in, uint64_t r);
+
+/* Segment length (blocks) for per-row scale buffers on the stack. */
+#define MM_SEG_BLOCKS 512
+
+/* Reference (plain C) kernel for every dtype: float X, dequantized W,
+ * double accumulation. */
+void mm_ref(mm_job *j, uint64_t rb, uint64_t re);
+/* Decode elements [i0, i0+cnt) of row r to float (plain C for the eight
+ * fast dtypes, cmf_tensor_decode otherwise). */
+cmf_status mm_ref_decode(const cmf_tensor *W, uint64_t rows, uint64_t in, uint64_t r,
+                         uint64_t i0, uint64_t cnt, float *dst, cmf_error *err);
+
+/* SIMD kernels. fp: f32/f16/bf16 with float X. q8: q8_row/q8_2f with int8 X
+ * (natural order). q4: q4 family with int8 X (permuted order). */
+#if defined(__x86_64__) || defined(__i386__)
+void mm_fp_avx2(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q8_avx2(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q4_avx2(mm_job *j, uint64_t rb, uint64_t re);
+void mm_fp_avx512(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q8_avx512(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
+#endif
+#if defined(__aarch64__)
+void mm_fp_neon(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q8_neon(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q4_neon(mm_job *j, uint64_t rb, uint64_t re);
+#endif
+
+/* pool.c: the pool's matmul activation buffer (64-byte aligned, grown on
+ * demand, owned by the pool); NULL on allocation failure or p NULL. */
+void *cmf_cpu_pool_mm_buffer(cmf_cpu_pool *p, size_t bytes);
+/* pool.c: exp2f of every f16 value, indexed by its bits (the q4tp ladder's
+ * t[0] = exp2(lo) and exp2(step) without a libm call per row; same bits as
+ * exp2f since it is built with exp2f). NULL when p is NULL. */
+const float *cmf_cpu_pool_exp2_table(const cmf_cpu_pool *p);
+
+#endif /* CMF_CPU_MATMUL_INT_H */

@@ -1,0 +1,354 @@
+/*
+ * ops_cpu.c — the CPU backend's implementation of the cmf_backend vtable
+ * (src/backend/backend.h): RMSNorm, RoPE, attention over the paged KV cache
+ * (f16/f32), softmax, GLU activations, softcapping and the residual adds,
+ * with matrix products delegated to the matmul kernels of cpu.h.
+ *
+ * Work is spread over the persistent thread pool of cpu.h: row-wise ops are
+ * split into contiguous row ranges, attention into (token, head) pairs.
+ * All arithmetic is float32 (accumulations in float32, as PyTorch's eager
+ * CPU path does for float32 models), so the f32 parity tests hold to 1e-4.
+ */
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cmf_cpu_pool *pool_of(cmf_backend *b) { return (cmf_cpu_pool *)b->ctx; }
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static float *cpu_alloc(cmf_backend *b, size_t n) {
+    (void)b;
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+static void cpu_release(cmf_backend *b, float *buf) {
+    (void)b;
+    free(buf);
+}
+
+/* ---- matmul and embedding rows ----------------------------------------- */
+
+static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
+                             const float *X, uint32_t n, float *Y, size_t ldy, cmf_error *err) {
+    return cmf_cpu_matmul(pool_of(b), W, row0, n_rows, X, (int)n, Y, (int)ldy, err);
+}
+
+static cmf_status cpu_get_rows(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
+                               float *out, cmf_error *err) {
+    (void)b;
+    uint64_t dim = E->shape[1];
+    for (uint32_t i = 0; i < n; i++) {
+        if (tok[i] < 0 || (uint64_t)tok[i] >= E->shape[0])
+            return cmf_error_set(err, CMF_ERR_ARG, "token id %d out of range [0, %llu) of '%s'",
+                                 (int)tok[i], (unsigned long long)E->shape[0], E->name);
+        cmf_status st = cmf_cpu_decode_row(E, (uint64_t)tok[i], out + (size_t)i * dim, err);
+        if (st != CMF_OK) return st;
+    }
+    return CMF_OK;
+}
+
+/* ---- row-parallel helper ----------------------------------------------- */
+
+/* Split rows [0, n) into at most n_threads contiguous chunks. */
+static void chunk(int task, int n_tasks, uint32_t n, uint32_t *lo, uint32_t *hi) {
+    uint64_t a = (uint64_t)n * (uint64_t)task / (uint64_t)n_tasks;
+    uint64_t z = (uint64_t)n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
+    *lo = (uint32_t)a;
+    *hi = (uint32_t)z;
+}
+
+static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
+    int t = b->n_threads > 0 ? b->n_threads : 1;
+    return (uint32_t)t > n_rows ? (int)(n_rows ? n_rows : 1) : t;
+}
+
+/* ---- RMSNorm ----------------------------------------------------------- */
+
+typedef struct {
+    float *y;
+    const float *x;
+    size_t ld;
+    uint32_t n, dim;
+    const float *w;
+    float add_one, eps;
+} rms_ctx;
+
+static void rms_task(void *vctx, int task, int n_tasks) {
+    rms_ctx *c = vctx;
+    uint32_t lo, hi;
+    chunk(task, n_tasks, c->n, &lo, &hi);
+    for (uint32_t i = lo; i < hi; i++) {
+        const float *x = c->x + (size_t)i * c->ld;
+        float *y = c->y + (size_t)i * c->ld;
+        float ss = 0.0f;
+        for (uint32_t j = 0; j < c->dim; j++) ss += x[j] * x[j];
+        float r = 1.0f / sqrtf(ss / (float)c->dim + c->eps);
+        for (uint32_t j = 0; j < c->dim; j++) {
+            float w = c->w ? c->w[j] + c->add_one : 1.0f;
+            y[j] = (x[j] * r) * w;
+        }
+    }
+}
+
+static void cpu_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n,
+                        uint32_t dim, const float *w, float add_one, float eps) {
+    rms_ctx c = {y, x, ld, n, dim, w, add_one, eps};
+    if (n * (size_t)dim < 16384) { rms_task(&c, 0, 1); return; }
+    cmf_cpu_pool_run(pool_of(b), rms_task, &c, n_tasks_for(b, n));
+}
+
+/* ---- RoPE -------------------------------------------------------------- */
+
+/* Rotate pairs (x0, x1) by angle pos·inv_freq[i]:
+ *   x0' = x0·cos − x1·sin,  x1' = x1·cos + x0·sin   (scaled by attn_factor)
+ * neox layout pairs (i, i + n_rot/2) (HF rotate_half); interleaved pairs
+ * (2i, 2i+1) (Meta's original / GPT-J). Dims >= n_rot pass through
+ * (partial rotary). Angles are computed in float32 like HF's
+ * `inv_freq[None, :] * position_ids` then cos/sin. */
+static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head,
+                     uint32_t head_dim, const int32_t *pos, const cmf_rope *r) {
+    (void)b;
+    uint32_t half = (uint32_t)r->n_rot / 2;
+    assert((uint32_t)r->n_rot <= head_dim);
+    for (uint32_t i = 0; i < n; i++) {
+        float p = (float)pos[i];
+        for (uint32_t k = 0; k < half; k++) {
+            float ang = p * r->inv_freq[k];
+            float cs = cosf(ang) * r->attn_factor, sn = sinf(ang) * r->attn_factor;
+            for (uint32_t h = 0; h < n_head; h++) {
+                float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+                uint32_t a = r->interleaved ? 2 * k : k;
+                uint32_t z = r->interleaved ? 2 * k + 1 : k + half;
+                float x0 = v[a], x1 = v[z];
+                v[a] = x0 * cs - x1 * sn;
+                v[z] = x1 * cs + x0 * sn;
+            }
+        }
+    }
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+typedef struct {
+    const cmf_attn_args *a;
+    float *scratch;   /* [n_tasks][max_kv] scores */
+    uint32_t max_kv;
+    int n_tasks;
+} attn_ctx;
+
+static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_t p, uint32_t kv_dim,
+                                 uint32_t off) {
+    size_t e = (size_t)v->pages[p / v->page_size] * v->page_stride +
+               (size_t)(p % v->page_size) * kv_dim + off;
+    return v->f16 ? (const void *)((const uint16_t *)base + e) : (const void *)((const float *)base + e);
+}
+
+/* IEEE half -> float: normal numbers by re-biasing the exponent
+ * (15 -> 127: + 112 << 10 before the shift), zero/subnormal/inf/NaN by
+ * the exact reference conversion. */
+static inline float h2f(uint16_t h) {
+    uint32_t e = h & 0x7c00u;
+    if (e == 0 || e == 0x7c00u) return cmf_f16_to_f32(h);
+    uint32_t u = ((uint32_t)(h & 0x8000u) << 16) | (((uint32_t)(h & 0x7fffu) + 0x1c000u) << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* q·k over d dims; four partial sums let the compiler vectorise. */
+static inline float dot_kv(const float *q, const void *k, bool f16, uint32_t d) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    uint32_t j = 0;
+    if (f16) {
+        const uint16_t *kh = k;
+        for (; j + 4 <= d; j += 4) {
+            s0 += q[j] * h2f(kh[j]);
+            s1 += q[j + 1] * h2f(kh[j + 1]);
+            s2 += q[j + 2] * h2f(kh[j + 2]);
+            s3 += q[j + 3] * h2f(kh[j + 3]);
+        }
+        for (; j < d; j++) s0 += q[j] * h2f(kh[j]);
+    } else {
+        const float *kf = k;
+        for (; j + 4 <= d; j += 4) {
+            s0 += q[j] * kf[j];
+            s1 += q[j + 1] * kf[j + 1];
+            s2 += q[j + 2] * kf[j + 2];
+            s3 += q[j + 3] * kf[j + 3];
+        }
+        for (; j < d; j++) s0 += q[j] * kf[j];
+    }
+    return (s0 + s1) + (s2 + s3);
+}
+
+static inline void axpy_kv(float *o, float w, const void *v, bool f16, uint32_t d) {
+    if (f16) {
+        const uint16_t *vh = v;
+        for (uint32_t j = 0; j < d; j++) o[j] += w * h2f(vh[j]);
+    } else {
+        const float *vf = v;
+        for (uint32_t j = 0; j < d; j++) o[j] += w * vf[j];
+    }
+}
+
+/* Task `task` handles (token, head) pairs [lo, hi) of n_tok·n_head. */
+static void attn_task(void *vctx, int task, int n_tasks) {
+    attn_ctx *c = vctx;
+    const cmf_attn_args *a = c->a;
+    uint32_t total = a->n_tok * a->n_head, lo, hi;
+    chunk(task, n_tasks, total, &lo, &hi);
+    float *sc = c->scratch + (size_t)task * c->max_kv;
+    uint32_t d = a->head_dim, kv_dim = a->n_kv_head * d, group = a->n_head / a->n_kv_head;
+    for (uint32_t th = lo; th < hi; th++) {
+        uint32_t t = th / a->n_head, h = th % a->n_head, kvh = h / group;
+        const cmf_kv_view *v = &a->views[t];
+        const float *q = a->q + (size_t)t * a->n_head * d + (size_t)h * d;
+        float *o = a->out + (size_t)t * a->n_head * d + (size_t)h * d;
+        uint32_t p_end = (uint32_t)a->pos[t] + 1; /* keys 0 .. pos */
+        uint32_t p_beg = 0;
+        if (a->window && p_end > a->window) p_beg = p_end - a->window;
+        /* scores, max */
+        float mx = -INFINITY;
+        for (uint32_t p = p_beg; p < p_end; p++) {
+            float s = dot_kv(q, kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d) * a->scale;
+            if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
+            sc[p - p_beg] = s;
+            if (s > mx) mx = s;
+        }
+        /* softmax */
+        float sum = 0.0f;
+        for (uint32_t p = p_beg; p < p_end; p++) {
+            float e = expf(sc[p - p_beg] - mx);
+            sc[p - p_beg] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        /* weighted sum of values */
+        memset(o, 0, d * sizeof(float));
+        for (uint32_t p = p_beg; p < p_end; p++)
+            axpy_kv(o, sc[p - p_beg] * inv, kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d);
+    }
+}
+
+static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
+    if (a->n_kv_head == 0 || a->n_head % a->n_kv_head)
+        return cmf_error_set(err, CMF_ERR_ARG, "attention: %u heads not a multiple of %u kv heads",
+                             a->n_head, a->n_kv_head);
+    uint32_t max_kv = 1;
+    for (uint32_t t = 0; t < a->n_tok; t++)
+        if ((uint32_t)a->pos[t] + 1 > max_kv) max_kv = (uint32_t)a->pos[t] + 1;
+    uint32_t total = a->n_tok * a->n_head;
+    /* small jobs (decode at short context) are cheaper than a pool wake-up */
+    uint64_t work = (uint64_t)total * max_kv * a->head_dim;
+    int n_tasks = work < 65536 ? 1 : n_tasks_for(b, total);
+    attn_ctx c = {a, NULL, max_kv, n_tasks};
+    c.scratch = malloc((size_t)n_tasks * max_kv * sizeof(float));
+    if (!c.scratch) return cmf_error_set(err, CMF_ERR_NOMEM, "attention: scratch of %u scores", max_kv);
+    if (n_tasks == 1) attn_task(&c, 0, 1);
+    else cmf_cpu_pool_run(pool_of(b), attn_task, &c, n_tasks);
+    free(c.scratch);
+    return CMF_OK;
+}
+
+/* ---- GLU, adds, softcap ------------------------------------------------ */
+
+/* gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+ * (Hendrycks & Gimpel 2016, tanh approximation); silu: x·σ(x). */
+static inline float act_apply(float x, cmf_act act) {
+    switch (act) {
+    case CMF_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case CMF_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    case CMF_ACT_SILU:
+    default: return x / (1.0f + expf(-x));
+    }
+}
+
+static void cpu_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
+                    size_t ld_in, uint32_t n, uint32_t dim, cmf_act act) {
+    (void)b;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < dim; j++)
+            out[(size_t)i * ld_out + j] =
+                act_apply(gate[(size_t)i * ld_in + j], act) * up[(size_t)i * ld_in + j];
+}
+
+static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s) {
+    (void)b;
+    if (s == 1.0f)
+        for (size_t i = 0; i < count; i++) y[i] += x[i];
+    else
+        for (size_t i = 0; i < count; i++) y[i] += s * x[i];
+}
+
+static void cpu_softcap(cmf_backend *b, float *x, size_t count, float c, float s) {
+    (void)b;
+    if (c > 0.0f)
+        for (size_t i = 0; i < count; i++) x[i] = c * tanhf(x[i] / c);
+    else
+        for (size_t i = 0; i < count; i++) x[i] *= s;
+}
+
+static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, bool f16, const float *k,
+                         const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
+    (void)b;
+    for (uint32_t i = 0; i < n; i++) {
+        const float *kr = k + (size_t)i * ld, *vr = v + (size_t)i * ld;
+        if (f16) {
+            uint16_t *kd = (uint16_t *)k_base + dst[i], *vd = (uint16_t *)v_base + dst[i];
+            for (uint32_t j = 0; j < kv_dim; j++) {
+                kd[j] = cmf_f32_to_f16(kr[j]);
+                vd[j] = cmf_f32_to_f16(vr[j]);
+            }
+        } else {
+            memcpy((float *)k_base + dst[i], kr, kv_dim * sizeof(float));
+            memcpy((float *)v_base + dst[i], vr, kv_dim * sizeof(float));
+        }
+    }
+}
+
+/* ---- the backend ------------------------------------------------------- */
+
+static void cpu_free(cmf_backend *b) {
+    if (!b) return;
+    cmf_cpu_pool_free(pool_of(b));
+    free(b);
+}
+
+static const cmf_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .glu = cpu_glu,
+    .add_scaled = cpu_add_scaled,
+    .softcap = cpu_softcap,
+    .kv_store = cpu_kv_store,
+};
+
+cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err) {
+    *out = NULL;
+    cmf_backend *b = calloc(1, sizeof *b);
+    if (!b) return cmf_error_set(err, CMF_ERR_NOMEM, "cpu backend: out of memory");
+    cmf_cpu_pool *pool = NULL;
+    cmf_status st = cmf_cpu_pool_new(n_threads, &pool, err);
+    if (st != CMF_OK) {
+        free(b);
+        return st;
+    }
+    b->ops = &cpu_ops;
+    b->ctx = pool;
+    b->n_threads = cmf_cpu_pool_threads(pool);
+    *out = b;
+    return CMF_OK;
+}

@@ -1,0 +1,241 @@
+/*
+ * pool.c — a persistent pthread thread pool for the CPU engine.
+ *
+ * n_threads - 1 workers are created once; the driving thread is thread 0
+ * and takes part in every job. A job is published by bumping a generation
+ * counter; tasks are handed out dynamically with an atomic counter (so a
+ * thread slowed by a busy machine just takes fewer tasks). After a job a
+ * worker spins for a short while (decode issues hundreds of small jobs per
+ * token: waking from a futex each time would dominate), then parks on a
+ * condition variable until the next generation.
+ *
+ * Nested runs (a task calling cmf_cpu_pool_run) execute serially on the
+ * calling thread: the `busy` flag marks a job in progress.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/matmul_int.h"
+
+#include <pthread.h>
+#include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POOL_MAX_THREADS 256
+#define SPIN_ITERS 20000 /* ~50-100 us of pause loops before parking */
+
+typedef struct worker {
+    cmf_cpu_pool *pool;
+    int index;
+    pthread_t th;
+} worker;
+
+struct cmf_cpu_pool {
+    int n_threads;
+    worker *workers; /* [n_threads - 1] */
+    int n_started;
+    bool sync_inited;   /* mu/cv initialised */
+    void *mm_buf;       /* matmul activation buffer (matmul.c), 64-aligned */
+    float *exp2_f16;    /* [65536] exp2f(f16 value) for q4tp ladders, or NULL */
+    size_t mm_buf_sz;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint generation; /* bumped per job */
+    atomic_int stop;
+    atomic_int parked;      /* workers waiting on cv */
+
+    /* current job */
+    cmf_cpu_task_fn fn;
+    cmf_cpu_task_fn_t fn_t;
+    void *ctx;
+    int n_tasks;
+    atomic_int next_task;
+    atomic_int done_workers; /* workers finished with this generation */
+    atomic_int busy;
+
+    void **scratch;     /* [n_threads] */
+    size_t *scratch_sz; /* [n_threads] */
+};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static void run_tasks(cmf_cpu_pool *p, int thread) {
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
+        if (t >= p->n_tasks) break;
+        if (p->fn_t) p->fn_t(p->ctx, t, p->n_tasks, thread);
+        else p->fn(p->ctx, t, p->n_tasks);
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    cmf_cpu_pool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop)) {
+            if (++spins < SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->parked, 1);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->parked, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = g;
+        run_tasks(p, w->index);
+        atomic_fetch_add_explicit(&p->done_workers, 1, memory_order_acq_rel);
+    }
+    return NULL;
+}
+
+cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
+    if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_pool_new: out is NULL");
+    *out = NULL;
+    if (n_threads <= 0) n_threads = cmf_cpu_physical_cores();
+    if (n_threads > POOL_MAX_THREADS)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_pool_new: n_threads %d exceeds %d",
+                             n_threads, POOL_MAX_THREADS);
+    cmf_cpu_pool *p = calloc(1, sizeof *p);
+    if (!p) return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_cpu_pool_new: out of memory");
+    p->n_threads = n_threads;
+    p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
+    p->scratch_sz = calloc((size_t)n_threads, sizeof *p->scratch_sz);
+    p->workers = n_threads > 1 ? calloc((size_t)n_threads - 1, sizeof *p->workers) : NULL;
+    if (!p->scratch || !p->scratch_sz || (n_threads > 1 && !p->workers)) {
+        cmf_cpu_pool_free(p);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_cpu_pool_new: out of memory");
+    }
+    p->exp2_f16 = malloc(sizeof(float) * 65536); /* optional: NULL means call exp2f */
+    if (p->exp2_f16)
+        for (uint32_t h = 0; h < 65536; h++) p->exp2_f16[h] = exp2f(cmf_f16_to_f32((uint16_t)h));
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->sync_inited = true;
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->busy, 0);
+    for (int i = 0; i < n_threads - 1; i++) {
+        p->workers[i].pool = p;
+        p->workers[i].index = i + 1;
+        if (pthread_create(&p->workers[i].th, NULL, worker_main, &p->workers[i]) != 0) {
+            cmf_cpu_pool_free(p);
+            return cmf_error_set(err, CMF_ERR_INTERNAL,
+                                 "cmf_cpu_pool_new: pthread_create failed for worker %d", i + 1);
+        }
+        p->n_started++;
+    }
+    *out = p;
+    return CMF_OK;
+}
+
+void cmf_cpu_pool_free(cmf_cpu_pool *p) {
+    if (!p) return;
+    if (p->n_started > 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->stop, 1);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].th, NULL);
+    }
+    if (p->sync_inited) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+    }
+    if (p->scratch)
+        for (int i = 0; i < p->n_threads; i++) free(p->scratch[i]);
+    free(p->scratch);
+    free(p->scratch_sz);
+    free(p->mm_buf);
+    free(p->exp2_f16);
+    free(p->workers);
+    free(p);
+}
+
+int cmf_cpu_pool_threads(const cmf_cpu_pool *p) { return p ? p->n_threads : 1; }
+
+static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t, void *ctx,
+                    int n_tasks) {
+    if (n_tasks <= 0) return;
+    int expected = 0;
+    if (!p || p->n_threads == 1 || n_tasks == 1 ||
+        !atomic_compare_exchange_strong(&p->busy, &expected, 1)) {
+        /* serial: no pool, one task, or nested inside a running job */
+        for (int t = 0; t < n_tasks; t++) {
+            if (fn_t) fn_t(ctx, t, n_tasks, 0);
+            else fn(ctx, t, n_tasks);
+        }
+        return;
+    }
+    p->fn = fn;
+    p->fn_t = fn_t;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done_workers, 0, memory_order_relaxed);
+    /* publish: the release on generation orders the job fields before it */
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    if (atomic_load(&p->parked) > 0) pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    run_tasks(p, 0);
+    int nw = p->n_threads - 1, spins = 0;
+    while (atomic_load_explicit(&p->done_workers, memory_order_acquire) < nw) {
+        if (++spins < SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
+    atomic_store(&p->busy, 0);
+}
+
+void cmf_cpu_pool_run(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks) {
+    run_job(p, fn, NULL, ctx, n_tasks);
+}
+
+void cmf_cpu_pool_run_t(cmf_cpu_pool *p, cmf_cpu_task_fn_t fn, void *ctx, int n_tasks) {
+    run_job(p, NULL, fn, ctx, n_tasks);
+}
+
+void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes) {
+    if (!p || thread < 0 || thread >= p->n_threads) return NULL;
+    if (bytes == 0) bytes = 1;
+    if (p->scratch_sz[thread] >= bytes) return p->scratch[thread];
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    void *q = NULL;
+    if (posix_memalign(&q, 64, sz) != 0) return NULL;
+    free(p->scratch[thread]);
+    p->scratch[thread] = q;
+    p->scratch_sz[thread] = sz;
+    return q;
+}
+
+void *cmf_cpu_pool_mm_buffer(cmf_cpu_pool *p, size_t bytes) {
+    if (!p) return NULL;
+    if (p->mm_buf_sz >= bytes && p->mm_buf) return p->mm_buf;
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    void *q = NULL;
+    if (posix_memalign(&q, 64, sz ? sz : 64) != 0) return NULL;
+    free(p->mm_buf);
+    p->mm_buf = q;
+    p->mm_buf_sz = sz;
+    return q;
+}
+
+const float *cmf_cpu_pool_exp2_table(const cmf_cpu_pool *p) { return p ? p->exp2_f16 : NULL; }

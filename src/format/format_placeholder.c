@@ -1,2 +1,0 @@
-/* format module — placeholder translation unit until the module lands. */
-typedef int cmf_format_placeholder;

@@ -1,2 +1,0 @@
-/* generate module — placeholder translation unit until the module lands. */
-typedef int cmf_generate_placeholder;

@@ -1,2 +1,0 @@
-/* sample module — placeholder translation unit until the module lands. */
-typedef int cmf_sample_placeholder;

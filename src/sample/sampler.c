@@ -1,0 +1,358 @@
+/*
+ * sampler.c — the sampler chain of cmf/sample.h: logits [n_vocab] in, one
+ * token id out. The chain order follows llama.cpp's common sampler
+ * (common/sampling.cpp: penalties -> top-k -> top-p -> min-p ->
+ * temperature -> dist):
+ *
+ *   1. penalties over the last penalty_last_n accepted tokens, applied once
+ *      per distinct token t with count c (llama.cpp llama_sampler_penalties):
+ *        repetition (CTRL, Keskar et al. 2019): l > 0 ? l / r : l * r
+ *        presence/frequency (OpenAI API):       l -= c * freq + (c > 0) * pres
+ *   2. top-k: keep the k largest logits (heap selection, O(V log k));
+ *   3. top-p (Holtzman et al. 2019): on softmax(l) at temperature 1, keep the
+ *      smallest best-first prefix whose cumulative probability is >= top_p
+ *      (the token that crosses the bound is kept, as llama.cpp does). Only as
+ *      much of the vocabulary is sorted as the prefix needs (64, then 4x);
+ *   4. min-p: keep p >= min_p * p_max, i.e. l >= l_max + ln(min_p);
+ *   5. temperature: l / temp;
+ *   6. draw: u = uniform[0,1) from xoshiro256** (rng.h) times the sum of
+ *      exp(l - l_max) in double, walked over the survivors.
+ * Greedy (greedy flag or temp <= 0): argmax after penalties, lowest id on
+ * ties. A NaN logit is treated as -inf. Ordering of equal logits is always
+ * by ascending id, so results never depend on sort stability.
+ *
+ * Penalty bookkeeping is incremental: a count per vocab id over the window,
+ * a ring of the last N tokens to evict from, and a dense list of the ids
+ * with count > 0, so a sample touches only the distinct recent tokens.
+ */
+#include "cmf/sample.h"
+#include "sample/rng.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+    int32_t id;
+    float logit;
+} cand;
+
+struct cmf_sampler {
+    cmf_sampler_params p;
+    uint32_t n_vocab;
+    uint64_t seed;
+    cmf_rng rng;
+    cand *cand;          /* [n_vocab] working candidates */
+    /* penalties (allocated only when a penalty is active) */
+    bool penalize;
+    uint32_t *count;     /* [n_vocab] occurrences in the window */
+    uint32_t *dpos;      /* [n_vocab] index in `distinct` while count > 0 */
+    int32_t *distinct;   /* [n_vocab] ids with count > 0, dense */
+    uint32_t n_distinct;
+    int32_t *ring;       /* [penalty_last_n] last tokens (NULL when -1: no eviction) */
+    uint32_t ring_cap, ring_len, ring_head; /* head = index of the oldest */
+};
+
+cmf_sampler_params cmf_sampler_default_params(void) {
+    cmf_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temp = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
+    p.penalty_last_n = 64;
+    p.has_seed = false;
+    p.greedy = false;
+    return p;
+}
+
+cmf_status cmf_sampler_new(const cmf_sampler_params *p, uint32_t n_vocab, cmf_sampler **out,
+                           cmf_error *err) {
+    if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_sampler_new: out is NULL");
+    *out = NULL;
+    cmf_sampler_params d = cmf_sampler_default_params();
+    if (!p) p = &d;
+    if (n_vocab == 0) return cmf_error_set(err, CMF_ERR_ARG, "sampler: n_vocab is 0");
+    if (isnan(p->temp)) return cmf_error_set(err, CMF_ERR_ARG, "sampler: temp is NaN");
+    if (isnan(p->top_p)) return cmf_error_set(err, CMF_ERR_ARG, "sampler: top_p is NaN");
+    if (isnan(p->min_p)) return cmf_error_set(err, CMF_ERR_ARG, "sampler: min_p is NaN");
+    if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
+        return cmf_error_set(err, CMF_ERR_ARG, "sampler: repeat_penalty %g must be > 0",
+                             (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return cmf_error_set(err, CMF_ERR_ARG,
+                             "sampler: presence_penalty/frequency_penalty must be finite");
+    if (p->penalty_last_n < -1)
+        return cmf_error_set(err, CMF_ERR_ARG, "sampler: penalty_last_n %d must be >= -1",
+                             (int)p->penalty_last_n);
+
+    cmf_sampler *s = calloc(1, sizeof *s);
+    if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "sampler: out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (!s->cand) goto nomem;
+    s->penalize = p->penalty_last_n != 0 &&
+                  (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                   p->frequency_penalty != 0.0f);
+    if (s->penalize) {
+        s->count = calloc(n_vocab, sizeof *s->count);
+        s->dpos = calloc(n_vocab, sizeof *s->dpos);
+        s->distinct = malloc((size_t)n_vocab * sizeof *s->distinct);
+        if (!s->count || !s->dpos || !s->distinct) goto nomem;
+        if (p->penalty_last_n > 0) {
+            s->ring_cap = (uint32_t)p->penalty_last_n;
+            s->ring = malloc((size_t)s->ring_cap * sizeof *s->ring);
+            if (!s->ring) goto nomem;
+        }
+    }
+    s->seed = p->has_seed ? p->seed : cmf_rng_os_seed();
+    cmf_rng_seed(&s->rng, s->seed);
+    *out = s;
+    return CMF_OK;
+nomem:
+    cmf_sampler_free(s);
+    return cmf_error_set(err, CMF_ERR_NOMEM, "sampler: out of memory (n_vocab %u)", n_vocab);
+}
+
+void cmf_sampler_free(cmf_sampler *s) {
+    if (!s) return;
+    free(s->cand);
+    free(s->count);
+    free(s->dpos);
+    free(s->distinct);
+    free(s->ring);
+    free(s);
+}
+
+uint64_t cmf_sampler_seed(const cmf_sampler *s) { return s ? s->seed : 0; }
+
+/* ---- penalty history --------------------------------------------------- */
+
+static void count_inc(cmf_sampler *s, int32_t t) {
+    if (s->count[t]++ == 0) {
+        s->dpos[t] = s->n_distinct;
+        s->distinct[s->n_distinct++] = t;
+    }
+}
+
+static void count_dec(cmf_sampler *s, int32_t t) {
+    assert(s->count[t] > 0);
+    if (--s->count[t] == 0) {
+        uint32_t i = s->dpos[t];
+        int32_t last = s->distinct[--s->n_distinct];
+        s->distinct[i] = last;
+        s->dpos[last] = i;
+    }
+}
+
+void cmf_sampler_accept(cmf_sampler *s, int32_t token) {
+    if (!s || !s->penalize || token < 0 || (uint32_t)token >= s->n_vocab) return;
+    if (s->ring) {
+        if (s->ring_len == s->ring_cap) { /* evict the oldest */
+            count_dec(s, s->ring[s->ring_head]);
+            s->ring[s->ring_head] = token;
+            s->ring_head = (s->ring_head + 1) % s->ring_cap;
+        } else {
+            s->ring[(s->ring_head + s->ring_len) % s->ring_cap] = token;
+            s->ring_len++;
+        }
+    }
+    count_inc(s, token);
+}
+
+void cmf_sampler_reset(cmf_sampler *s) {
+    if (!s || !s->penalize) return;
+    for (uint32_t i = 0; i < s->n_distinct; i++) s->count[s->distinct[i]] = 0;
+    s->n_distinct = 0;
+    s->ring_len = s->ring_head = 0;
+}
+
+/* ---- selection --------------------------------------------------------- */
+
+/* a ranks before b: larger logit, then smaller id. */
+static inline bool better(const cand *a, const cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+/* Sift down in a heap whose root is the WORST element (a "min-heap" under
+ * `better`). */
+static void sift_down(cand *h, size_t n, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && better(&h[w], &h[l])) w = l;
+        if (r < n && better(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        cand t = h[i]; h[i] = h[w]; h[w] = t;
+        i = w;
+    }
+}
+
+/* Move the m best of c[0..n) to c[0..m), sorted best first (heap selection
+ * then heapsort: O(n log m), no worst case). */
+static void select_top(cand *c, size_t n, size_t m) {
+    if (m > n) m = n;
+    if (m == 0) return;
+    for (size_t i = m / 2; i-- > 0;) sift_down(c, m, i);
+    for (size_t i = m; i < n; i++) {
+        if (better(&c[i], &c[0])) {
+            cand t = c[0]; c[0] = c[i]; c[i] = t;
+            sift_down(c, m, 0);
+        }
+    }
+    /* Heapsort: repeatedly move the worst (root) to the end. */
+    for (size_t end = m; end > 1; end--) {
+        cand t = c[0]; c[0] = c[end - 1]; c[end - 1] = t;
+        sift_down(c, end - 1, 0);
+    }
+}
+
+/* ---- the chain --------------------------------------------------------- */
+
+static bool is_greedy(const cmf_sampler *s) { return s->p.greedy || !(s->p.temp > 0.0f); }
+
+/* Steps 1-5. Leaves the survivors in s->cand[0..return) with their final
+ * logits; *sorted tells whether they are best first. Greedy leaves the
+ * argmax alone. */
+static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
+    const size_t V = s->n_vocab;
+    cand *c = s->cand;
+    const float r = s->p.repeat_penalty;
+    const float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
+    if (is_greedy(s)) {
+        /* Argmax without copying: unpenalized ids straight from the logits
+         * (strict '>' keeps the lowest id on ties and skips NaN), then the
+         * penalized ones with their adjusted value. */
+        int32_t bi = -1;
+        float bv = -INFINITY;
+        const uint32_t *cnt = s->penalize ? s->count : NULL;
+        for (size_t i = 0; i < V; i++)
+            if (logits[i] > bv && (!cnt || cnt[i] == 0)) bv = logits[i], bi = (int32_t)i;
+        if (bi < 0) /* all -inf/NaN: the lowest unpenalized id ties at -inf */
+            for (size_t i = 0; i < V && bi < 0; i++)
+                if (!cnt || cnt[i] == 0) bi = (int32_t)i;
+        for (uint32_t i = 0; cnt && i < s->n_distinct; i++) {
+            int32_t t = s->distinct[i];
+            float l = isnan(logits[t]) ? -INFINITY : logits[t];
+            if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
+            l -= (float)s->count[t] * freq + pres;
+            if (l > bv || (l == bv && (bi < 0 || t < bi))) bv = l, bi = t;
+        }
+        c[0].id = bi < 0 ? 0 : bi;
+        c[0].logit = bv;
+        *sorted = true;
+        return 1;
+    }
+    for (size_t i = 0; i < V; i++) {
+        c[i].id = (int32_t)i;
+        c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
+    }
+    /* 1. penalties (c is still indexed by id) */
+    if (s->penalize) {
+        for (uint32_t i = 0; i < s->n_distinct; i++) {
+            int32_t t = s->distinct[i];
+            float l = c[t].logit;
+            if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
+            l -= (float)s->count[t] * freq + pres;
+            c[t].logit = l;
+        }
+    }
+    size_t n = V;
+    *sorted = false;
+    /* 2. top-k */
+    if (s->p.top_k > 0 && (size_t)s->p.top_k < n) {
+        n = (size_t)s->p.top_k;
+        select_top(c, V, n);
+        *sorted = true;
+    }
+    /* 3. top-p over softmax at temperature 1 */
+    if (s->p.top_p < 1.0f && n > 1) {
+        float mx = -INFINITY;
+        for (size_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+        if (mx == -INFINITY) mx = 0.0f; /* all masked: exp() gives 0s, not NaNs */
+        double sum = 0.0;
+        for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+        double cum = 0.0, target = (double)s->p.top_p * sum;
+        size_t done = 0, keep = n, want = *sorted ? n : 64;
+        while (done < n) {
+            if (want > n) want = n;
+            if (!*sorted) select_top(c + done, n - done, want - done);
+            for (; done < want; done++) {
+                cum += exp((double)c[done].logit - mx);
+                if (cum >= target) { keep = done + 1; done = n; break; }
+            }
+            want *= 4;
+        }
+        /* The best-first sorted prefix now covers at least `keep`. */
+        n = keep;
+        *sorted = true;
+    }
+    /* 4. min-p: l >= l_max + ln(min_p), order preserved */
+    if (s->p.min_p > 0.0f && n > 1) {
+        float mx = -INFINITY;
+        for (size_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+        float bound = mx + logf(s->p.min_p);
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++)
+            if (c[i].logit >= bound) c[j++] = c[i];
+        assert(j >= 1 || mx == -INFINITY);
+        if (j == 0) j = 1;
+        n = j;
+    }
+    /* 5. temperature */
+    if (s->p.temp != 1.0f) {
+        const float inv = 1.0f / s->p.temp;
+        for (size_t i = 0; i < n; i++) c[i].logit *= inv;
+    }
+    return n;
+}
+
+int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
+    bool sorted;
+    size_t n = run_chain(s, logits, &sorted);
+    assert(n >= 1);
+    if (n == 1) return s->cand[0].id;
+    const cand *c = s->cand;
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    if (mx == -INFINITY) return c[0].id; /* everything masked: lowest survivor */
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+    /* 6. draw */
+    double u = cmf_rng_uniform(&s->rng) * sum, cum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        cum += exp((double)c[i].logit - mx);
+        if (u < cum) return c[i].id;
+    }
+    /* u landed past the last partial sum by rounding: the last token with
+     * non-zero probability. */
+    for (size_t i = n; i-- > 0;)
+        if (c[i].logit > -INFINITY) return c[i].id;
+    return c[0].id;
+}
+
+size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, int32_t *ids,
+                              float *final_logits, float *probs) {
+    bool sorted;
+    size_t n = run_chain(s, logits, &sorted);
+    if (!sorted) select_top(s->cand, n, n);
+    const cand *c = s->cand;
+    float mx = c[0].logit;
+    double sum = 0.0;
+    if (mx > -INFINITY)
+        for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+    for (size_t i = 0; i < n && i < cap; i++) {
+        if (ids) ids[i] = c[i].id;
+        if (final_logits) final_logits[i] = c[i].logit;
+        if (probs) {
+            if (n == 1) probs[i] = 1.0f;
+            else if (sum > 0.0) probs[i] = (float)(exp((double)c[i].logit - mx) / sum);
+            else probs[i] = i == 0 ? 1.0f : 0.0f;
+        }
+    }
+    return n;
+}

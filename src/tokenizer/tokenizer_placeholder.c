@@ -1,2 +1,0 @@
-/* tokenizer module — placeholder translation unit until the module lands. */
-typedef int cmf_tokenizer_placeholder;

@@ -1,0 +1,140 @@
+/*
+ * test_template_errors.c — error paths and limits of the template engine
+ * (unknown filter, bad syntax, raise_exception, undefined attribute,
+ * output/loop/recursion/nesting limits), each with its status and the
+ * "name:line:col" position, plus the known traps of other engines (strip
+ * with a character set, set inside for, extended slices) and Python value
+ * printing. Expected strings were checked against Python jinja2 3.1 with
+ * the transformers environment.
+ */
+#include "chat_test_util.h"
+
+static cmf_status render_opts(const char *tpl, const char *ctx_json, const cmf_render_opts *o, char **out,
+                              cmf_error *err) {
+    cmf_template *t = NULL;
+    *out = NULL;
+    cmf_status st = cmf_template_parse(tpl, strlen(tpl), "t.jinja", &t, err);
+    if (st != CMF_OK) return st;
+    cJSON *ctx = ctx_json ? cJSON_Parse(ctx_json) : NULL;
+    size_t len;
+    st = cmf_template_render(t, ctx, o, out, &len, err);
+    cJSON_Delete(ctx);
+    cmf_template_free(t);
+    return st;
+}
+
+static void expect_err(const char *tpl, const char *ctx, const cmf_render_opts *o, cmf_status want,
+                       const char *msg_part) {
+    char *out;
+    cmf_error err = {0};
+    cmf_status st = render_opts(tpl, ctx, o, &out, &err);
+    CHECK(st == want, "%s: status %s, want %s (%s)", tpl, cmf_status_name(st), cmf_status_name(want), err.msg);
+    CHECK(st == CMF_OK || strstr(err.msg, msg_part), "%s: message \"%s\" lacks \"%s\"", tpl, err.msg, msg_part);
+    free(out);
+}
+
+static void expect_out(const char *tpl, const char *ctx, const char *want) {
+    char *out;
+    cmf_error err = {0};
+    cmf_render_opts o = {0};
+    o.now = CTU_NOW;
+    cmf_status st = render_opts(tpl, ctx, &o, &out, &err);
+    CHECK(st == CMF_OK, "%s: %s", tpl, err.msg);
+    if (st == CMF_OK) CHECK(strcmp(out, want) == 0, "%s: got \"%s\", want \"%s\"", tpl, out, want);
+    free(out);
+}
+
+int main(void) {
+    bool quick = getenv("CMF_TEST_QUICK") != NULL;
+    /* error paths, with position */
+    expect_err("line1\n{{ x | nope }}", NULL, NULL, CMF_ERR_RENDER, "t.jinja:2:");
+    expect_err("{{ x | nope }}", NULL, NULL, CMF_ERR_RENDER, "no filter named 'nope'");
+    expect_err("{{ x is nope }}", NULL, NULL, CMF_ERR_RENDER, "no test named 'nope'");
+    expect_err("{% if x %}a", NULL, NULL, CMF_ERR_FORMAT, "t.jinja:1:");
+    expect_err("{% if x %}a", NULL, NULL, CMF_ERR_FORMAT, "endif");
+    expect_err("{{ 1 + }}", NULL, NULL, CMF_ERR_FORMAT, "syntax error");
+    expect_err("{% for %}{% endfor %}", NULL, NULL, CMF_ERR_FORMAT, "syntax error");
+    expect_err("{% endif %}", NULL, NULL, CMF_ERR_FORMAT, "unexpected 'endif'");
+    expect_err("{% frobnicate %}", NULL, NULL, CMF_ERR_FORMAT, "unknown tag");
+    expect_err("{{ 'abc }}", NULL, NULL, CMF_ERR_FORMAT, "unterminated string");
+    expect_err("{# open comment", NULL, NULL, CMF_ERR_FORMAT, "comment");
+    expect_err("{{ x", NULL, NULL, CMF_ERR_FORMAT, "t.jinja:1:");
+    expect_err("a\n  {{ raise_exception('Only user and assistant roles are supported!') }}", NULL, NULL,
+               CMF_ERR_RENDER, "t.jinja:2:6: Only user and assistant roles are supported!");
+    expect_err("{{ foo.bar }}", NULL, NULL, CMF_ERR_RENDER, "'foo' is undefined");
+    expect_err("{{ foo + 1 }}", NULL, NULL, CMF_ERR_RENDER, "'foo' is undefined");
+    expect_err("{{ 1 / 0 }}", NULL, NULL, CMF_ERR_RENDER, "division by zero");
+    expect_err("{{ 'a' + 1 }}", NULL, NULL, CMF_ERR_RENDER, "unsupported operand");
+    expect_err("{{ [1,2].append(3) }}", NULL, NULL, CMF_ERR_RENDER, "unsafe");
+    expect_err("{{ [1] | tojson }}{{ x | tojson }}", NULL, NULL, CMF_ERR_RENDER, "not JSON serializable");
+    expect_err("{{ [1,2] | map('string') | tojson }}", NULL, NULL, CMF_ERR_RENDER, "not JSON serializable");
+
+    /* limits */
+    cmf_render_opts o = {0};
+    o.now = -1;
+    o.max_output_bytes = 1000;
+    expect_err("{% for i in range(1000) %}xxxxxxxxxx{% endfor %}", NULL, &o, CMF_ERR_LIMIT, "output");
+    memset(&o, 0, sizeof o);
+    o.max_loop_iterations = quick ? 1000 : 100000;
+    expect_err("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", NULL, &o,
+               CMF_ERR_LIMIT, "iteration");
+    expect_err("{{ range(100000000) | length }}", NULL, NULL, CMF_ERR_LIMIT, "range");
+    memset(&o, 0, sizeof o);
+    o.max_recursion = 16;
+    expect_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, &o, CMF_ERR_LIMIT, "recursion");
+    expect_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, NULL, CMF_ERR_LIMIT, "recursion");
+    expect_err("{{ 'x' * 100000000 }}", NULL, NULL, CMF_ERR_LIMIT, "limit");
+    {
+        size_t depth = 5000;
+        char *deep = malloc(depth * 2 + 16);
+        REQUIRE(deep, "oom");
+        size_t k = 0;
+        k += (size_t)sprintf(deep, "{{ ");
+        for (size_t i = 0; i < depth; i++) deep[k++] = '(';
+        deep[k++] = '1';
+        for (size_t i = 0; i < depth; i++) deep[k++] = ')';
+        strcpy(deep + k, " }}");
+        expect_err(deep, NULL, NULL, CMF_ERR_LIMIT, "nesting");
+        free(deep);
+    }
+
+    /* known traps */
+    expect_out("{{ 'xy</answer>'.strip('</answer>') }}", NULL, "xy");
+    expect_out("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = i * 10 %}{{ x }},{% endfor %}{{ x }}", NULL,
+               "110,120,1");
+    expect_out("{% set ns = namespace(n=0) %}{% for i in [1, 2, 3] %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+               NULL, "6");
+    expect_out("{% for m in messages[::-1] %}{{ m }}{% endfor %}|{{ 'abcdef'[1:5:2] }}|{{ [1,2,3][-2:] }}",
+               "{\"messages\": [1, 2, 3]}", "321|bd|[2, 3]");
+    /* Python printing */
+    expect_out("{{ 1.0 }} {{ 1e-05 }} {{ 0.1 + 0.2 }} {{ 10 / 4 }} {{ 7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }}", NULL,
+               "1.0 1e-05 0.30000000000000004 2.5 3 2 1024");
+    expect_out("{{ true }} {{ none }} {{ [1, 'a', none, true] }} {{ {'k': \"it's\"} }}", NULL,
+               "True None [1, 'a', None, True] {'k': \"it's\"}");
+    expect_out("{{ {'a': [1, 2], 'b': 'é'} | tojson }}|{{ {'a': 1} | tojson(indent=2) }}", NULL,
+               "{\"a\": [1, 2], \"b\": \"é\"}|{\n  \"a\": 1\n}");
+    expect_out("{{ strftime_now('%Y-%m-%d %H:%M') }}", NULL, "2025-07-10 12:00");
+    /* whitespace control */
+    expect_out("<\n  {% if true %}\n    x\n  {% endif %}\n>", NULL, "<\n    x\n>");
+    expect_out("a  {%- if true -%}  b  {%- endif -%}  c", NULL, "abc");
+    expect_out("{% raw %}{{ x }}{% endraw %}", NULL, "{{ x }}");
+    /* loop object, filters, macros */
+    expect_out("{% for x in 'abc' %}{{ loop.index }}{{ x }}{{ '-' if not loop.last }}{% endfor %}", NULL, "1a-2b-3c");
+    expect_out("{% for x in [1,2,3,4] if x is even %}{{ loop.length }}{{ x }}{% else %}none{% endfor %}", NULL,
+               "2224");
+    expect_out("{% macro m(a, b='B') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}", NULL, "1B12");
+    expect_out("{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}", NULL, "[in]");
+    expect_out("{{ [3, 1, 2] | sort | join(',') }} {{ 'a b c' | upper }} {{ x | default('d') }}", NULL,
+               "1,2,3 A B C d");
+
+    /* ChatML default template */
+    cJSON *ctx = cJSON_Parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": true}");
+    char *out;
+    size_t len;
+    cmf_error err = {0};
+    CHECK(ctu_render("chatml", cmf_chatml_template, ctx, &out, &len, &err) == CMF_OK, "chatml: %s", err.msg);
+    if (out) CHECK(strcmp(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n") == 0, "chatml: %s", out);
+    free(out);
+    cJSON_Delete(ctx);
+    return test_done();
+}

@@ -1,0 +1,278 @@
+/*
+ * test_matmul.c — cmf_cpu_matmul at every CPU level this machine has
+ * (ref, avx2, avx512, avx512vnni / neon) against ground truth built from the
+ * format module's own codec (cmf_tensor_encode / cmf_tensor_decode, double
+ * accumulation), for every fast dtype and a slow one (q1), on random
+ * shapes including rows/in/n that are not multiples of the vector width,
+ * sub-ranges of rows and ldy > nrows.
+ *
+ * Tolerances are derived, not tuned: float kernels must agree to float
+ * rounding (1e-5 * sum|w*x|); kernels that quantize X to int8 per 32-block
+ * (d = absmax/127, round to nearest) may differ by at most
+ * sum_b d_b/2 * sum_{i in b} |w_i| plus that rounding term. The ref level
+ * must match to rounding. For q4 kernels the rounding term also covers the
+ * int32 lanes before the -8 offset cancels (16 * dw_b * sum|x| * 1e-5). Also: cmf_cpu_decode_row bit-equal to
+ * cmf_tensor_decode, threaded == unthreaded bit for bit, argument errors.
+ */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/matmul_int.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) { /* [0,1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+static float frand(void) { return (float)(2.0 * urand() - 1.0); }
+
+typedef struct built {
+    cmf_tensor t;
+    void *payload;
+    float *w; /* decoded [rows*in] */
+} built;
+
+static int build(cmf_dtype dt, uint64_t rows, uint64_t in, built *b) {
+    memset(b, 0, sizeof *b);
+    uint64_t shape[2] = {rows, in};
+    size_t ne = (size_t)(rows * in);
+    float *src = malloc(ne * sizeof *src);
+    b->w = malloc(ne * sizeof *b->w);
+    if (!src || !b->w) return -1;
+    for (size_t i = 0; i < ne; i++) {
+        float v = frand();
+        /* vary scales across rows and groups so per-block scales matter */
+        v *= (float)(0.05 + ((i / 32) % 7) * 0.3) * (float)(1 + (i / in) % 3);
+        src[i] = v;
+    }
+    if (rows > 1) memset(src, 0, sizeof(float) * (size_t)in); /* an all-zero row */
+    cmf_error e;
+    if (dt == CMF_DT_Q1) { /* hand-made q1: per 32-group [f16 scale][4 sign bytes] */
+        uint64_t ng = ne / 32;
+        uint8_t *p = malloc(ng * 6);
+        if (!p) return -1;
+        for (uint64_t g = 0; g < ng; g++) {
+            uint16_t h = cmf_f32_to_f16((float)(0.01 + urand()));
+            memcpy(p + 6 * g, &h, 2);
+            for (int k = 0; k < 4; k++) p[6 * g + 2 + k] = (uint8_t)(urand() * 256);
+        }
+        b->payload = p;
+        b->t.nbytes = ng * 6;
+    } else if (cmf_tensor_encode(dt, 2, shape, src, &b->payload, &b->t.nbytes, &e) != CMF_OK) {
+        fprintf(stderr, "encode %s [%llu,%llu]: %s\n", cmf_dtype_name(dt),
+                (unsigned long long)rows, (unsigned long long)in, e.msg);
+        free(src);
+        return -1;
+    }
+    free(src);
+    b->t.name = "w";
+    b->t.dtype = dt;
+    b->t.ndim = 2;
+    b->t.shape[0] = rows;
+    b->t.shape[1] = in;
+    b->t.nelem = rows * in;
+    b->t.data = b->payload;
+    if (cmf_tensor_decode(&b->t, 0, ne, b->w, &e) != CMF_OK) {
+        fprintf(stderr, "decode %s: %s\n", cmf_dtype_name(dt), e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void unbuild(built *b) {
+    free(b->payload);
+    free(b->w);
+}
+
+static bool int8_act(cmf_dtype dt, uint64_t in) {
+    return dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F || dt == CMF_DT_Q4_TILED ||
+           dt == CMF_DT_Q4TP || (dt == CMF_DT_Q4_BLOCK && in % 32 == 0);
+}
+
+/* One case: all levels for (dt, rows, in, n, row0, nrows). */
+static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t row0,
+                     uint64_t nrows, cmf_cpu_pool *pool) {
+    built b;
+    if (build(dt, rows, in, &b) != 0) {
+        CHECK(0, "build %s failed", cmf_dtype_name(dt));
+        return;
+    }
+    int ldy = (int)nrows + 3;
+    float *X = malloc(sizeof(float) * (size_t)n * in);
+    float *Y = malloc(sizeof(float) * (size_t)n * ldy);
+    float *Y1 = malloc(sizeof(float) * (size_t)n * ldy);
+    double *truth = malloc(sizeof(double) * (size_t)n * nrows);
+    double *tol_f = malloc(sizeof(double) * (size_t)n * nrows);
+    double *tol_q = malloc(sizeof(double) * (size_t)n * nrows);
+    float *col = malloc(sizeof(float) * in);
+    if (!X || !Y || !Y1 || !truth || !tol_f || !tol_q || !col) {
+        CHECK(0, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < (size_t)n * in; i++) X[i] = frand() * (urand() < 0.02 ? 20.0f : 1.0f);
+    for (uint64_t i = 0; i < in; i++) col[i] = 1.0f;
+    if (dt == CMF_DT_Q8_2F) {
+        const uint8_t *cp = (const uint8_t *)b.payload + rows * in + 2 * rows;
+        for (uint64_t i = 0; i < in; i++) {
+            uint16_t h;
+            memcpy(&h, cp + 2 * i, 2);
+            col[i] = cmf_f16_to_f32(h);
+        }
+    }
+    for (int t = 0; t < n; t++) {
+        const float *x = X + (size_t)t * in;
+        for (uint64_t r = 0; r < nrows; r++) {
+            const float *w = b.w + (row0 + r) * in;
+            double s = 0, sa = 0, q = 0;
+            for (uint64_t i = 0; i < in; i++) {
+                s += (double)w[i] * x[i];
+                sa += fabs((double)w[i] * x[i]);
+            }
+            bool q4 = int8_act(dt, in) && dt != CMF_DT_Q8_ROW && dt != CMF_DT_Q8_2F;
+            for (uint64_t b0 = 0; b0 < in; b0 += 32) {
+                double amax = 0, sw = 0, sx = 0;
+                if (q4) { /* lanes hold nibble*x before the -8 offset cancels: rounding */
+                    float dwb;
+                    mm_q4_scales(&b.t, rows, in / 32, row0 + r, b0 / 32, 1, &dwb);
+                    for (uint64_t i = b0; i < b0 + 32; i++) sx += fabs((double)x[i]);
+                    q += 1e-5 * 16.0 * dwb * sx;
+                }
+                for (uint64_t i = b0; i < in && i < b0 + 32; i++) {
+                    double xv = fabs((double)x[i] * col[i]);
+                    amax = xv > amax ? xv : amax;
+                    sw += fabs((double)w[i] / col[i]);
+                }
+                q += amax / 127.0 * 0.5 * 1.001 * sw;
+            }
+            truth[(size_t)t * nrows + r] = s;
+            tol_f[(size_t)t * nrows + r] = 2e-5 * sa + 1e-6;
+            tol_q[(size_t)t * nrows + r] = q + 2e-5 * sa + 1e-6;
+        }
+    }
+    static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+    cmf_cpu_level saved = cmf_cpu_level_get();
+    for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+        cmf_cpu_level_set(levels[li]);
+        if (cmf_cpu_level_get() != levels[li]) continue; /* not on this CPU */
+        cmf_error e;
+        for (size_t i = 0; i < (size_t)n * ldy; i++) Y[i] = NAN;
+        cmf_status st = cmf_cpu_matmul(NULL, &b.t, row0, nrows, X, n, Y, ldy, &e);
+        CHECK(st == CMF_OK, "%s: %s", cmf_dtype_name(dt), e.msg);
+        if (st != CMF_OK) continue;
+        bool q = levels[li] != CMF_CPU_REF && int8_act(dt, in);
+        int bad = 0;
+        for (int t = 0; t < n && bad < 3; t++)
+            for (uint64_t r = 0; r < nrows && bad < 3; r++) {
+                double y = Y[(size_t)t * ldy + r], tr = truth[(size_t)t * nrows + r];
+                double tol = (q ? tol_q : tol_f)[(size_t)t * nrows + r];
+                if (!(fabs(y - tr) <= tol)) {
+                    bad++;
+                    CHECK(0, "%s level %s rows=%llu in=%llu n=%d row0=%llu: Y[%d,%llu]=%.7g truth %.7g tol %.3g",
+                          cmf_dtype_name(dt), cmf_cpu_level_name(levels[li]),
+                          (unsigned long long)rows, (unsigned long long)in, n,
+                          (unsigned long long)row0, t, (unsigned long long)r, y, tr, tol);
+                }
+            }
+        CHECK(bad == 0, "see above");
+        /* padding columns of Y untouched */
+        for (int t = 0; t < n; t++)
+            for (int r = (int)nrows; r < ldy; r++)
+                CHECK(isnan(Y[(size_t)t * ldy + r]), "Y padding written");
+        /* threaded result is bit-identical */
+        if (pool) {
+            for (size_t i = 0; i < (size_t)n * ldy; i++) Y1[i] = NAN;
+            st = cmf_cpu_matmul(pool, &b.t, row0, nrows, X, n, Y1, ldy, &e);
+            CHECK(st == CMF_OK, "threaded: %s", e.msg);
+            for (int t = 0; t < n; t++)
+                CHECK(memcmp(Y + (size_t)t * ldy, Y1 + (size_t)t * ldy, sizeof(float) * nrows) == 0,
+                      "%s level %s: threaded result differs", cmf_dtype_name(dt),
+                      cmf_cpu_level_name(levels[li]));
+        }
+    }
+    cmf_cpu_level_set(saved);
+    /* decode_row equals the format codec bit for bit */
+    {
+        float *row = malloc(sizeof(float) * in);
+        if (row) {
+            for (uint64_t r = 0; r < rows; r += 1 + rows / 4) {
+                cmf_error e;
+                CHECK(cmf_cpu_decode_row(&b.t, r, row, &e) == CMF_OK, "decode_row: %s", e.msg);
+                CHECK(memcmp(row, b.w + r * in, sizeof(float) * in) == 0,
+                      "%s: decode_row %llu differs from cmf_tensor_decode", cmf_dtype_name(dt),
+                      (unsigned long long)r);
+            }
+            free(row);
+        }
+    }
+out:
+    free(X);
+    free(Y);
+    free(Y1);
+    free(truth);
+    free(tol_f);
+    free(tol_q);
+    free(col);
+    unbuild(&b);
+}
+
+static void test_errors(void) {
+    built b;
+    if (build(CMF_DT_Q8_ROW, 8, 64, &b) != 0) {
+        CHECK(0, "build");
+        return;
+    }
+    float X[64] = {0}, Y[8];
+    cmf_error e;
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 4, 5, X, 1, Y, 8, &e) == CMF_ERR_ARG, "rows past end");
+    CHECK(strstr(e.msg, "'w'") != NULL, "message names the tensor: %s", e.msg);
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, X, 0, Y, 8, &e) == CMF_ERR_ARG, "n = 0");
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, X, 1, Y, 7, &e) == CMF_ERR_ARG, "ldy < nrows");
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, NULL, 1, Y, 8, &e) == CMF_ERR_ARG, "X NULL");
+    b.t.nbytes -= 1;
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, X, 1, Y, 8, &e) == CMF_ERR_FORMAT, "short payload");
+    b.t.nbytes += 1;
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 0, X, 1, Y, 8, &e) == CMF_OK, "nrows 0 is a no-op");
+    unbuild(&b);
+}
+
+int main(void) {
+    bool quick = getenv("CMF_TEST_QUICK") != NULL;
+    fprintf(stderr, "cpu level %s, features 0x%x, physical cores %d\n",
+            cmf_cpu_level_name(cmf_cpu_level_get()), cmf_cpu_features(), cmf_cpu_physical_cores());
+    cmf_cpu_pool *pool = NULL;
+    cmf_error e;
+    REQUIRE(cmf_cpu_pool_new(3, &pool, &e) == CMF_OK, "pool: %s", e.msg);
+    static const cmf_dtype any_in[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW,
+                                       CMF_DT_Q8_2F, CMF_DT_Q4_BLOCK};
+    static const cmf_dtype in32[] = {CMF_DT_Q4_TILED, CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q1};
+    static const uint64_t ins_any[] = {1, 7, 16, 33, 63, 64, 100, 200, 527};
+    static const uint64_t ins_32[] = {32, 64, 96, 160, 544};
+    static const int ns[] = {1, 2, 3, 4, 5, 9};
+    int reps = quick ? 1 : 3;
+    for (int rep = 0; rep < reps; rep++) {
+        for (size_t d = 0; d < sizeof any_in / sizeof any_in[0]; d++)
+            for (size_t k = 0; k < sizeof ins_any / sizeof ins_any[0]; k++) {
+                uint64_t rows = 1 + (uint64_t)(urand() * 40), r0 = (uint64_t)(urand() * rows);
+                uint64_t nr = rows - r0 > 1 ? 1 + (uint64_t)(urand() * (double)(rows - r0)) : 1;
+                run_case(any_in[d], rows, ins_any[k], ns[(k + rep) % 6], r0, nr, pool);
+            }
+        for (size_t d = 0; d < sizeof in32 / sizeof in32[0]; d++)
+            for (size_t k = 0; k < sizeof ins_32 / sizeof ins_32[0]; k++) {
+                uint64_t rows = 1 + (uint64_t)(urand() * 40), r0 = (uint64_t)(urand() * rows);
+                uint64_t nr = rows - r0 > 1 ? 1 + (uint64_t)(urand() * (double)(rows - r0)) : 1;
+                run_case(in32[d], rows, ins_32[k], ns[(k + rep + 2) % 6], r0, nr, pool);
+            }
+    }
+    /* a larger shape: more tasks than threads, long rows (several segments) */
+    run_case(CMF_DT_Q4TP, 70, 32 * 1100, 5, 3, 60, pool);
+    run_case(CMF_DT_Q8_ROW, 300, 2048, 2, 0, 300, pool);
+    if (!quick) run_case(CMF_DT_F16, 130, 1000, 6, 1, 129, pool);
+    test_errors();
+    cmf_cpu_pool_free(pool);
+    return test_done();
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# test_cli.sh — drives `cmf info|verify|sign|keygen|compact` on a file
+# written by cmf (tests/format/mkfile.c): verify passes on the clean file
+# and fails naming the place after one flipped byte in a tensor, the header
+# or the directory; signatures are written and checked; compact round-trips;
+# usage errors exit 2. Args: <cmf> <source dir> <build dir>.
+set -u
+CMF=$1
+BUILD=$3
+MK=$BUILD/cmf_format_mkfile
+[ -x "$CMF" ] || { echo "SKIP: no cmf binary"; exit 77; }
+[ -x "$MK" ] || { echo "SKIP: no $MK (build all targets)"; exit 77; }
+T=$BUILD/tmp_format_cli
+rm -rf "$T" && mkdir -p "$T"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect RC CMD...: run, capture output in $T/out
+expect() {
+    local want=$1; shift
+    "$@" >"$T/out" 2>&1
+    local rc=$?
+    [ "$rc" = "$want" ] || { fail "exit $rc (want $want): $*"; sed 's/^/    /' "$T/out"; }
+}
+contains() { grep -qF -- "$1" "$T/out" || { fail "output lacks '$1'"; sed 's/^/    /' "$T/out"; }; }
+# flip FILE OFFSET: xor the byte at OFFSET with 0x01
+flip() {
+    local b
+    b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $((b ^ 1)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
+"$MK" "$T/m.cmf" >"$T/layout" || { echo "mkfile failed"; exit 1; }
+read -r _ HOFF HLEN < <(grep '^header ' "$T/layout")
+read -r _ DOFF DLEN < <(grep '^directory ' "$T/layout")
+
+expect 0 "$CMF" verify "$T/m.cmf"; contains "OK"
+expect 0 "$CMF" info "$T/m.cmf"; contains "llama"; contains "tensors:       4"; contains "q4tp"
+contains "tokenizer:     present"; contains "chat template: present"
+expect 0 "$CMF" info "$T/m.cmf" --json --tensors model.; contains '"tensor_count":	4'; contains '"model.norm.weight"'
+expect 0 "$CMF" info "$T/m.cmf" --tensors lm_; contains "lm_head.weight"
+
+# one flipped byte per tensor
+while read -r _ name off nb; do
+    cp "$T/m.cmf" "$T/x.cmf"
+    flip "$T/x.cmf" $((off + nb / 2))
+    expect 1 "$CMF" verify "$T/x.cmf"; contains "tensor '$name': hash64 mismatch"
+done < <(grep '^tensor ' "$T/layout")
+# header byte (inside the JSON text)
+cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" $((HOFF + HLEN / 2))
+expect 1 "$CMF" verify "$T/x.cmf"; contains "header"
+# directory byte: the stored hash64 of record 0, then a shape byte
+cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" $((DOFF + 16 + 48))
+expect 1 "$CMF" verify "$T/x.cmf"; contains "directory: hash64 mismatch"
+cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" $((DOFF + 16 + 8))
+expect 1 "$CMF" verify "$T/x.cmf"; contains "directory"
+# envelope magic
+cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" 0
+expect 1 "$CMF" verify "$T/x.cmf"; contains "magic"
+
+# keys and signatures
+expect 0 "$CMF" keygen -o "$T/key.json"
+[ "$(stat -c %a "$T/key.json")" = 600 ] || fail "key file mode is not 0600"
+expect 1 "$CMF" keygen -o "$T/key.json"; contains "exists"
+expect 0 "$CMF" sign "$T/m.cmf" --key "$T/key.json"
+[ -f "$T/m.cmf.sig" ] || fail "no .sig written"
+expect 0 "$CMF" verify "$T/m.cmf"; contains "signature"
+cp "$T/m.cmf" "$T/s.cmf"; cp "$T/m.cmf.sig" "$T/s.cmf.sig"
+# a padding byte (not covered by any hash64) still breaks the signature
+flip "$T/s.cmf" $((DOFF + DLEN + 1))
+expect 1 "$CMF" verify "$T/s.cmf"; contains ".sig"
+cp "$T/m.cmf" "$T/s.cmf"; sed -i 's/"sig":"./"sig":"0/' "$T/s.cmf.sig"
+sed -i 's/"sig":"00/"sig":"11/' "$T/s.cmf.sig"
+expect 1 "$CMF" verify "$T/s.cmf"; contains ".sig"
+expect 1 "$CMF" sign "$T/m.cmf" --key "$T/nokey.json"
+
+# compact
+expect 0 "$CMF" compact "$T/m.cmf" -o "$T/c.cmf"
+expect 0 "$CMF" verify "$T/c.cmf"
+cmp -s "$T/m.cmf" "$T/c.cmf" || fail "compact of a compact file should be byte-identical"
+cp "$T/m.cmf" "$T/x.cmf"; rm -f "$T/x.cmf.sig"
+read -r _ _ TOFF _ < <(grep '^tensor ' "$T/layout" | head -1)
+flip "$T/x.cmf" $((TOFF + 3))
+expect 1 "$CMF" compact "$T/x.cmf" -o "$T/c2.cmf"; contains "hash64 mismatch"
+[ -e "$T/c2.cmf" ] && fail "compact left an output after failing"
+ls "$T" | grep -q '\.tmp$' && fail "temporary files left in $T"
+
+# usage and help
+for c in info verify sign keygen compact; do expect 0 "$CMF" $c --help; contains "usage: cmf $c"; done
+expect 2 "$CMF" info
+expect 2 "$CMF" verify
+expect 2 "$CMF" info "$T/m.cmf" --bogus
+expect 2 "$CMF" sign "$T/m.cmf"
+expect 2 "$CMF" compact "$T/m.cmf"
+expect 2 "$CMF" keygen
+expect 1 "$CMF" info "$T/missing.cmf"; contains "missing.cmf"
+expect 1 "$CMF" verify "$T/missing.cmf"
+
+[ $fails = 0 ] && echo "all CLI checks passed" && exit 0
+echo "$fails failure(s)"; exit 1

@@ -1,0 +1,52 @@
+#!/bin/bash
+# test_import_cli.sh — the importer subcommands end to end: --help, usage
+# errors (exit 2), convert / import-gguf / import-llama2c on the shared
+# data, `cmf verify` of the outputs, a vocabulary-only GGUF, and a bad
+# input (exit 1, no output left). Args: <cmf binary> <source dir> <build dir>.
+set -u
+CMF=$1; SRC=$2; BUILD=$3
+DATA=${CMF_SHARED_DATA:-$SRC/../shared/data}
+[ -d "$DATA" ] || { echo "SKIP: shared data absent"; exit 77; }
+T=$BUILD/tmp_import_cli
+rm -rf "$T"; mkdir -p "$T"
+fail=0
+check() { # check DESC EXPECTED_RC CMD...
+    local desc=$1 want=$2; shift 2
+    "$@" >"$T/out.txt" 2>"$T/err.txt"; local rc=$?
+    if [ "$rc" != "$want" ]; then
+        echo "FAIL: $desc: exit $rc, expected $want"; cat "$T/err.txt"; fail=1
+    fi
+}
+for c in convert import-gguf import-llama2c; do
+    check "$c --help" 0 "$CMF" $c --help
+    grep -q "usage: cmf $c" "$T/out.txt" || { echo "FAIL: $c --help text"; fail=1; }
+    check "$c without args" 2 "$CMF" $c
+done
+check "convert unknown flag" 2 "$CMF" convert "$DATA/parity/llama" -o "$T/x.cmf" --bogus
+check "convert bad quant" 2 "$CMF" convert "$DATA/parity/llama" -o "$T/x.cmf" --quant q3
+check "import-llama2c without --tokenizer" 2 "$CMF" import-llama2c "$DATA/models/stories260K/stories260K.bin" -o "$T/x.cmf"
+
+check "convert parity/qwen3" 0 "$CMF" convert "$DATA/parity/qwen3" -o "$T/qwen3.cmf" --quant q4t
+grep -q "no tokenizer.json" "$T/err.txt" || { echo "FAIL: missing-tokenizer warning"; fail=1; }
+check "verify converted" 0 "$CMF" verify "$T/qwen3.cmf"
+
+check "import-gguf stories260K" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-gguf.cmf"
+check "verify gguf import" 0 "$CMF" verify "$T/s-gguf.cmf"
+check "import-gguf keep" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-keep.cmf" --quant keep
+check "import-llama2c stories260K" 0 "$CMF" import-llama2c "$DATA/models/stories260K/stories260K.bin" \
+    --tokenizer "$DATA/models/stories260K/tok512.bin" -o "$T/s-l2c.cmf"
+check "verify llama2c import" 0 "$CMF" verify "$T/s-l2c.cmf"
+
+for v in "$DATA"/vocab/*.gguf; do
+    n=$(basename "$v" .gguf)
+    check "import-gguf vocab $n" 0 "$CMF" import-gguf "$v" -o "$T/$n.cmf"
+    check "verify vocab $n" 0 "$CMF" verify "$T/$n.cmf"
+done
+
+head -c 5000 "$DATA/models/stories260K/stories260K.gguf" > "$T/trunc.gguf"
+check "truncated gguf" 1 "$CMF" import-gguf "$T/trunc.gguf" -o "$T/bad.cmf"
+grep -q "trunc.gguf" "$T/err.txt" || { echo "FAIL: error does not name the file"; fail=1; }
+ls "$T" | grep -q '^bad' && { echo "FAIL: output left behind"; fail=1; }
+check "missing dir" 1 "$CMF" convert "$T/nonexistent" -o "$T/bad.cmf"
+rm -rf "$T"
+exit $fail

@@ -1,0 +1,113 @@
+/*
+ * model_util.h — helpers shared by the model tests: read token ids from the
+ * parity JSON files, run a batch through a model for all-position logits,
+ * greedy decoding one token at a time, and comparisons against references.
+ */
+#ifndef CMF_TEST_MODEL_UTIL_H
+#define CMF_TEST_MODEL_UTIL_H
+
+#include "cmf.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ids = json[key] (an int array) from a JSON file; 0 on success. */
+static inline int mu_read_ids(const char *path, const char *key, int32_t **ids, size_t *n) {
+    char *txt = NULL;
+    size_t len = 0;
+    cmf_error err = {0};
+    if (cmf_read_file(path, &txt, &len, &err) != CMF_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    cJSON *j = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    const cJSON *a = j ? cJSON_GetObjectItemCaseSensitive(j, key) : NULL;
+    if (!cJSON_IsArray(a)) {
+        fprintf(stderr, "%s: no array '%s'\n", path, key);
+        cJSON_Delete(j);
+        return -1;
+    }
+    *n = (size_t)cJSON_GetArraySize(a);
+    *ids = malloc((*n + 1) * sizeof(int32_t));
+    size_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)(*ids)[i++] = (int32_t)e->valuedouble;
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* Logits of every position of ids (one batch from an empty cache) into
+ * out [n][n_vocab]. */
+static inline cmf_status mu_logits(cmf_model *m, const int32_t *ids, size_t n, cmf_kv_type kt, float *out,
+                                   cmf_error *err) {
+    cmf_kv_cache *kv = NULL;
+    cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .type = kt};
+    cmf_status st = cmf_kv_create(m, &kp, &kv, err);
+    if (st) return st;
+    int32_t *pos = malloc(n * sizeof *pos);
+    int8_t *want = malloc(n);
+    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .logits = want};
+    st = cmf_model_forward(m, kv, &b, out, err);
+    free(pos);
+    free(want);
+    cmf_kv_free(kv);
+    return st;
+}
+
+static inline int32_t mu_argmax(const float *x, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int32_t)best;
+}
+
+/* Greedy: prefill ids as one batch, then n_new decode steps of one token. */
+static inline cmf_status mu_greedy(cmf_model *m, const int32_t *ids, size_t n, size_t n_new, int32_t *out,
+                                   cmf_error *err) {
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    cmf_kv_cache *kv = NULL;
+    cmf_kv_params kp = {.n_ctx = (uint32_t)(n + n_new), .n_seq_max = 1, .type = CMF_KV_F32};
+    cmf_status st = cmf_kv_create(m, &kp, &kv, err);
+    if (st) return st;
+    float *lg = malloc(info.n_vocab * sizeof(float));
+    int32_t *pos = malloc(n * sizeof *pos);
+    for (size_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos};
+    st = cmf_model_forward(m, kv, &b, lg, err);
+    for (size_t k = 0; !st && k < n_new; k++) {
+        int32_t t = mu_argmax(lg, info.n_vocab), p = (int32_t)(n + k);
+        out[k] = t;
+        if (k + 1 == n_new) break;
+        cmf_batch d = {.n_tokens = 1, .tokens = &t, .pos = &p};
+        st = cmf_model_forward(m, kv, &d, lg, err);
+    }
+    free(lg);
+    free(pos);
+    cmf_kv_free(kv);
+    return st;
+}
+
+/* max |a - b| over n values */
+static inline double mu_maxdiff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - (double)b[i]);
+        if (!(x <= d)) d = x; /* NaN propagates */
+    }
+    return d;
+}
+
+/* fraction of rows whose argmax agrees */
+static inline double mu_argmax_agree(const float *a, const float *b, size_t rows, size_t cols) {
+    size_t ok = 0;
+    for (size_t r = 0; r < rows; r++) ok += mu_argmax(a + r * cols, cols) == mu_argmax(b + r * cols, cols);
+    return rows ? (double)ok / (double)rows : 0.0;
+}
+
+#endif /* CMF_TEST_MODEL_UTIL_H */
