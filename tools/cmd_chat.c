@@ -1,4 +1,470 @@
-/* cmd_chat.c — placeholder; replaced by its module's owner. */
+/*
+ * cmd_chat.c — `cmf chat MODEL.cmf`: an interactive multi-turn chat.
+ *
+ * Each turn renders the whole conversation with the file's chat template
+ * (ChatML when it has none; chat_prompt.c), tokenizes it, and prefills the
+ * session, which keeps the longest common prefix already in the KV cache
+ * and runs only the new suffix (cmf_session_prefill_tokens). The answer
+ * streams until an EOS id of header.tokenizer_config.eos_token_ids or the
+ * template's end-of-turn token (<|im_end|>, <|eot_id|>, <end_of_turn>, ...).
+ * Text between <think> and </think> is shown dimmed on a terminal.
+ *
+ * Commands: /system TEXT, /reset, /save FILE, /load FILE (conversation
+ * JSON: {"messages": [...]}), /help, /quit. Ctrl-C stops the current
+ * answer (a SIGINT handler sets a flag the text callback checks); at the
+ * prompt, Ctrl-D ends the chat. Line editing and history: libedit.
+ */
+#include "chat_prompt.h"
 #include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <editline/readline.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
-int cmd_chat(int argc, char **argv) { (void)argc; fprintf(stderr, "cmf %s: not implemented yet\n", argv[0]); return CLI_EXIT_FAIL; }
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t g_interrupted; /* set by SIGINT during an answer */
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static void usage(FILE *o) {
+    fprintf(o,
+            "usage: cmf chat MODEL.cmf [options]\n"
+            "\n"
+            "Interactive chat with the model's chat template (ChatML when the file has none).\n"
+            "  -sys, --system TEXT   system prompt\n"
+            "  --no-think            render with enable_thinking=false\n"
+            "  -n, --n-predict N     max tokens per answer (default -1: until end of turn)\n"
+            "  -c, --ctx-size N      context size in tokens (default: min(4096, trained))\n"
+            "  -t, --threads N       CPU threads (default: physical cores)\n"
+            "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, -s, --seed S\n"
+            "  --load FILE           start from a saved conversation\n"
+            "  --stats               after each answer, print prompt/KV-reuse and speed figures\n"
+            "Commands: /system TEXT, /reset, /save FILE, /load FILE, /help, /quit.\n"
+            "Ctrl-C stops the current answer; Ctrl-D quits.\n");
+}
+
+/* ---- conversation ----------------------------------------------------- */
+
+typedef struct conv {
+    cJSON *messages; /* array of {"role", "content"}; the system message, if any, first */
+} conv;
+
+static bool conv_add(conv *c, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content)) {
+        cJSON_Delete(m);
+        return false;
+    }
+    return cJSON_AddItemToArray(c->messages, m);
+}
+
+/* Set or replace the leading system message (empty text removes it). */
+static bool conv_set_system(conv *c, const char *text) {
+    cJSON *first = cJSON_GetArrayItem(c->messages, 0);
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(first, "role"));
+    if (role && strcmp(role, "system") == 0) cJSON_DeleteItemFromArray(c->messages, 0);
+    if (!text || !*text) return true;
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", "system") || !cJSON_AddStringToObject(m, "content", text)) {
+        cJSON_Delete(m);
+        return false;
+    }
+    return cJSON_InsertItemInArray(c->messages, 0, m);
+}
+
+/* Write {"messages": [...]} to path via a temp file + rename. */
+static bool conv_save(const conv *c, const char *path) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *dup = cJSON_Duplicate(c->messages, 1);
+    if (!root || !dup || !cJSON_AddItemToObject(root, "messages", dup)) {
+        cJSON_Delete(root);
+        cJSON_Delete(dup);
+        fprintf(stderr, "cmf chat: /save: out of memory\n");
+        return false;
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    bool ok = text && tmp;
+    if (ok) {
+        snprintf(tmp, n, "%s.tmp", path);
+        FILE *fp = fopen(tmp, "wb");
+        ok = fp && fputs(text, fp) >= 0 && fputc('\n', fp) != EOF;
+        if (fp && fclose(fp) != 0) ok = false;
+        if (ok && rename(tmp, path) != 0) ok = false;
+        if (!ok) {
+            fprintf(stderr, "cmf chat: /save %s: %s\n", path, strerror(errno));
+            remove(tmp);
+        }
+    }
+    free(tmp);
+    cJSON_free(text);
+    return ok;
+}
+
+/* Read {"messages": [...]} (or a bare array); every message needs string
+ * role and content. On error the conversation is unchanged. */
+static bool conv_load(conv *c, const char *path) {
+    char *buf = NULL;
+    size_t len = 0;
+    cmf_error err = {0};
+    if (cmf_read_file(path, &buf, &len, &err) != CMF_OK) {
+        fprintf(stderr, "cmf chat: /load: %s\n", err.msg);
+        return false;
+    }
+    cJSON *root = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    cJSON *msgs = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!cJSON_IsArray(msgs)) {
+        fprintf(stderr, "cmf chat: /load %s: expected {\"messages\": [...]}\n", path);
+        cJSON_Delete(root);
+        return false;
+    }
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role")) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "content"))) {
+            fprintf(stderr, "cmf chat: /load %s: messages[%d]: needs string \"role\" and \"content\"\n", path, i);
+            cJSON_Delete(root);
+            return false;
+        }
+        i++;
+    }
+    cJSON *dup = cJSON_Duplicate(msgs, 1);
+    cJSON_Delete(root);
+    if (!dup) return false;
+    cJSON_Delete(c->messages);
+    c->messages = dup;
+    return true;
+}
+
+/* ---- streaming with <think> split -------------------------------------- */
+
+typedef struct stream {
+    bool tty, thinking;
+    char pending[16];  /* a possible partial "<think>"/"</think>" */
+    size_t npending;
+    char *answer;      /* everything generated, markers included */
+    size_t alen, acap;
+    bool oom;
+} stream;
+
+static void put_visible(stream *s, const char *t, size_t n) {
+    if (!n) return;
+    if (s->tty && s->thinking) fputs("\x1b[2m", stdout);
+    fwrite(t, 1, n, stdout);
+    if (s->tty && s->thinking) fputs("\x1b[0m", stdout);
+}
+
+static void keep(stream *s, const char *t, size_t n) {
+    if (s->alen + n + 1 > s->acap) {
+        size_t nc = s->acap ? s->acap * 2 : 1024;
+        while (nc < s->alen + n + 1) nc *= 2;
+        char *p = realloc(s->answer, nc);
+        if (!p) { s->oom = true; return; }
+        s->answer = p;
+        s->acap = nc;
+    }
+    memcpy(s->answer + s->alen, t, n);
+    s->alen += n;
+    s->answer[s->alen] = 0;
+}
+
+/* Print text, switching the thinking style at the markers. Markers split
+ * across pieces are held back in s->pending until decided. */
+static void stream_text(stream *s, const char *t, size_t n) {
+    keep(s, t, n);
+    char buf[4096];
+    size_t bl = 0;
+    for (size_t i = 0; i < n; i++) {
+        s->pending[s->npending++] = t[i];
+        const char *marker = s->thinking ? "</think>" : "<think>";
+        size_t ml = strlen(marker);
+        if (memcmp(s->pending, marker, s->npending) == 0) {
+            if (s->npending == ml) { /* full marker: switch style, print the tag plainly off a TTY */
+                put_visible(s, buf, bl);
+                bl = 0;
+                if (!s->tty) fwrite(marker, 1, ml, stdout);
+                s->thinking = !s->thinking;
+                s->npending = 0;
+            }
+            continue;
+        }
+        /* not a marker: flush pending bytes (the last may start a new one) */
+        for (size_t k = 0; k < s->npending; k++) {
+            if (bl == sizeof buf) { put_visible(s, buf, bl); bl = 0; }
+            buf[bl++] = s->pending[k];
+        }
+        s->npending = 0;
+    }
+    put_visible(s, buf, bl);
+    fflush(stdout);
+}
+
+static void stream_flush(stream *s) {
+    put_visible(s, s->pending, s->npending);
+    s->npending = 0;
+    if (s->tty && s->thinking) fputs("\x1b[0m", stdout);
+    fflush(stdout);
+}
+
+static bool on_text(const char *text, size_t len, void *user) {
+    stream_text(user, text, len);
+    return !g_interrupted;
+}
+
+/* ---- end-of-turn ids ---------------------------------------------------- */
+
+typedef struct idset { int32_t *v; size_t n, cap; } idset;
+
+static bool idset_add(idset *s, int32_t id) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i] == id) return true;
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 8;
+        int32_t *p = realloc(s->v, nc * sizeof *p);
+        if (!p) return false;
+        s->v = p;
+        s->cap = nc;
+    }
+    s->v[s->n++] = id;
+    return true;
+}
+
+/* eos_token_ids of the file, plus end-of-turn markers the template writes
+ * that are tokens of the vocabulary. */
+static bool collect_eos(const cmf_file *f, const cmf_tokenizer *tok, const char *tpl, idset *out) {
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_ids"), *e;
+    cJSON_ArrayForEach(e, ids)
+        if (cJSON_IsNumber(e) && !idset_add(out, (int32_t)e->valuedouble)) return false;
+    static const char *const markers[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>",
+                                          "<|eom_id|>", "<|END_OF_TURN_TOKEN|>", "<turn|>", "<|return|>",
+                                          "<|endoftext|>", "</s>", NULL};
+    for (int i = 0; markers[i]; i++) {
+        if (!strstr(tpl, markers[i])) continue;
+        int32_t id = cmf_tokenizer_token_to_id(tok, markers[i]);
+        if (id >= 0 && !idset_add(out, id)) return false;
+    }
+    if (out->n == 0) {
+        int32_t id = cmf_tokenizer_eos_id(tok);
+        if (id >= 0 && !idset_add(out, id)) return false;
+    }
+    return true;
+}
+
+/* Does the rendered prompt leave the model inside a <think> block? */
+static bool prompt_opens_think(const char *p) {
+    const char *open = NULL, *q = p;
+    while ((q = strstr(q, "<think>"))) open = q++;
+    return open && !strstr(open, "</think>");
+}
+
+/* ---- the chat loop ------------------------------------------------------ */
+
+typedef struct chat_opts {
+    const char *path, *system, *load;
+    bool no_think, stats;
+    long n_predict, n_ctx, threads;
+    cmf_sampler_params sp;
+} chat_opts;
+
+static int parse_args(int argc, char **argv, chat_opts *o) {
+    const char *cmd = "chat";
+    o->n_predict = -1;
+    o->sp = cmf_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        bool missing = false;
+        double d;
+        long l;
+        unsigned long long u;
+        if (cli_is_help(argv[i])) { usage(stdout); return -1; }
+        if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
+        else if (strcmp(argv[i], "--no-think") == 0) o->no_think = true;
+        else if (strcmp(argv[i], "--stats") == 0) o->stats = true;
+        else if (cli_flag_value(argc, argv, &i, "--load", &v, &missing)) o->load = v;
+        else if (cli_flag_value(argc, argv, &i, "-n", &v, &missing) || cli_flag_value(argc, argv, &i, "--n-predict", &v, &missing)) {
+            if (!missing && !cli_parse_long(cmd, "-n", v, -1, 1 << 30, &o->n_predict)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing) || cli_flag_value(argc, argv, &i, "--ctx-size", &v, &missing)) {
+            if (!missing && !cli_parse_long(cmd, "-c", v, 0, 1 << 24, &o->n_ctx)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing) || cli_flag_value(argc, argv, &i, "--threads", &v, &missing)) {
+            if (!missing && !cli_parse_long(cmd, "-t", v, 0, 1024, &o->threads)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "--temp", &v, &missing)) {
+            if (!missing && !cli_parse_double(cmd, "--temp", v, 0, 100, &d)) return CLI_EXIT_USAGE;
+            o->sp.temp = (float)d;
+        } else if (cli_flag_value(argc, argv, &i, "--top-k", &v, &missing)) {
+            if (!missing && !cli_parse_long(cmd, "--top-k", v, 0, 1 << 30, &l)) return CLI_EXIT_USAGE;
+            o->sp.top_k = (int32_t)l;
+        } else if (cli_flag_value(argc, argv, &i, "--top-p", &v, &missing)) {
+            if (!missing && !cli_parse_double(cmd, "--top-p", v, 0, 1, &d)) return CLI_EXIT_USAGE;
+            o->sp.top_p = (float)d;
+        } else if (cli_flag_value(argc, argv, &i, "--min-p", &v, &missing)) {
+            if (!missing && !cli_parse_double(cmd, "--min-p", v, 0, 1, &d)) return CLI_EXIT_USAGE;
+            o->sp.min_p = (float)d;
+        } else if (cli_flag_value(argc, argv, &i, "--repeat-penalty", &v, &missing)) {
+            if (!missing && !cli_parse_double(cmd, "--repeat-penalty", v, 0, 100, &d)) return CLI_EXIT_USAGE;
+            o->sp.repeat_penalty = (float)d;
+        } else if (cli_flag_value(argc, argv, &i, "-s", &v, &missing) || cli_flag_value(argc, argv, &i, "--seed", &v, &missing)) {
+            if (!missing && !cli_parse_u64(cmd, "--seed", v, &u)) return CLI_EXIT_USAGE;
+            o->sp.seed = u;
+            o->sp.has_seed = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error(cmd, "unknown option '%s'", argv[i]);
+        else if (!o->path) o->path = argv[i];
+        else return cli_usage_error(cmd, "unexpected argument '%s'", argv[i]);
+        if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
+    }
+    if (!o->path) return cli_usage_error(cmd, "missing MODEL.cmf");
+    return 0;
+}
+
+/* Read one line: libedit on a terminal, plain stdio otherwise. NULL at EOF. */
+static char *read_line(bool tty) {
+    if (tty) {
+        char *l = readline("> ");
+        if (l && *l) add_history(l);
+        return l;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    return line;
+}
+
+/* One assistant turn for the conversation as it stands. */
+static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf_session *s, conv *c,
+                  const idset *eos, bool tty) {
+    cmf_error err = {0};
+    char *prompt = NULL;
+    size_t plen = 0;
+    if (cli_render_messages(f, c->messages, true, o->no_think, &prompt, &plen, &err) != CMF_OK) return cli_fail("chat", &err);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    cmf_status st = cmf_tokenizer_encode(tok, prompt, plen, false, &ids, &n_ids, &err);
+    stream sm = {.tty = tty, .thinking = prompt_opens_think(prompt)};
+    free(prompt);
+    if (st == CMF_OK) st = cmf_session_prefill_tokens(s, ids, n_ids, &err);
+    free(ids);
+    if (st != CMF_OK) return cli_fail("chat", &err);
+    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n};
+    cmf_gen_stats stats = {0};
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    g_interrupted = 0;
+    sigaction(SIGINT, &sa, &old);
+    st = cmf_session_generate(s, &gp, on_text, &sm, &stats, &err);
+    sigaction(SIGINT, &old, NULL);
+    stream_flush(&sm);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (g_interrupted) fprintf(stderr, "[stopped]\n");
+    if (o->stats)
+        fprintf(stderr, "[prompt %zu tokens, %zu prefilled (%zu reused from the KV cache) in %.3f s; %zu generated in %.3f s]\n",
+                n_ids, stats.n_prompt_tokens, n_ids - (stats.n_prompt_tokens < n_ids ? stats.n_prompt_tokens : n_ids),
+                stats.prompt_seconds, stats.n_generated, stats.gen_seconds);
+    if (stats.stop == CMF_STOP_CONTEXT_FULL) fprintf(stderr, "[context full: /reset to start over]\n");
+    bool ok = st == CMF_OK && !sm.oom && conv_add(c, "assistant", sm.answer ? sm.answer : "");
+    free(sm.answer);
+    if (st != CMF_OK) return cli_fail("chat", &err);
+    if (!ok) {
+        fprintf(stderr, "cmf chat: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+int cmd_chat(int argc, char **argv) {
+    chat_opts o = {0};
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc < 0 ? CLI_EXIT_OK : rc;
+    cmf_error err = {0};
+    cmf_file *f = NULL;
+    cmf_tokenizer *tok = NULL;
+    cmf_model *model = NULL;
+    cmf_session *s = NULL;
+    idset eos = {0};
+    conv c = {cJSON_CreateArray()};
+    rc = CLI_EXIT_FAIL;
+    if (!c.messages) goto done;
+    if (cmf_file_open(o.path, &f, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    size_t tl = 0;
+    const char *tj = cmf_file_tokenizer_json(f, &tl);
+    if (!tj || !tl) { fprintf(stderr, "cmf chat: %s: the file has no tokenizer\n", o.path); goto done; }
+    if (cmf_tokenizer_load_json(tj, tl, &tok, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    cmf_model_params mp = {.n_threads = (int)o.threads};
+    if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
+    if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    if (!collect_eos(f, tok, cli_chat_template_source(f, NULL), &eos)) { fprintf(stderr, "cmf chat: out of memory\n"); goto done; }
+    if (o.load && !conv_load(&c, o.load)) goto done;
+    if (o.system && !conv_set_system(&c, o.system)) goto done;
+
+    bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    if (tty) fprintf(stderr, "cmf chat: %s — /help for commands, Ctrl-C stops an answer, Ctrl-D quits\n", o.path);
+    rc = CLI_EXIT_OK;
+    for (;;) {
+        char *line = read_line(tty);
+        if (!line) break;
+        if (line[0] == '/') {
+            char *arg = strchr(line, ' ');
+            if (arg) *arg++ = 0;
+            if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) { free(line); break; }
+            else if (strcmp(line, "/help") == 0) fprintf(stderr, "/system TEXT, /reset, /save FILE, /load FILE, /quit\n");
+            else if (strcmp(line, "/system") == 0) {
+                if (!conv_set_system(&c, arg ? arg : "")) fprintf(stderr, "cmf chat: out of memory\n");
+                else fprintf(stderr, arg && *arg ? "[system prompt set]\n" : "[system prompt removed]\n");
+            } else if (strcmp(line, "/reset") == 0) {
+                cJSON *sys = NULL;
+                cJSON *first = cJSON_GetArrayItem(c.messages, 0);
+                const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(first, "role"));
+                if (role && strcmp(role, "system") == 0) sys = cJSON_DetachItemFromArray(c.messages, 0);
+                cJSON_Delete(c.messages);
+                c.messages = cJSON_CreateArray();
+                if (!c.messages) { cJSON_Delete(sys); free(line); rc = CLI_EXIT_FAIL; break; }
+                if (sys) cJSON_AddItemToArray(c.messages, sys);
+                cmf_session_reset(s);
+                fprintf(stderr, "[conversation reset]\n");
+            } else if (strcmp(line, "/save") == 0 || strcmp(line, "/load") == 0) {
+                if (!arg || !*arg) fprintf(stderr, "usage: %s FILE\n", line);
+                else if (line[1] == 's' ? conv_save(&c, arg) : conv_load(&c, arg))
+                    fprintf(stderr, "[%s %s: %d messages]\n", line[1] == 's' ? "saved" : "loaded", arg,
+                            cJSON_GetArraySize(c.messages));
+            } else fprintf(stderr, "unknown command %s (/help)\n", line);
+            free(line);
+            continue;
+        }
+        if (!*line) { free(line); continue; }
+        bool ok = conv_add(&c, "user", line);
+        free(line);
+        if (!ok) { fprintf(stderr, "cmf chat: out of memory\n"); rc = CLI_EXIT_FAIL; break; }
+        if (answer(&o, f, tok, s, &c, &eos, tty) != CLI_EXIT_OK) {
+            /* drop the failed user turn so the user can retry */
+            cJSON_DeleteItemFromArray(c.messages, cJSON_GetArraySize(c.messages) - 1);
+            if (!tty) { rc = CLI_EXIT_FAIL; break; }
+        }
+    }
+done:
+    free(eos.v);
+    cJSON_Delete(c.messages);
+    cmf_session_free(s);
+    cmf_model_free(model);
+    cmf_tokenizer_free(tok);
+    cmf_file_close(f);
+    return rc;
+}

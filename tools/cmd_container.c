@@ -190,18 +190,25 @@ int cmd_info(int argc, char **argv) {
 /* ---- verify -------------------------------------------------------------- */
 
 int cmd_verify(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *pubkey = NULL;
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
+        bool missing = false;
+        const char *v;
         if (cli_is_help(argv[i])) {
-            fputs("usage: cmf verify FILE [-q]\n\n"
+            fputs("usage: cmf verify FILE [-q] [--pubkey KEY]\n\n"
                   "Check the envelope, every section's bounds, the header and directory\n"
                   "hash64s, header.section_hashes, every tensor's hash64 (all shards), and\n"
                   "FILE.sig when present. Prints each problem (which tensor, which section);\n"
                   "exit 0 only when everything holds, 1 otherwise.\n\n"
-                  "  -q, --quiet   print problems only\n",
+                  "  -q, --quiet        print problems only\n"
+                  "  --pubkey KEY       also require FILE.sig to be signed by KEY (64 hex\n"
+                  "                     digits, or a JSON file with a \"pubkey\" field)\n",
                   stdout);
             return CLI_EXIT_OK;
+        } else if (cli_flag_value(argc, argv, &i, "--pubkey", &v, &missing)) {
+            if (missing) return cli_usage_error("verify", "--pubkey needs a KEY");
+            pubkey = v;
         } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
             quiet = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -218,13 +225,27 @@ int cmd_verify(int argc, char **argv) {
     if (cmf_verify(path, &r, &err)) return cli_fail("verify", &err);
     for (size_t i = 0; i < r.n_problems; i++) printf("FAIL %s\n", r.problems[i] ? r.problems[i] : "?");
     int rc = r.n_problems ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    size_t nprob = r.n_problems;
+    if (pubkey) {
+        bool ok = false;
+        char msg[512];
+        if (cmf_verify_signature(path, pubkey, &ok, msg, sizeof msg, &err)) {
+            cmf_verify_report_free(&r);
+            return cli_fail("verify", &err);
+        }
+        if (!ok) {
+            printf("FAIL %s\n", msg);
+            nprob++;
+            rc = CLI_EXIT_FAIL;
+        }
+    }
     if (!quiet || rc) {
         if (rc)
-            printf("%s: FAILED (%zu problem%s, %zu tensors checked)\n", path, r.n_problems, r.n_problems == 1 ? "" : "s",
+            printf("%s: FAILED (%zu problem%s, %zu tensors checked)\n", path, nprob, nprob == 1 ? "" : "s",
                    r.n_tensors_checked);
         else
             printf("%s: OK (%zu tensors, header, directory, sections%s)\n", path, r.n_tensors_checked,
-                   r.signature_present ? ", signature" : "; no signature");
+                   pubkey ? ", signature by the trusted key" : r.signature_present ? ", signature" : "; no signature");
     }
     cmf_verify_report_free(&r);
     return rc;
@@ -290,7 +311,13 @@ int cmd_keygen(int argc, char **argv) {
     if (!out) return cli_usage_error("keygen", "missing -o KEYFILE");
     cmf_error err = {0};
     if (cmf_keygen(out, &err)) return cli_fail("keygen", &err);
-    printf("wrote %s\n", out);
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *k = cmf_read_file(out, &text, &len, &err) == CMF_OK ? cJSON_ParseWithLength(text, len) : NULL;
+    const cJSON *pk = k ? cJSON_GetObjectItemCaseSensitive(k, "pubkey") : NULL;
+    printf("wrote %s\npubkey %s\n", out, cJSON_IsString(pk) ? pk->valuestring : "?");
+    cJSON_Delete(k);
+    free(text);
     return CLI_EXIT_OK;
 }
 

@@ -136,7 +136,8 @@ int cmd_import_gguf(int argc, char **argv) {
 }
 
 static const char llama2c_usage[] =
-    "usage: cmf import-llama2c MODEL.bin --tokenizer TOK.bin -o OUT.cmf [--quant Q] [--no-progress]\n"
+    "usage: cmf import-llama2c MODEL.bin --tokenizer TOK.bin -o OUT.cmf [--quant Q] [--shard-max-gb N]\n"
+    "                          [--no-progress]\n"
     "  Import a karpathy/llama2.c checkpoint (legacy format) and its tokenizer.bin as a\n"
     "  llama-architecture CMF. -z is accepted for --tokenizer (as in llama2.c's run).\n";
 

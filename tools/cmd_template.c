@@ -29,6 +29,45 @@ static void usage(FILE *o) {
             "template use ChatML. Exit 1 when the template fails or raises.\n");
 }
 
+/* The context text with "key": "value" members added for the special
+ * tokens the model supplies (keys in `extra` absent from the original).
+ * Splicing into the text, rather than printing cJSON, keeps the user's
+ * numbers exactly (1.0 stays a float for the template). malloc'd. */
+static char *splice_context(const char *text, size_t len, const cJSON *orig, const cJSON *extra, size_t *out_len) {
+    size_t end = len;
+    while (end > 0 && text[end - 1] != '}') end--;
+    if (end == 0) return NULL;
+    end--; /* at the closing brace */
+    char *add = NULL;
+    size_t add_len = 0;
+    FILE *m = open_memstream(&add, &add_len);
+    if (!m) return NULL;
+    bool has_members = cJSON_GetArraySize(orig) > 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, extra) {
+        if (cJSON_GetObjectItemCaseSensitive(orig, e->string)) continue;
+        char *v = cJSON_PrintUnformatted(e);
+        cJSON *k = cJSON_CreateString(e->string);
+        char *ks = k ? cJSON_PrintUnformatted(k) : NULL;
+        if (v && ks) fprintf(m, "%s%s: %s", has_members ? ", " : "", ks, v);
+        has_members = true;
+        cJSON_free(v);
+        cJSON_free(ks);
+        cJSON_Delete(k);
+    }
+    fclose(m);
+    char *r = add ? malloc(end + add_len + 2) : NULL;
+    if (r) {
+        memcpy(r, text, end);
+        memcpy(r + end, add, add_len);
+        r[end + add_len] = '}';
+        r[end + add_len + 1] = 0;
+        *out_len = end + add_len + 1;
+    }
+    free(add);
+    return r;
+}
+
 static bool ends_with(const char *s, const char *suf) {
     size_t n = strlen(s), m = strlen(suf);
     return n >= m && strcmp(s + n - m, suf) == 0;
@@ -81,6 +120,8 @@ int cmd_template(int argc, char **argv) {
 
     cmf_error err = {0};
     cJSON *ctx = NULL;
+    char *ctx_text = NULL; /* rendered from the text: exact numbers (see splice_context) */
+    size_t ctx_len = 0;
     if (ctx_path) {
         char *buf = NULL;
         size_t len = 0;
@@ -96,7 +137,8 @@ int cmd_template(int argc, char **argv) {
             free(buf);
             return CLI_EXIT_FAIL;
         }
-        free(buf);
+        ctx_text = buf;
+        ctx_len = len;
     } else {
         ctx = cJSON_CreateObject();
         if (!ctx) { cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory"); return cli_fail(cmd, &err); }
@@ -117,13 +159,31 @@ int cmd_template(int argc, char **argv) {
         src = malloc(src_len + 1);
         if (!src) { cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory"); rc = cli_fail(cmd, &err); goto done; }
         memcpy(src, s, src_len + 1);
-        if (cli_chat_add_special_tokens(f, ctx, &err) != CMF_OK) { rc = cli_fail(cmd, &err); goto done; }
+        cJSON *extra = cJSON_CreateObject();
+        if (!extra || cli_chat_add_special_tokens(f, extra, &err) != CMF_OK) {
+            cJSON_Delete(extra);
+            rc = cli_fail(cmd, &err);
+            goto done;
+        }
+        if (ctx_text) {
+            size_t nl = 0;
+            char *spliced = splice_context(ctx_text, ctx_len, ctx, extra, &nl);
+            cJSON_Delete(extra);
+            if (!spliced) { cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory"); rc = cli_fail(cmd, &err); goto done; }
+            free(ctx_text);
+            ctx_text = spliced;
+            ctx_len = nl;
+        } else {
+            cJSON_Delete(ctx);
+            ctx = extra;
+        }
     } else if (cmf_read_file(path, &src, &src_len, &err) != CMF_OK) {
         rc = cli_fail(cmd, &err);
         goto done;
     }
     if (cmf_template_parse(src, src_len, name, &t, &err) != CMF_OK ||
-        cmf_template_render(t, ctx, &opts, &out, &out_len, &err) != CMF_OK) {
+        (ctx_text ? cmf_template_render_json(t, ctx_text, ctx_len, &opts, &out, &out_len, &err)
+                  : cmf_template_render(t, ctx, &opts, &out, &out_len, &err)) != CMF_OK) {
         rc = cli_fail(cmd, &err);
         goto done;
     }
@@ -137,5 +197,6 @@ done:
     free(src);
     cmf_file_close(f);
     cJSON_Delete(ctx);
+    free(ctx_text);
     return rc;
 }

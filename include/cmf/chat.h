@@ -48,6 +48,15 @@ cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *contex
                                const cmf_render_opts *opts, char **out, size_t *len,
                                cmf_error *err);
 
+/* Same, with the context as JSON text. Unlike the cJSON form this keeps
+ * Python's int/float distinction (1.0 renders as "1.0", 1 as "1") and
+ * strings holding U+0000, as transformers would see them. Errors also
+ * CMF_ERR_FORMAT for invalid JSON (with the byte offset) and CMF_ERR_ARG
+ * when the top level is not an object. */
+cmf_status cmf_template_render_json(const cmf_template *t, const char *context_json, size_t json_len,
+                                    const cmf_render_opts *opts, char **out, size_t *len,
+                                    cmf_error *err);
+
 /* ChatML template used for files that carry none (§6). */
 extern const char *const cmf_chatml_template;
 

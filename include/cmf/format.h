@@ -223,6 +223,14 @@ cmf_status cmf_keygen(const char *key_path, cmf_error *err);
  * (hex), Ed25519 over the 32-byte SHA-256 of the whole file. */
 cmf_status cmf_sign(const char *path, const char *key_path, cmf_error *err);
 
+/* Pin the signer: *ok only when `<path>.sig` exists, verifies, and was made
+ * with the trusted key — 64 hex digits of the Ed25519 public key, or a
+ * JSON file with a "pubkey" field (e.g. the key file). msg[msgcap] gets a
+ * one-line reason when !*ok. Errors: CMF_ERR_IO / CMF_ERR_FORMAT when the
+ * trusted key or the file cannot be read. */
+cmf_status cmf_verify_signature(const char *path, const char *trusted, bool *ok, char *msg, size_t msgcap,
+                                cmf_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,6 +25,9 @@
 #define DEFAULT_MAX_LOOP ((size_t)1000000)
 #define DEFAULT_MAX_DEPTH 64
 #define MAX_ALLOC_BYTES ((size_t)512 << 20)
+/* Bound on nested evaluation (expressions x statements x macro calls) so
+ * the C stack stays a few MiB even under sanitizers. */
+#define MAX_EVAL_NEST 1000
 
 /* ---- scopes ----------------------------------------------------------- */
 
@@ -116,6 +119,10 @@ jv jinja_getattr(jrt *rt, const jv *obj, const char *name, size_t n) {
         break;
     }
     case JV_LOOP: return loop_attr(rt, obj->u.loop, name, n);
+    case JV_TUPLE: /* groupby's (grouper, list) namedtuples */
+        if (obj->safe == 2 && n == 7 && memcmp(name, "grouper", 7) == 0) return obj->u.l->v[0];
+        if (obj->safe == 2 && n == 4 && memcmp(name, "list", 4) == 0) return obj->u.l->v[1];
+        break;
     default: break;
     }
     return jv_undef_named(rt, name, n);
@@ -200,7 +207,8 @@ jv jinja_getitem(jrt *rt, const jv *obj, const jv *key) {
         if (key->t == JV_STR) return jinja_getattr(rt, obj, key->u.s->s, key->u.s->len);
         return jv_undef();
     case JV_LIST: case JV_TUPLE: case JV_STR: {
-        if (key->t == JV_STR) return jv_undef_named(rt, key->u.s->s, key->u.s->len);
+        /* jinja2 getitem falls back to getattr for string keys */
+        if (key->t == JV_STR) return jinja_getattr(rt, obj, key->u.s->s, key->u.s->len);
         if (key->t != JV_INT && key->t != JV_BOOL) return jv_undef();
         int64_t i = key->t == JV_INT ? key->u.i : key->u.b;
         if (obj->t == JV_STR) {
@@ -253,28 +261,57 @@ static jv repeat_seq(jrt *rt, const jv *seq, int64_t times) {
     return l;
 }
 
+/* Python printf-style formatting (str % args): conversions s r d i f F e E
+ * g G x X o c with flags "-+ #0", width and precision (no '*', no %(name)s). */
 jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
-    /* printf-style: only %s / %d with one value or a tuple */
-    const jlist *args = NULL;
     jlist one = {1, 1, (jv *)b};
-    args = b->t == JV_TUPLE ? b->u.l : &one;
+    const jlist *args = b->t == JV_TUPLE ? b->u.l : &one;
     jbuf out = {0};
-    size_t ai = 0;
+    size_t ai = 0, n = a->u.s->len;
+    const char *s = a->u.s->s;
     if (!jbuf_put(rt, &out, "", 0)) return jv_undef();
-    for (size_t i = 0; i < a->u.s->len; i++) {
-        char c = a->u.s->s[i];
-        if (c != '%' || i + 1 >= a->u.s->len) { if (!jbuf_put(rt, &out, &c, 1)) return jv_undef(); continue; }
-        char f = a->u.s->s[++i];
-        if (f == '%') { if (!jbuf_put(rt, &out, "%", 1)) return jv_undef(); continue; }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') { if (!jbuf_put(rt, &out, s + i, 1)) return jv_undef(); continue; }
+        char spec[40];
+        size_t k = 0;
+        spec[k++] = '%';
+        i++;
+        while (i < n && strchr("-+ #0", s[i]) && k < 8) spec[k++] = s[i++];
+        while (i < n && s[i] >= '0' && s[i] <= '9' && k < 16) spec[k++] = s[i++];
+        if (i < n && s[i] == '.') { spec[k++] = s[i++]; while (i < n && s[i] >= '0' && s[i] <= '9' && k < 24) spec[k++] = s[i++]; }
+        if (i >= n) return jrt_fail(rt, CMF_ERR_RENDER, "incomplete format");
+        char conv = s[i];
+        if (conv == '%') { if (!jbuf_put(rt, &out, "%", 1)) return jv_undef(); continue; }
+        if (!strchr("srdifFeEgGxXoc", conv)) return jrt_fail(rt, CMF_ERR_RENDER, "unsupported format character '%c'", conv);
         if (ai >= args->n) return jrt_fail(rt, CMF_ERR_RENDER, "not enough arguments for format string");
         const jv *x = &args->v[ai++];
-        if (f == 's') { if (!jv_write_str(rt, &out, x)) return jv_undef(); }
-        else if (f == 'r') { if (!jv_write_repr(rt, &out, x)) return jv_undef(); }
-        else if (f == 'd' || f == 'i') {
-            if (!is_num(x)) return jrt_fail(rt, CMF_ERR_RENDER, "%%d format: a number is required, not %s", jv_type_name(x));
-            char t[32]; snprintf(t, sizeof t, "%lld", (long long)(x->t == JV_FLOAT ? (int64_t)x->u.f : numi(x)));
-            if (!jbuf_puts(rt, &out, t)) return jv_undef();
-        } else return jrt_fail(rt, CMF_ERR_UNSUPPORTED, "unsupported format character '%c'", f);
+        char tmp[512];
+        if (conv == 's' || conv == 'r') {
+            jbuf v = {0};
+            if (!(conv == 's' ? jv_write_str(rt, &v, x) : jv_write_repr(rt, &v, x))) return jv_undef();
+            spec[k++] = 's';
+            spec[k] = 0;
+            /* width and precision count bytes here (code points in Python) */
+            int w = snprintf(NULL, 0, spec, v.p ? v.p : "");
+            char *buf = jrt_alloc(rt, (size_t)w + 1);
+            if (!buf) return jv_undef();
+            snprintf(buf, (size_t)w + 1, spec, v.p ? v.p : "");
+            if (!jbuf_put(rt, &out, buf, (size_t)w)) return jv_undef();
+            continue;
+        }
+        if (!is_num(x)) return jrt_fail(rt, CMF_ERR_RENDER, "%%%c format: a real number is required, not %s", conv, jv_type_name(x));
+        if (strchr("dixXoc", conv)) {
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = 0;
+            snprintf(tmp, sizeof tmp, spec, (long long)(x->t == JV_FLOAT ? (int64_t)x->u.f : numi(x)));
+        } else {
+            spec[k++] = conv;
+            spec[k] = 0;
+            snprintf(tmp, sizeof tmp, spec, numf(x));
+        }
+        if (!jbuf_puts(rt, &out, tmp)) return jv_undef();
     }
     return jbuf_take(rt, &out);
 }
@@ -615,8 +652,21 @@ static jv eval_filter_node(jrt *rt, jscope *sc, const jnode *n, const jv *input)
 
 /* ---- expressions ------------------------------------------------------ */
 
+static jv eval_node(jrt *rt, jscope *sc, const jnode *n);
+
 jv jinja_eval(jrt *rt, jscope *sc, const jnode *n) {
     if (!JRT_OK(rt)) return jv_undef();
+    if (rt->nest >= MAX_EVAL_NEST) {
+        rt->cur = n;
+        return jrt_fail(rt, CMF_ERR_LIMIT, "evaluation nested deeper than %d levels", MAX_EVAL_NEST);
+    }
+    rt->nest++;
+    jv r = eval_node(rt, sc, n);
+    rt->nest--;
+    return r;
+}
+
+static jv eval_node(jrt *rt, jscope *sc, const jnode *n) {
     rt->cur = n;
     switch (n->kind) {
     case E_CONST: return n->cval;
@@ -919,11 +969,19 @@ static bool exec_stmt(jrt *rt, jscope *sc, const jnode *n, jbuf *out) {
 }
 
 static bool exec_body(jrt *rt, jscope *sc, const jnode *body, jbuf *out) {
-    for (int i = 0; i < body->nitems; i++) {
-        if (!exec_stmt(rt, sc, body->items[i], out)) return false;
-        if (rt->brk) return true;
+    if (rt->nest >= MAX_EVAL_NEST) {
+        rt->cur = body;
+        jrt_fail(rt, CMF_ERR_LIMIT, "statements nested deeper than %d levels", MAX_EVAL_NEST);
+        return false;
     }
-    return true;
+    rt->nest++;
+    bool ok = true;
+    for (int i = 0; i < body->nitems && ok; i++) {
+        ok = exec_stmt(rt, sc, body->items[i], out);
+        if (rt->brk) break;
+    }
+    rt->nest--;
+    return ok;
 }
 
 /* ---- public API ------------------------------------------------------- */
@@ -964,9 +1022,10 @@ static bool add_global(jrt *rt, jscope *g, const char *name, int fn) {
     return scope_set(rt, g, name, strlen(name), v);
 }
 
-cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *context,
-                               const cmf_render_opts *opts, char **out, size_t *len,
-                               cmf_error *err) {
+/* Shared by both render entry points: exactly one of context (cJSON) and
+ * json (text, len bytes) is used. */
+static cmf_status render(const cmf_template *t, const struct cJSON *context, const char *json, size_t json_len,
+                         const cmf_render_opts *opts, char **out, size_t *len, cmf_error *err) {
     if (!t || !out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_template_render: template and out are required");
     if (context && !cJSON_IsObject(context))
         return cmf_error_set(err, CMF_ERR_ARG, "%s: render context must be a JSON object", t->name);
@@ -999,6 +1058,14 @@ cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *contex
             if (JRT_OK(rt)) scope_set(rt, g, nm.u.s->s, nm.u.s->len, v);
         }
     }
+    if (JRT_OK(rt) && json) {
+        jv ctx;
+        if (jv_parse_json(rt, json, json_len, &ctx)) {
+            if (ctx.t != JV_DICT) jrt_fail(rt, CMF_ERR_ARG, "render context must be a JSON object");
+            for (size_t i = 0; JRT_OK(rt) && i < ctx.u.d->n; i++)
+                scope_set(rt, g, ctx.u.d->k[i].u.s->s, ctx.u.d->k[i].u.s->len, ctx.u.d->v[i]);
+        }
+    }
     jscope *top = JRT_OK(rt) ? scope_new(rt, g) : NULL;
     jbuf o = {0};
     if (top && jbuf_put(rt, &o, "", 0)) exec_body(rt, top, t->root, &o);
@@ -1015,4 +1082,16 @@ cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *contex
     }
     jrt_free_all(rt);
     return st;
+}
+
+cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *context,
+                               const cmf_render_opts *opts, char **out, size_t *len,
+                               cmf_error *err) {
+    return render(t, context, NULL, 0, opts, out, len, err);
+}
+
+cmf_status cmf_template_render_json(const cmf_template *t, const char *context_json, size_t json_len,
+                                    const cmf_render_opts *opts, char **out, size_t *len, cmf_error *err) {
+    if (!context_json) return cmf_error_set(err, CMF_ERR_ARG, "cmf_template_render_json: context_json is required");
+    return render(t, NULL, context_json, json_len, opts, out, len, err);
 }

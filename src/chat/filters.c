@@ -489,7 +489,9 @@ static jv do_groupby(jrt *rt, jv *x, jargs *a) {
         while (j < l->n && jv_equal(&it[j].key, &it[i].key) && JRT_OK(rt)) jv_list_push(rt, &grp, it[j++].val);
         jv key = it[i].key;
         if (cs == false) { jv k0 = get_path(rt, &it[i].val, attr); if (k0.t != JV_UNDEF) key = k0; }
-        jv_list_push(rt, &out, make_pair(rt, key, grp));
+        jv pr = make_pair(rt, key, grp);
+        pr.safe = 2; /* a (grouper, list) namedtuple: .grouper/.list work */
+        jv_list_push(rt, &out, pr);
         i = j;
     }
     return JRT_OK(rt) ? out : jv_undef();
@@ -529,6 +531,20 @@ static jv do_striptags(jrt *rt, const jv *x) {
         if (p[i] == '<') {
             const char *e = memchr(p + i, '>', n - i);
             if (e) { i = (size_t)(e - p); continue; }
+        }
+        if (p[i] == '&') { /* Markup.striptags unescapes the common entities */
+            static const char *const ent[][2] = {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""},
+                                                  {"&#34;", "\""}, {"&#39;", "'"}, {"&nbsp;", "\xc2\xa0"}};
+            bool hit = false;
+            for (size_t e = 0; e < sizeof ent / sizeof ent[0] && !hit; e++) {
+                size_t el = strlen(ent[e][0]);
+                if (i + el <= n && memcmp(p + i, ent[e][0], el) == 0) {
+                    if (!jbuf_puts(rt, &b, ent[e][1])) return jv_undef();
+                    i += el - 1;
+                    hit = true;
+                }
+            }
+            if (hit) continue;
         }
         if (!jbuf_put(rt, &b, p + i, 1)) return jv_undef();
     }
@@ -651,7 +667,8 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
         else return jrt_fail(rt, CMF_ERR_RENDER, "bad operand type for abs(): '%s'", jv_type_name(x)), *out = jv_undef(), true;
     } else if (F("attr")) {
         jv *n = argstr(rt, a, 0, "name", "attr");
-        if (JRT_OK(rt) && n) r = jinja_getattr(rt, x, n->u.s->s, n->u.s->len);
+        /* getattr only: dict keys are items, not attributes */
+        if (JRT_OK(rt) && n) r = x->t == JV_DICT ? jv_undef_named(rt, n->u.s->s, n->u.s->len) : jinja_getattr(rt, x, n->u.s->s, n->u.s->len);
     } else if (F("reverse")) {
         if (x->t == JV_STR) {
             jbuf b = {0};

@@ -126,7 +126,8 @@ typedef struct jrt {
     size_t alloc_bytes, max_alloc_bytes;
     char *out; size_t out_len, out_cap, max_out;
     size_t loop_iters, max_loop;
-    int depth, max_depth;
+    int depth, max_depth;   /* macro/call/recursive-loop depth */
+    int nest;               /* C recursion of eval/exec, bounded by MAX_EVAL_NEST (eval.c) */
     int64_t now;
     int brk;                /* 1 break, 2 continue pending */
     const jnode *cur;       /* node being evaluated (for error positions) */
@@ -191,6 +192,11 @@ bool jv_iterate(jrt *rt, const jv *v, jlist **out);
 
 /* ---- JSON (tojson.c) -------------------------------------------------- */
 jv jv_from_json(jrt *rt, const struct cJSON *j);
+/* Parse JSON text (RFC 8259) into values the way Python's json.loads
+ * does: "1" an int, "1.0"/"1e3" floats, objects ordered (a repeated key
+ * keeps its first position, last value), strings may hold U+0000.
+ * Errors (CMF_ERR_FORMAT with the byte offset) go to rt. */
+bool jv_parse_json(jrt *rt, const char *s, size_t n, jv *out);
 /* json.dumps(v, ensure_ascii=, indent= (<0: None), separators=, sort_keys=). */
 typedef struct jjson_opts {
     int indent;
@@ -218,7 +224,7 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out);
 bool jinja_method(jrt *rt, jv *obj, const char *name, jargs *a, jv *out);
 bool jinja_filter_exists(const char *name, size_t n);
 bool jinja_test_exists(const char *name, size_t n);
-/* Python printf-style "fmt % args" (%s %r %d %i %%); args a tuple or one value. */
+/* Python printf-style "fmt % args" (eval.c); args a tuple or one value. */
 jv jinja_percent_format(jrt *rt, const jv *fmt, const jv *args);
 /* Keyword-or-positional argument lookup: positional index pi (or -1), name. */
 jv *jargs_get(jargs *a, int pi, const char *name);

@@ -169,6 +169,27 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
         }
     } else if (M("format")) {
         r = str_format(rt, s, a);
+    } else if (M("partition") || M("rpartition")) {
+        jv *sep = strarg(rt, a, 0, "sep", name);
+        if (!JRT_OK(rt)) { *out = jv_undef(); return true; }
+        if (!sep || sep->u.s->len == 0) return jrt_fail(rt, CMF_ERR_RENDER, "%s: empty or missing separator", name), *out = jv_undef(), true;
+        const char *p = s->u.s->s, *hit = NULL;
+        size_t n = s->u.s->len, m = sep->u.s->len;
+        for (size_t i = 0; i + m <= n; i++)
+            if (memcmp(p + i, sep->u.s->s, m) == 0) { hit = p + i; if (M("partition")) break; }
+        jv t = jv_list_new(rt, 3);
+        if (!hit) { /* (s, '', '') or ('', '', s) */
+            jv e = jv_str(rt, "", 0);
+            jv_list_push(rt, &t, M("partition") ? *s : e);
+            jv_list_push(rt, &t, e);
+            jv_list_push(rt, &t, M("partition") ? e : *s);
+        } else {
+            jv_list_push(rt, &t, jv_str(rt, p, (size_t)(hit - p)));
+            jv_list_push(rt, &t, *sep);
+            jv_list_push(rt, &t, jv_str(rt, hit + m, n - (size_t)(hit - p) - m));
+        }
+        t.t = JV_TUPLE;
+        r = t;
     } else if (M("splitlines")) {
         r = su_splitlines(rt, s);
     } else if (M("isdigit") || M("isdecimal") || M("isnumeric") || M("isalpha") || M("isalnum") || M("isspace")) {

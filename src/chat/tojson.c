@@ -11,8 +11,10 @@
 #include "strutil.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 jv jv_from_json(jrt *rt, const cJSON *j) {
@@ -164,4 +166,165 @@ bool jv_write_json(jrt *rt, jbuf *b, const jv *v, const jjson_opts *opts) {
     if (!o.item_sep) o.item_sep = o.indent >= 0 ? "," : ", ";
     if (!o.key_sep) o.key_sep = ": ";
     return dump(rt, b, v, &o, 0);
+}
+
+/* ---- JSON text -> values (json.loads) --------------------------------- */
+
+typedef struct jp { jrt *rt; const char *s; size_t n, i; int depth; } jp;
+
+static bool jp_fail(jp *p, const char *what) {
+    jrt_fail(p->rt, CMF_ERR_FORMAT, "context JSON: %s at byte %zu", what, p->i);
+    return false;
+}
+
+static void jp_ws(jp *p) {
+    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r')) p->i++;
+}
+
+static bool jp_hex4(jp *p, uint32_t *v) {
+    if (p->i + 4 > p->n) return jp_fail(p, "truncated \\u escape");
+    *v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = p->s[p->i++];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return jp_fail(p, "bad \\u escape");
+        *v = *v * 16 + (uint32_t)d;
+    }
+    return true;
+}
+
+static bool jp_string(jp *p, jv *out) {
+    p->i++; /* opening quote */
+    jbuf b = {0};
+    if (!jbuf_put(p->rt, &b, "", 0)) return false;
+    for (;;) {
+        if (p->i >= p->n) return jp_fail(p, "unterminated string");
+        size_t st = p->i;
+        while (p->i < p->n && p->s[p->i] != '"' && p->s[p->i] != '\\' && (unsigned char)p->s[p->i] >= 0x20) p->i++;
+        if (!jbuf_put(p->rt, &b, p->s + st, p->i - st)) return false;
+        if (p->i >= p->n) return jp_fail(p, "unterminated string");
+        char c = p->s[p->i];
+        if (c == '"') { p->i++; break; }
+        if ((unsigned char)c < 0x20) return jp_fail(p, "control character in string");
+        p->i++; /* backslash */
+        if (p->i >= p->n) return jp_fail(p, "unterminated escape");
+        char e = p->s[p->i++];
+        const char *lit = e == '"' ? "\"" : e == '\\' ? "\\" : e == '/' ? "/" : e == 'b' ? "\b" : e == 'f' ? "\f" :
+                          e == 'n' ? "\n" : e == 'r' ? "\r" : e == 't' ? "\t" : NULL;
+        if (lit) { if (!jbuf_put(p->rt, &b, lit, 1)) return false; continue; }
+        if (e != 'u') return jp_fail(p, "bad escape");
+        uint32_t cp;
+        if (!jp_hex4(p, &cp)) return false;
+        if (cp >= 0xD800 && cp < 0xDC00 && p->i + 6 <= p->n && p->s[p->i] == '\\' && p->s[p->i + 1] == 'u') {
+            size_t save = p->i;
+            uint32_t lo;
+            p->i += 2;
+            if (!jp_hex4(p, &lo)) return false;
+            if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            else p->i = save;
+        }
+        if (!su_put_cp(p->rt, &b, (int32_t)cp)) return false;
+    }
+    *out = jbuf_take(p->rt, &b);
+    return JRT_OK(p->rt);
+}
+
+static bool jp_value(jp *p, jv *out);
+
+static bool jp_number(jp *p, jv *out) {
+    size_t st = p->i;
+    bool fl = false;
+    if (p->s[p->i] == '-') p->i++;
+    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return jp_fail(p, "bad number");
+    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    if (p->i < p->n && p->s[p->i] == '.') {
+        fl = true;
+        p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return jp_fail(p, "bad number");
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
+        fl = true;
+        p->i++;
+        if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return jp_fail(p, "bad number");
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    char buf[64];
+    size_t len = p->i - st;
+    if (len >= sizeof buf) {
+        if (!fl) return jp_fail(p, "integer too large");
+        len = sizeof buf - 1;
+    }
+    memcpy(buf, p->s + st, len);
+    buf[len] = 0;
+    if (!fl) {
+        errno = 0;
+        long long v = strtoll(buf, NULL, 10);
+        if (errno == ERANGE) return jp_fail(p, "integer out of the 64-bit range");
+        *out = jv_int(v);
+    } else {
+        *out = jv_float(strtod(buf, NULL));
+    }
+    return true;
+}
+
+static bool jp_value(jp *p, jv *out) {
+    jp_ws(p);
+    if (p->i >= p->n) return jp_fail(p, "unexpected end");
+    if (++p->depth > 500) return jp_fail(p, "nesting too deep");
+    char c = p->s[p->i];
+    bool ok = true;
+    if (c == '{' || c == '[') {
+        bool obj = c == '{';
+        *out = obj ? jv_dict_new(p->rt, 4) : jv_list_new(p->rt, 4);
+        if (!JRT_OK(p->rt)) return false;
+        p->i++;
+        jp_ws(p);
+        if (p->i < p->n && p->s[p->i] == (obj ? '}' : ']')) p->i++;
+        else
+            for (;;) {
+                jv k = {0}, v;
+                if (obj) {
+                    jp_ws(p);
+                    if (p->i >= p->n || p->s[p->i] != '"') return jp_fail(p, "expected a string key");
+                    if (!jp_string(p, &k)) return false;
+                    jp_ws(p);
+                    if (p->i >= p->n || p->s[p->i] != ':') return jp_fail(p, "expected ':'");
+                    p->i++;
+                }
+                if (!jp_value(p, &v)) return false;
+                if (!(obj ? jv_dict_set(p->rt, out, k, v) : jv_list_push(p->rt, out, v))) return false;
+                jp_ws(p);
+                if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
+                if (p->i < p->n && p->s[p->i] == (obj ? '}' : ']')) { p->i++; break; }
+                return jp_fail(p, obj ? "expected ',' or '}'" : "expected ',' or ']'");
+            }
+    } else if (c == '"') {
+        ok = jp_string(p, out);
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        ok = jp_number(p, out);
+    } else if (p->n - p->i >= 4 && memcmp(p->s + p->i, "true", 4) == 0) {
+        *out = jv_bool(true);
+        p->i += 4;
+    } else if (p->n - p->i >= 5 && memcmp(p->s + p->i, "false", 5) == 0) {
+        *out = jv_bool(false);
+        p->i += 5;
+    } else if (p->n - p->i >= 4 && memcmp(p->s + p->i, "null", 4) == 0) {
+        *out = jv_none();
+        p->i += 4;
+    } else {
+        return jp_fail(p, "unexpected character");
+    }
+    p->depth--;
+    return ok;
+}
+
+bool jv_parse_json(jrt *rt, const char *s, size_t n, jv *out) {
+    jp p = {rt, s, n, 0, 0};
+    if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) p.i = 3; /* BOM */
+    if (!jp_value(&p, out)) return false;
+    jp_ws(&p);
+    if (p.i != n) return jp_fail(&p, "extra data after the value");
+    return true;
 }

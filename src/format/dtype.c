@@ -11,10 +11,13 @@
  *
  * Encoder choices (the spec fixes the layouts, not these):
  *  - q8_row: scale[r] = absmax(row)/127; q = round(w/scale), |err| <= scale/2.
- *  - q8_2f:  col[i] = absmax(column i) / max over all columns (1 for an
- *            all-zero column, floored at 2^-14 to stay an f16 normal);
- *            row_scale[r] = max_i |w[r,i]|/col[i] / 127;
- *            q = round(w / (row_scale*col)), |err| <= row_scale*col/2.
+ *  - q8_2f:  col[i] = RMS of column i (1 for an all-zero column; the
+ *            smallest f16 normal if it rounds to 0 in f16); row_scale[r] =
+ *            max_i |w[r,i]|/col[i] / 127; q = round(w / (row_scale*col)),
+ *            |err| <= row_scale*col/2. (The original tool's choice: its
+ *            q8_2f files are reproduced, see tests/format/test_upstream.c.)
+ *  f16, q8_row and q4_block encodings are byte-identical to the original
+ *  tool's on the shared upstream files.
  *  - q4_block / q4_tiled: scale = absmax(group)/7, nibble = round(w/s)+8 in
  *            1..15 (0 unused), |err| <= scale/2.
  *  - q4tp:   per row, d_g = absmax(tile g)/7. Three candidate ladders:
@@ -259,11 +262,12 @@ cmf_status cmf_tensor_decode(const cmf_tensor *t, uint64_t first, uint64_t count
 
 /* ---- encoding ---------------------------------------------------------- */
 
+/* 4-bit code of x at scale s (nearest even, clamped to -8..7, +8). Uses
+ * x * (1/s) like tile_sse so the q4tp rung search sees the same codes. */
 static inline uint8_t q4(float x, float s) {
-    long q = s > 0 ? lrintf(x / s) : 0;
-    if (q < -8) q = -8;
-    if (q > 7) q = 7;
-    return (uint8_t)(q + 8);
+    float q = s > 0 ? rintf(x * (1.0f / s)) : 0.0f;
+    q = q < -8 ? -8 : q > 7 ? 7 : q;
+    return (uint8_t)((int)q + 8);
 }
 
 static void put_nibble(uint8_t *bytes, uint64_t k, uint8_t v) {
@@ -297,11 +301,14 @@ static uint16_t f16_up(uint16_t h) {
     return (h & 0x8000) ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
 }
 
-/* Squared error of one 32-weight tile quantized to 4 bits with scale s. */
+/* Squared error of one 32-weight tile quantized to 4 bits with scale s
+ * (s > 0), nibbles chosen as q4() does. */
 static float tile_sse(const float *x, float s) {
-    float e = 0;
+    float inv = 1.0f / s, e = 0;
     for (int k = 0; k < 32; k++) {
-        float d = x[k] - (float)((int)q4(x[k], s) - 8) * s;
+        float q = rintf(x[k] * inv);
+        q = q < -8 ? -8 : q > 7 ? 7 : q;
+        float d = x[k] - q * s;
         e += d * d;
     }
     return e;
@@ -348,15 +355,15 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* One q4tp row: x[cols] -> nibbles (gpr*16 bytes), lo/step (4 bytes),
- * codes. d[gpr] is scratch. See the header comment for the method. */
+ * codes. scratch[2*gpr]. See the header comment for the method. */
 static void q4tp_row(const float *x, uint64_t cols, uint8_t *nib, uint8_t *ls, uint8_t *codes, uint64_t cb,
-                     float *d) {
+                     float *scratch) {
     uint64_t gpr = cols / 32, nz = 0;
-    float dmax = 0;
+    float *dg = scratch, *d = scratch + gpr, dmax = 0;
     for (uint64_t g = 0; g < gpr; g++) {
-        float v = absmax(x + 32 * g, 32) / 7.0f;
-        if (v > 0) d[nz++] = v;
-        if (v > dmax) dmax = v;
+        dg[g] = absmax(x + 32 * g, 32) / 7.0f;
+        if (dg[g] > 0) d[nz++] = dg[g];
+        if (dg[g] > dmax) dmax = dg[g];
     }
     uint16_t lo = 0, step = 0;
     if (dmax > 0) {
@@ -372,7 +379,7 @@ static void q4tp_row(const float *x, uint64_t cols, uint8_t *nib, uint8_t *ls, u
             float lad[32], tot = 0, e;
             cmf_q4tp_ladder(l, st, lad);
             for (uint64_t g = 0; g < gpr && tot < best; g++) {
-                tile_code(x + 32 * g, absmax(x + 32 * g, 32) / 7.0f, lad, &e);
+                tile_code(x + 32 * g, dg[g], lad, &e);
                 tot += e;
             }
             if (tot < best) best = tot, lo = l, step = st;
@@ -384,12 +391,11 @@ static void q4tp_row(const float *x, uint64_t cols, uint8_t *nib, uint8_t *ls, u
     cmf_q4tp_ladder(lo, step, lad);
     memset(codes, 0, cb);
     for (uint64_t g = 0; g < gpr; g++) {
-        float dg = absmax(x + 32 * g, 32) / 7.0f;
-        unsigned c = tile_code(x + 32 * g, dg, lad, &e);
+        unsigned c = tile_code(x + 32 * g, dg[g], lad, &e);
         uint64_t bit = 5 * g;
         codes[bit / 8] |= (uint8_t)(c << (bit % 8));
         if (bit % 8 > 3) codes[bit / 8 + 1] |= (uint8_t)(c >> (8 - bit % 8));
-        float sc = dg > 0 ? lad[c] : 0;
+        float sc = dg[g] > 0 ? lad[c] : 0;
         for (int k = 0; k < 32; k++) put_nibble(nib + 16 * g, (uint64_t)k, q4(x[32 * g + k], sc));
     }
 }
@@ -428,14 +434,18 @@ cmf_status cmf_tensor_encode(cmf_dtype dt, uint32_t ndim, const uint64_t *shape,
         }
         break;
     case CMF_DT_Q8_2F: {
+        double *acc = calloc((size_t)cols, sizeof *acc);
         float *col = calloc((size_t)cols, sizeof *col);
-        if (!col) { free(p); return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_tensor_encode: out of memory"); }
+        if (!acc || !col) {
+            free(acc), free(col), free(p);
+            return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_tensor_encode: out of memory");
+        }
         for (uint64_t r = 0; r < rows; r++)
-            for (uint64_t c = 0; c < cols; c++) col[c] = fmaxf(col[c], fabsf(src[r * cols + c]));
-        float m = absmax(col, cols);
+            for (uint64_t c = 0; c < cols; c++) acc[c] += (double)src[r * cols + c] * src[r * cols + c];
         for (uint64_t c = 0; c < cols; c++) {
-            float v = (m > 0 && col[c] > 0) ? fmaxf(col[c] / m, 6.103515625e-05f) : 1.0f;
-            uint16_t h = cmf_f32_to_f16(v);
+            float v = (float)sqrt(acc[c] / (double)rows);
+            uint16_t h = cmf_f32_to_f16(v > 0 ? v : 1.0f);
+            if (cmf_f16_to_f32(h) == 0) h = cmf_f32_to_f16(6.103515625e-05f); /* rms below f16 range */
             col[c] = cmf_f16_to_f32(h);
             cmf_wr16(p + n + 2 * rows + 2 * c, h);
         }
@@ -445,8 +455,10 @@ cmf_status cmf_tensor_encode(cmf_dtype dt, uint32_t ndim, const uint64_t *shape,
             uint16_t h = cmf_f32_to_f16(a / 127.0f);
             float rs = cmf_f16_to_f32(h);
             cmf_wr16(p + n + 2 * r, h);
-            for (uint64_t c = 0; c < cols; c++) p[r * cols + c] = (uint8_t)q8(src[r * cols + c], rs * col[c]);
+            /* (w / col) / row_scale, in this order, as the original tool */
+            for (uint64_t c = 0; c < cols; c++) p[r * cols + c] = (uint8_t)q8(src[r * cols + c] / col[c], rs);
         }
+        free(acc);
         free(col);
         break;
     }
@@ -473,7 +485,7 @@ cmf_status cmf_tensor_encode(cmf_dtype dt, uint32_t ndim, const uint64_t *shape,
     case CMF_DT_Q4TP: {
         uint64_t gpr = cols / 32, cb = cdiv(gpr * 5, 8);
         uint8_t *ls = p + rows * gpr * 16, *codes = ls + rows * 4;
-        float *d = malloc((size_t)gpr * sizeof *d);
+        float *d = malloc((size_t)gpr * 2 * sizeof *d);
         if (!d) { free(p); return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_tensor_encode: out of memory"); }
         for (uint64_t r = 0; r < rows; r++)
             q4tp_row(src + r * cols, cols, p + r * gpr * 16, ls + 4 * r, codes + r * cb, cb, d);

@@ -84,7 +84,6 @@ static cmf_status decode_q1t(const cmf_tensor *t, uint64_t rows, uint64_t cols, 
     if (cmf_rd32(rp) != 0 || (uint64_t)cmf_rd32(rp + 4 * rows) * 4 != room)
         return cmf_error_set(err, CMF_ERR_FORMAT, "tensor '%s' (q1t): row_ptr does not match the outlier records", nm);
     static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
-    uint64_t prev_row = UINT64_MAX;
     for (uint64_t i = 0; i < count; i++) {
         uint64_t k = first + i, r = k / cols, c = k % cols;
         const uint8_t *tile = p + (r * tpr + c / 32) * 9;
@@ -93,7 +92,6 @@ static cmf_status decode_q1t(const cmf_tensor *t, uint64_t rows, uint64_t cols, 
         unsigned code = (b / pow3[w % 5]) % 3;
         float s = h2f(tile);
         dst[i] = code == 0 ? 0.0f : code == 1 ? s : -s;
-        if (r != prev_row && (c == 0 || i == 0)) prev_row = r;
     }
     /* outliers of every row touched */
     uint64_t r0 = first / cols, r1 = count ? (first + count - 1) / cols : r0;

@@ -117,9 +117,10 @@ bool cmf_shard_name_parse(const char *path, uint32_t *no, uint32_t *count, size_
 char *cmf_shard_name(const char *stem, size_t stem_len, uint32_t no, uint32_t count);
 
 /* sign.c: verify `<path>.sig` against the file. *present false when no
- * .sig exists. Problems go to msg (a one-line reason) when !*ok. */
+ * .sig exists. Problems go to msg (a one-line reason) when !*ok; signer
+ * (may be NULL) receives the .sig's public key when *ok. */
 cmf_status cmf_signature_check(const char *path, bool *present, bool *ok, char *msg, size_t msgcap,
-                               cmf_error *err);
+                               uint8_t signer[32], cmf_error *err);
 
 /* Hex of a u64 as 16 lowercase digits into buf[17]. */
 static inline void cmf_hex64(uint64_t v, char buf[17]) {

@@ -4,7 +4,10 @@
  * quality, blob_off, blob_len, ...}}), then the 8-aligned bitfield blobs.
  * blob_off is taken relative to the start of the blob area (the first
  * 8-aligned offset after the meta JSON). Execution of masks is the engine's
- * business; here we only make sure every mask lies inside the section.
+ * business; here we only make sure the meta parses, n_masks matches it and
+ * every mask blob lies, 8-aligned, inside the section. (Per-blob lengths
+ * against header.arch are not checked: the bitfield order inside a blob is
+ * not pinned by the spec.)
  */
 #include "format_internal.h"
 

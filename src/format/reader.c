@@ -302,7 +302,8 @@ cmf_status cmf_file_open(const char *path, cmf_file **out, cmf_error *err) {
         if ((st = parse_header(&f->shards[i], &h, err))) goto fail;
         uint32_t hno, hcount;
         st = header_shard(&f->shards[i], h, &hno, &hcount, err);
-        if (!st && sharded && (hno != i + 1 || hcount != count))
+        /* a lone "-00001-of-00001" file may carry "shard": null */
+        if (!st && sharded && !(count == 1 && hcount == 0) && (hno != i + 1 || hcount != count))
             st = cmf_error_set(err, CMF_ERR_FORMAT,
                                "%s: header.shard is {no: %u, count: %u} but the file name says %u of %u",
                                f->shards[i].path, hno, hcount, i + 1, count);

@@ -157,7 +157,7 @@ cmf_status cmf_sign(const char *path, const char *key_path, cmf_error *err) {
 }
 
 cmf_status cmf_signature_check(const char *path, bool *present, bool *ok, char *msg, size_t msgcap,
-                               cmf_error *err) {
+                               uint8_t signer[32], cmf_error *err) {
     *present = *ok = false;
     if (msgcap) msg[0] = 0;
     size_t n = strlen(path) + 5;
@@ -191,6 +191,42 @@ cmf_status cmf_signature_check(const char *path, bool *present, bool *ok, char *
     if ((st = file_sha256(path, got, err))) return st;
     if (memcmp(got, want, 32) != 0) snprintf(msg, msgcap, "SHA-256 of the file does not match the signature file");
     else if (crypto_sign_verify_detached(sig, want, 32, pk) != 0) snprintf(msg, msgcap, "Ed25519 signature is invalid");
+    else *ok = true;
+    if (signer) memcpy(signer, pk, 32);
+    return CMF_OK;
+}
+
+/* trusted: 64 hex digits, or a JSON file with a "pubkey" hex field. */
+static cmf_status trusted_key(const char *trusted, uint8_t pk[32], cmf_error *err) {
+    size_t got = 0;
+    if (strlen(trusted) == 64 && sodium_hex2bin(pk, 32, trusted, 64, NULL, &got, NULL) == 0 && got == 32)
+        return CMF_OK;
+    char *text;
+    size_t len;
+    cmf_status st = cmf_read_file(trusted, &text, &len, err);
+    if (st) return cmf_error_prefix(err, "trusted key (64 hex digits or a key file)");
+    cJSON *j = len < 65536 ? cJSON_ParseWithLength(text, len) : NULL;
+    sodium_memzero(text, len);
+    free(text);
+    bool ok = j && from_hex(cJSON_GetObjectItemCaseSensitive(j, "pubkey"), pk, 32);
+    cJSON_Delete(j);
+    return ok ? CMF_OK
+              : cmf_error_set(err, CMF_ERR_FORMAT, "%s: no \"pubkey\" (64 hex digits) in the trusted key file", trusted);
+}
+
+cmf_status cmf_verify_signature(const char *path, const char *trusted, bool *ok, char *msg, size_t msgcap,
+                                cmf_error *err) {
+    if (!path || !trusted || !ok || (!msg && msgcap)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_verify_signature: NULL argument");
+    *ok = false;
+    uint8_t want[32], signer[32];
+    bool present, valid;
+    char m[256];
+    cmf_status st = trusted_key(trusted, want, err);
+    if (!st) st = cmf_signature_check(path, &present, &valid, m, sizeof m, signer, err);
+    if (st) return st;
+    if (!present) snprintf(msg, msgcap, "%s.sig is missing (a trusted key was required)", path);
+    else if (!valid) snprintf(msg, msgcap, "%s.sig: %s", path, m);
+    else if (sodium_memcmp(signer, want, 32) != 0) snprintf(msg, msgcap, "%s.sig: signed by a key other than the trusted one", path);
     else *ok = true;
     return CMF_OK;
 }

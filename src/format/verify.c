@@ -166,7 +166,7 @@ cmf_status cmf_verify(const char *path, cmf_verify_report *report, cmf_error *er
     }
     char msg[512];
     bool ok = false;
-    cmf_status st = cmf_signature_check(path, &report->signature_present, &ok, msg, sizeof msg, err);
+    cmf_status st = cmf_signature_check(path, &report->signature_present, &ok, msg, sizeof msg, NULL, err);
     if (st) {
         add_problem(report, "%s.sig: %s", path, err ? err->msg : "cannot check");
     } else if (report->signature_present) {

@@ -238,24 +238,32 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
 
     cmf_stop_matcher *m = NULL;
     cmf_detok_stream *ds = NULL;
+    double t0 = now_s();
+    size_t n_gen = 0;
+    cmf_stop_reason reason = CMF_STOP_MAX_TOKENS;
     cmf_status st = cmf_stop_matcher_new(gp->stop_strings, gp->n_stop, &m, err);
     if (st != CMF_OK) return cmf_error_prefix(err, "generate");
     const char *text;
     size_t len;
     if (s->tok_) {
         st = cmf_detok_stream_new(s->tok_, true, &ds, err);
-        if (st != CMF_OK) goto fail;
-        /* Prime with context; its text is not ours to print. */
+        if (st != CMF_OK) goto out;
+        /* Prime with context; its text is not ours to print. Best effort:
+         * a context id the tokenizer rejects (one past its vocabulary)
+         * only costs the priming. */
         size_t k = s->n_tok < CMF_DETOK_PRIME ? s->n_tok : CMF_DETOK_PRIME;
         for (size_t i = s->n_tok - k; i < s->n_tok; i++) {
-            st = cmf_detok_stream_push(ds, s->tok[i], &text, &len, err);
-            if (st != CMF_OK) goto fail;
+            cmf_error perr;
+            if (cmf_detok_stream_push(ds, s->tok[i], &text, &len, &perr) != CMF_OK) {
+                cmf_detok_stream_free(ds);
+                ds = NULL;
+                st = cmf_detok_stream_new(s->tok_, true, &ds, err);
+                if (st != CMF_OK) goto out;
+                break;
+            }
         }
     }
 
-    double t0 = now_s();
-    size_t n_gen = 0;
-    cmf_stop_reason reason = CMF_STOP_MAX_TOKENS;
     for (;;) {
         if (gp->n_predict >= 0 && n_gen >= (size_t)gp->n_predict) {
             reason = CMF_STOP_MAX_TOKENS;
@@ -274,7 +282,7 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
             }
             if (st != CMF_OK) {
                 cmf_error_prefix(err, "generate: decoding token %zu", n_gen);
-                goto fail;
+                goto out;
             }
         }
         assert(s->have_logits && s->n_kv == s->n_tok);
@@ -290,7 +298,7 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
             st = cmf_detok_stream_push(ds, t, &text, &len, err);
             if (st != CMF_OK) {
                 cmf_error_prefix(err, "generate: detokenizing id %d", (int)t);
-                goto fail;
+                goto out;
             }
             if (!emit_text(m, text, len, cb, user, &reason)) break;
         }
@@ -298,21 +306,18 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
     /* Release what the detokenizer and the matcher still hold. */
     if (ds && reason != CMF_STOP_STRING && reason != CMF_STOP_CALLBACK) {
         st = cmf_detok_stream_flush(ds, &text, &len, err);
-        if (st != CMF_OK) goto fail;
+        if (st != CMF_OK) goto out;
         if (emit_text(m, text, len, cb, user, &reason)) {
             cmf_stop_matcher_flush(m, &text, &len);
             if (len && cb && !cb(text, len, user)) reason = CMF_STOP_CALLBACK;
         }
     }
+out: /* st is CMF_OK unless an error jumped here */
     if (stats) {
         stats->n_generated = n_gen;
         stats->gen_seconds = now_s() - t0;
         stats->stop = reason;
     }
-    cmf_detok_stream_free(ds);
-    cmf_stop_matcher_free(m);
-    return CMF_OK;
-fail:
     cmf_detok_stream_free(ds);
     cmf_stop_matcher_free(m);
     return st;

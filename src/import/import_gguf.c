@@ -21,7 +21,9 @@
  * gemma-family files llama.cpp stored norm weights as (1 + w); 1 is
  * subtracted again. MoE expert stacks [n_expert, out, in] are split into
  * HF's per-expert tensors. An `output.weight` byte-identical to
- * `token_embd.weight` is dropped (tie_word_embeddings).
+ * `token_embd.weight` is dropped (tie_word_embeddings). Llama 3's
+ * `rope_freqs.weight` becomes rope_scaling again (llama3_rope) and phi3's
+ * `rope_factors_long/short.weight` the longrope rope_scaling object.
  */
 #include "cmf/tokenizer.h"
 #include "import/gguf.h"
@@ -71,6 +73,8 @@ static double a_num(const gctx *c, const char *suffix, double dflt) {
     const cJSON *v = aget(c, suffix);
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
+
+static double num_or_default(const cJSON *v, double d) { return cJSON_IsNumber(v) ? v->valuedouble : d; }
 
 typedef struct ginfo {
     const char *arch_name;
@@ -143,6 +147,22 @@ static cmf_status build_arch(const gctx *c, cJSON *a, ginfo *gi) {
     } else {
         ok = ok && cJSON_AddNullToObject(a, "rope_scaling");
     }
+    const cmf_gguf_tensor *rl = cmf_gguf_find(c->g, "rope_factors_long.weight"),
+                          *rsh = cmf_gguf_find(c->g, "rope_factors_short.weight");
+    if (rl && rsh) {
+        /* phi3 longrope: the HF rope_scaling object is the two factor lists. */
+        if (rl->type != CMF_GGML_F32 || rsh->type != CMF_GGML_F32 || rl->nelem != rsh->nelem || rl->nelem > 4096)
+            return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "%s: rope_factors_long/short.weight: expected two F32 vectors", c->path);
+        cJSON *rs = cJSON_CreateObject();
+        cJSON *lf = cJSON_AddArrayToObject(rs, "long_factor"), *sf = cJSON_AddArrayToObject(rs, "short_factor");
+        ok = ok && rs && lf && sf && cJSON_AddStringToObject(rs, "rope_type", "longrope");
+        for (uint64_t i = 0; ok && i < rl->nelem; i++)
+            ok = cJSON_AddItemToArray(lf, cJSON_CreateNumber(((const float *)rl->data)[i])) &&
+                 cJSON_AddItemToArray(sf, cJSON_CreateNumber(((const float *)rsh->data)[i]));
+        if (rs) cJSON_ReplaceItemInObjectCaseSensitive(a, "rope_scaling", rs);
+        const cJSON *oc = aget(c, "rope.scaling.original_context_length");
+        if (cJSON_IsNumber(oc)) ok = ok && cJSON_AddNumberToObject(a, "original_max_position_embeddings", oc->valuedouble);
+    }
     uint64_t rot;
     double prf = a_uint(c, "rope.dimension_count", &rot, false) ? (double)rot / (double)hd : 1.0;
     ok = ok && cJSON_AddNumberToObject(a, "partial_rotary_factor", prf);
@@ -187,6 +207,52 @@ static cmf_status build_arch(const gctx *c, cJSON *a, ginfo *gi) {
     }
     if (!ok) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory building header.arch", c->path);
     return CMF_OK;
+}
+
+/* llama.cpp stores Llama 3 RoPE scaling only as the per-frequency factor
+ * vector `rope_freqs.weight` [head_dim/2] (convert_hf_to_gguf.py
+ * LlamaModel.generate_extra_tensors). Recover HF's rope_scaling by matching
+ * the vector against the published configurations (Llama 3.1/3.3:
+ * factor 8; Llama 3.2: factor 32; both low 1, high 4, original context
+ * 8192). Unknown vectors are an error rather than a silently wrong model. */
+static cmf_status llama3_rope(const gctx *c, const ginfo *gi, cJSON *arch, cmf_error *err) {
+    const cmf_gguf_tensor *t = cmf_gguf_find(c->g, "rope_freqs.weight");
+    if (!t) return CMF_OK;
+    uint64_t n = t->nelem;
+    if (t->type != CMF_GGML_F32 || n != gi->head_dim / 2 || n == 0)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight': expected F32 [%u]", c->path,
+                             gi->head_dim / 2);
+    const float *v = t->data;
+    double theta = num_or_default(cJSON_GetObjectItemCaseSensitive(arch, "rope_theta"), 10000.0);
+    static const double cand[][4] = {{8, 1, 4, 8192}, {32, 1, 4, 8192}, {16, 1, 4, 8192}, {4, 1, 4, 8192}};
+    for (size_t k = 0; k < sizeof cand / sizeof *cand; k++) {
+        double factor = cand[k][0], lo = cand[k][1], hi = cand[k][2], old = cand[k][3];
+        bool match = true;
+        for (uint64_t i = 0; i < n && match; i++) {
+            double freq = 1.0 / pow(theta, (double)(2 * i) / (double)gi->head_dim);
+            double wl = 2 * M_PI / freq, f;
+            if (wl < old / hi) f = 1;
+            else if (wl > old / lo) f = factor;
+            else {
+                double smooth = (old / wl - lo) / (hi - lo);
+                f = 1 / ((1 - smooth) / factor + smooth);
+            }
+            match = fabs((double)v[i] - f) <= 1e-3 * f;
+        }
+        if (!match) continue;
+        cJSON *rs = cJSON_CreateObject();
+        if (!rs || !cJSON_AddStringToObject(rs, "rope_type", "llama3") || !cJSON_AddNumberToObject(rs, "factor", factor) ||
+            !cJSON_AddNumberToObject(rs, "low_freq_factor", lo) || !cJSON_AddNumberToObject(rs, "high_freq_factor", hi) ||
+            !cJSON_AddNumberToObject(rs, "original_max_position_embeddings", old)) {
+            cJSON_Delete(rs);
+            return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory");
+        }
+        cJSON_ReplaceItemInObjectCaseSensitive(arch, "rope_scaling", rs);
+        return CMF_OK;
+    }
+    return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
+                         "%s: tensor 'rope_freqs.weight' does not match a known Llama 3 rope scaling "
+                         "(factor 4/8/16/32, low 1, high 4, original context 8192)", c->path);
 }
 
 /* GGUF name -> HF name. *split_experts set for ffn_*_exps (name then holds
@@ -458,7 +524,7 @@ cmf_status cmf_import_gguf(const char *path, const char *out_path, const cmf_imp
         w = NULL;
         goto out;
     }
-    if ((st = build_arch(&c, arch, &gi))) goto out;
+    if ((st = build_arch(&c, arch, &gi)) || (gi.llama && (st = llama3_rope(&c, &gi, arch, err)))) goto out;
 
     /* Tied embeddings: no output.weight, or one identical to token_embd. */
     const cmf_gguf_tensor *emb = cmf_gguf_find(g, "token_embd.weight"), *outw = cmf_gguf_find(g, "output.weight");
@@ -502,7 +568,7 @@ cmf_status cmf_import_gguf(const char *path, const char *out_path, const cmf_imp
             cmf_ggml_type_size(t->type, &be, &bb);
             uint64_t per = t->ne[0] / be * bb * t->ne[1];
             for (uint64_t e = 0; e < t->ne[2]; e++) {
-                char en[300];
+                char en[400];
                 snprintf(en, sizeof en, "model.layers.%d.mlp.experts.%llu.%s", layer, (unsigned long long)e, name);
                 out_tensor oe = o;
                 oe.name = en;

@@ -21,6 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Tokens per micro-batch: bounds the activation scratch of long prompts. */
+#ifndef CMF_UBATCH
+#define CMF_UBATCH 512
+#endif
+
 /* Scratch of one forward call, sized by the batch (never by the vocab ×
  * context): n = tokens in the batch. */
 typedef struct fwd_buf {
@@ -77,6 +82,7 @@ static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_erro
     }
     if (!ok) {
         buf_free(be, b);
+        memset(b, 0, sizeof *b);
         return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory for a batch of %u tokens", n);
     }
     return CMF_OK;
@@ -244,13 +250,11 @@ static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf 
     }
     if (L->s_down) {
         if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->moe_x, b, err))) return st;
+        /* gate of the shared expert: σ(xn·w_sg), one value per token */
+        if (L->s_gate_inp && (st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn, n, b->moe_g, 1, err)))
+            return st;
         for (uint32_t t = 0; t < n; t++) {
-            float g = 1.0f;
-            if (L->s_gate_inp) {
-                float z;
-                if ((st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn + (size_t)t * E, 1, &z, 1, err))) return st;
-                g = 1.0f / (1.0f + expf(-z));
-            }
+            float g = L->s_gate_inp ? 1.0f / (1.0f + expf(-b->moe_g[t])) : 1.0f;
             be->ops->add_scaled(be, b->o + (size_t)t * E, b->moe_x + (size_t)t * E, E, g);
         }
     }
@@ -350,12 +354,27 @@ cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *ba
         free(old_len);
         return st;
     }
+    /* Micro-batches of at most CMF_UBATCH tokens, in order: scratch stays
+     * bounded for long prompts, and since every micro-batch stores its K/V
+     * before the next one runs, the result equals one big batch. */
+    uint32_t n = batch->n_tokens, ub = n < CMF_UBATCH ? n : CMF_UBATCH;
     fwd_buf b;
-    st = buf_alloc(m, batch->n_tokens, &b, err);
-    if (!st) {
-        st = forward_layers(m, kv, batch, &b, logits_out, err);
-        buf_free(m->be, &b);
+    int8_t *none = NULL;
+    st = buf_alloc(m, ub, &b, err);
+    if (!st && !batch->logits && n > ub && !(none = calloc(ub, 1)))
+        st = cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
+    for (uint32_t off = 0; !st && off < n; off += ub) {
+        uint32_t cn = n - off < ub ? n - off : ub;
+        const int8_t *want = batch->logits ? batch->logits + off : (off + cn < n ? none : NULL);
+        cmf_batch sub = {.n_tokens = cn, .tokens = batch->tokens + off, .pos = batch->pos + off,
+                         .seq_id = batch->seq_id ? batch->seq_id + off : NULL, .logits = want};
+        st = forward_layers(m, kv, &sub, &b, logits_out, err);
+        if (!st && logits_out) /* rows written by this micro-batch */
+            for (uint32_t i = 0; i < cn; i++)
+                if (want ? want[i] != 0 : i == cn - 1) logits_out += m->hp.n_vocab;
     }
+    if (b.x) buf_free(m->be, &b);
+    free(none);
     if (st) /* leave the cache as it was */
         for (uint32_t s = 0; s < kv->n_seq; s++) cmf_kv_seq_truncate(kv, (int32_t)s, old_len[s], NULL);
     free(old_len);

@@ -146,7 +146,7 @@ static cmf_status read_hparams(cmf_model *m, const keys *k, cmf_error *err) {
     hp->n_head_kv = (uint32_t)key_num(k, "num_kv_heads", key_num(k, "num_key_value_heads", hp->n_head));
     if (hp->n_layer == 0 || hp->n_layer > 4096)
         return cmf_error_set(err, CMF_ERR_FORMAT, "%s: arch.num_layers missing or invalid", path);
-    if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
+    if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head > 65536 || hp->n_head % hp->n_head_kv)
         return cmf_error_set(err, CMF_ERR_FORMAT,
                              "%s: arch.num_attention_heads %u / num_kv_heads %u invalid", path,
                              hp->n_head, hp->n_head_kv);

@@ -14,9 +14,10 @@
  *      (the token that crosses the bound is kept, as llama.cpp does). Only as
  *      much of the vocabulary is sorted as the prefix needs (64, then 4x);
  *   4. min-p: keep p >= min_p * p_max, i.e. l >= l_max + ln(min_p);
- *   5. temperature: l / temp;
+ *   5. temperature: l / temp, applied as p ∝ exp((l - l_max) / temp) so a
+ *      tiny temperature saturates to the argmax instead of overflowing;
  *   6. draw: u = uniform[0,1) from xoshiro256** (rng.h) times the sum of
- *      exp(l - l_max) in double, walked over the survivors.
+ *      those weights in double, walked over the survivors.
  * Greedy (greedy flag or temp <= 0): argmax after penalties, lowest id on
  * ties. A NaN logit is treated as -inf. Ordering of equal logits is always
  * by ascending id, so results never depend on sort stability.
@@ -29,6 +30,7 @@
 #include "sample/rng.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +79,8 @@ cmf_status cmf_sampler_new(const cmf_sampler_params *p, uint32_t n_vocab, cmf_sa
     cmf_sampler_params d = cmf_sampler_default_params();
     if (!p) p = &d;
     if (n_vocab == 0) return cmf_error_set(err, CMF_ERR_ARG, "sampler: n_vocab is 0");
-    if (isnan(p->temp)) return cmf_error_set(err, CMF_ERR_ARG, "sampler: temp is NaN");
+    if (isnan(p->temp) || isinf(p->temp))
+        return cmf_error_set(err, CMF_ERR_ARG, "sampler: temp %g must be finite", (double)p->temp);
     if (isnan(p->top_p)) return cmf_error_set(err, CMF_ERR_ARG, "sampler: top_p is NaN");
     if (isnan(p->min_p)) return cmf_error_set(err, CMF_ERR_ARG, "sampler: min_p is NaN");
     if (!(p->repeat_penalty > 0.0f) || !isfinite(p->repeat_penalty))
@@ -247,9 +250,10 @@ static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
         *sorted = true;
         return 1;
     }
-    for (size_t i = 0; i < V; i++) {
+    for (size_t i = 0; i < V; i++) { /* NaN -> -inf, +inf -> FLT_MAX (l - l_max stays finite) */
+        float v = logits[i];
         c[i].id = (int32_t)i;
-        c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
+        c[i].logit = isnan(v) ? -INFINITY : v == INFINITY ? FLT_MAX : v;
     }
     /* 1. penalties (c is still indexed by id) */
     if (s->penalize) {
@@ -258,7 +262,7 @@ static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
             float l = c[t].logit;
             if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
             l -= (float)s->count[t] * freq + pres;
-            c[t].logit = l;
+            c[t].logit = l == INFINITY ? FLT_MAX : l; /* a negative penalty can overflow */
         }
     }
     size_t n = V;
@@ -303,12 +307,14 @@ static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
         if (j == 0) j = 1;
         n = j;
     }
-    /* 5. temperature */
-    if (s->p.temp != 1.0f) {
-        const float inv = 1.0f / s->p.temp;
-        for (size_t i = 0; i < n; i++) c[i].logit *= inv;
-    }
+    /* 5. temperature: left to weight() so the logits stay unscaled */
     return n;
+}
+
+/* Unnormalized probability of a survivor: exp((l - l_max) / temp). l - l_max
+ * <= 0, so this never overflows; -inf gives 0. */
+static inline double weight(float l, float mx, double inv_temp) {
+    return exp(((double)l - (double)mx) * inv_temp);
 }
 
 int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
@@ -317,21 +323,22 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
     assert(n >= 1);
     if (n == 1) return s->cand[0].id;
     const cand *c = s->cand;
+    const double inv = 1.0 / (double)s->p.temp;
     float mx = -INFINITY;
     for (size_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-    if (mx == -INFINITY) return c[0].id; /* everything masked: lowest survivor */
+    if (mx == -INFINITY) return c[0].id; /* everything masked: first survivor */
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+    for (size_t i = 0; i < n; i++) sum += weight(c[i].logit, mx, inv);
     /* 6. draw */
     double u = cmf_rng_uniform(&s->rng) * sum, cum = 0.0;
     for (size_t i = 0; i < n; i++) {
-        cum += exp((double)c[i].logit - mx);
+        cum += weight(c[i].logit, mx, inv);
         if (u < cum) return c[i].id;
     }
     /* u landed past the last partial sum by rounding: the last token with
      * non-zero probability. */
     for (size_t i = n; i-- > 0;)
-        if (c[i].logit > -INFINITY) return c[i].id;
+        if (weight(c[i].logit, mx, inv) > 0.0) return c[i].id;
     return c[0].id;
 }
 
@@ -341,16 +348,18 @@ size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, i
     size_t n = run_chain(s, logits, &sorted);
     if (!sorted) select_top(s->cand, n, n);
     const cand *c = s->cand;
+    const bool greedy = is_greedy(s);
+    const double inv = greedy ? 1.0 : 1.0 / (double)s->p.temp;
     float mx = c[0].logit;
     double sum = 0.0;
     if (mx > -INFINITY)
-        for (size_t i = 0; i < n; i++) sum += exp((double)c[i].logit - mx);
+        for (size_t i = 0; i < n; i++) sum += weight(c[i].logit, mx, inv);
     for (size_t i = 0; i < n && i < cap; i++) {
         if (ids) ids[i] = c[i].id;
-        if (final_logits) final_logits[i] = c[i].logit;
+        if (final_logits) final_logits[i] = (float)((double)c[i].logit * inv);
         if (probs) {
             if (n == 1) probs[i] = 1.0f;
-            else if (sum > 0.0) probs[i] = (float)(exp((double)c[i].logit - mx) / sum);
+            else if (sum > 0.0) probs[i] = (float)(weight(c[i].logit, mx, inv) / sum);
             else probs[i] = i == 0 ? 1.0f : 0.0f;
         }
     }

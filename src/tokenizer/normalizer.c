@@ -135,17 +135,36 @@ fail:
     return st;
 }
 
-/* utf8proc_map with the given options into out (replacing out's contents). */
+/* utf8proc_map with the given options into out (replacing out's contents).
+ * Fast path: normalization forms are segment-safe before any ASCII
+ * character (a starter with NF*_Quick_Check=Yes that never composes with
+ * what precedes it, UAX #15 section 9), so ASCII text is copied and only
+ * each non-ASCII run, together with the ASCII character before it (which
+ * may compose with a following mark), goes through utf8proc. */
 static cmf_status uni_map(const char *s, size_t n, int opts, tk_buf *out, cmf_error *err) {
     out->n = 0;
-    if (n == 0) return tk_buf_nul(out) ? CMF_OK : cmf_error_set(err, CMF_ERR_NOMEM, "normalizer: out of memory");
-    utf8proc_uint8_t *r = NULL;
-    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &r,
-                                      (utf8proc_option_t)(opts | UTF8PROC_STABLE));
-    if (m < 0) return cmf_error_set(err, CMF_ERR_FORMAT, "normalizer: %s", utf8proc_errmsg(m));
-    bool ok = tk_buf_put(out, r, (size_t)m);
-    free(r);
-    return ok ? CMF_OK : cmf_error_set(err, CMF_ERR_NOMEM, "normalizer: out of memory");
+    if (!tk_buf_nul(out)) goto oom;
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (unsigned char)s[j] < 0x80) j++;
+        if (j == n) { if (!tk_buf_put(out, s + i, n - i)) goto oom; break; }
+        size_t a = j > i ? j - 1 : j;   /* segment start: the ASCII char before the run */
+        if (!tk_buf_put(out, s + i, a - i)) goto oom;
+        size_t k = j;
+        while (k < n && (unsigned char)s[k] >= 0x80) k++;
+        utf8proc_uint8_t *r = NULL;
+        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s + a, (utf8proc_ssize_t)(k - a), &r,
+                                          (utf8proc_option_t)(opts | UTF8PROC_STABLE));
+        if (m < 0) return cmf_error_set(err, CMF_ERR_FORMAT, "normalizer: %s", utf8proc_errmsg(m));
+        bool ok = tk_buf_put(out, r, (size_t)m);
+        free(r);
+        if (!ok) goto oom;
+        i = k;
+    }
+    return CMF_OK;
+oom:
+    return cmf_error_set(err, CMF_ERR_NOMEM, "normalizer: out of memory");
 }
 
 static bool is_bert_ws(int32_t c) {

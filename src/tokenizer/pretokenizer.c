@@ -39,29 +39,24 @@ struct tk_pretok {
 
 /* ---- bytes_to_unicode (GPT-2 encoder.py) ------------------------------- */
 
+/* The 188 printable bytes map to themselves; the other 68 (0x00-0x20,
+ * 0x7F-0xA0, 0xAD) map, in byte order, to U+0100.. U+0143. */
+static bool printable(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+
 int32_t tk_byte_to_cp(uint8_t b) {
-    /* printable ranges map to themselves; the other 68 bytes go to 256+k in
-     * byte order */
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE)) return b;
-    int k = 0;
-    for (int i = 0; i < b; i++)
-        if (!((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE))) k++;
-    return 256 + k;
+    if (printable(b)) return b;
+    if (b <= 0x20) return 256 + b;
+    if (b <= 0xA0) return 256 + 33 + (b - 0x7F);
+    return 256 + 67;   /* 0xAD */
 }
 
 int tk_cp_to_byte(int32_t cp) {
     if (cp < 0 || cp > 323) return -1;
-    if (cp < 256) {
-        uint8_t b = (uint8_t)cp;
-        return tk_byte_to_cp(b) == cp ? cp : -1;
-    }
-    int k = cp - 256, seen = 0;
-    for (int i = 0; i < 256; i++)
-        if (!((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE))) {
-            if (seen == k) return i;
-            seen++;
-        }
-    return -1;
+    if (cp < 256) return printable(cp) ? cp : -1;
+    int k = cp - 256;
+    if (k <= 0x20) return k;
+    if (k < 67) return 0x7F + (k - 33);
+    return 0xAD;
 }
 
 static const char GPT2_RE[] =

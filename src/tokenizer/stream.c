@@ -8,11 +8,19 @@
  * first-token rules (Metaspace / Strip leading space) cancel out, so the
  * concatenated output equals cmf_tokenizer_decode of all ids (the scheme of
  * HF tokenizers' DecodeStream). flush emits whatever is held back.
+ *
+ * Text that really contains U+FFFD at its end would be held forever and
+ * make every push decode a growing window (quadratic); after
+ * MAX_PENDING held ids the text is emitted anyway. Only a byte-fallback
+ * sequence left incomplete across that point could then differ from
+ * decode(all) — a pathological input (>= 256 ids of U+FFFD text).
  */
 #include "tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_PENDING 256
 
 struct cmf_detok_stream {
     const cmf_tokenizer *t;
@@ -64,6 +72,7 @@ static cmf_status advance(cmf_detok_stream *s, bool force, const char **text, si
         pl = 0;
         while (pl < fl && pl < s->prefix_len && full[pl] == s->prefix[pl]) pl++;
     }
+    if (s->win.n - s->ctx >= MAX_PENDING) force = true;
     if (fl > pl && (force || !ends_bad)) {
         if (!tk_buf_put(&s->out, full + pl, fl - pl)) { free(full); return cmf_error_set(err, CMF_ERR_NOMEM, "detok stream: out of memory"); }
         /* slide: drop old context, the ids just emitted become context */

@@ -60,12 +60,7 @@ static inline void ctu_diff(const char *what, const char *got, size_t glen, cons
 typedef const char *(*ctu_want_fn)(const cJSON *c, bool *want_err);
 typedef cJSON *(*ctu_ctx_fn)(const cJSON *root, const cJSON *c);
 
-static inline int ctu_run_cases(const char *file, ctu_want_fn want_of, ctu_ctx_fn ctx_of) {
-    const char *data = test_shared_data();
-    if (!data) TEST_SKIP("shared data not found");
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/chat_templates/expected/%s", data, file) >= (int)sizeof path)
-        TEST_SKIP("path too long");
+static inline int ctu_run_cases_path(const char *path, const char *file, ctu_want_fn want_of, ctu_ctx_fn ctx_of) {
     cJSON *root = ctu_load_json(path);
     REQUIRE(root, "cannot load %s", path);
     cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
@@ -101,6 +96,16 @@ static inline int ctu_run_cases(const char *file, ctu_want_fn want_of, ctu_ctx_f
     fprintf(stderr, "%s: %d/%d cases match (%d skipped: no reference)\n", file, ok, n, skipped);
     cJSON_Delete(root);
     return test_done();
+}
+
+/* The same for a file of ../shared/data/chat_templates/expected/. */
+static inline int ctu_run_cases(const char *file, ctu_want_fn want_of, ctu_ctx_fn ctx_of) {
+    const char *data = test_shared_data();
+    if (!data) TEST_SKIP("shared data not found");
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/chat_templates/expected/%s", data, file) >= (int)sizeof path)
+        TEST_SKIP("path too long");
+    return ctu_run_cases_path(path, file, want_of, ctx_of);
 }
 
 #endif

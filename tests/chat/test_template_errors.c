@@ -84,6 +84,9 @@ int main(void) {
     expect_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, &o, CMF_ERR_LIMIT, "recursion");
     expect_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, NULL, CMF_ERR_LIMIT, "recursion");
     expect_err("{{ 'x' * 100000000 }}", NULL, NULL, CMF_ERR_LIMIT, "limit");
+    o.max_recursion = 1000000; /* then the C-stack guard stops it */
+    expect_err("{% macro f(n) %}{% if true %}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}", NULL, &o,
+               CMF_ERR_LIMIT, "nested deeper");
     {
         size_t depth = 5000;
         char *deep = malloc(depth * 2 + 16);
@@ -126,6 +129,28 @@ int main(void) {
     expect_out("{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}", NULL, "[in]");
     expect_out("{{ [3, 1, 2] | sort | join(',') }} {{ 'a b c' | upper }} {{ x | default('d') }}", NULL,
                "1,2,3 A B C d");
+
+    /* cmf_template_render_json keeps int/float apart and carries U+0000 */
+    {
+        const char *src = "{{ a }} {{ b }} {{ c|tojson }} {{ c|length }} {{ d|tojson }}";
+        const char *js = "{\"a\": 1.0, \"b\": 1, \"c\": \"x\\u0000y\", \"d\": {\"k\": 0.0, \"k\": 2.5e-7}}";
+        cmf_template *t = NULL;
+        cmf_error e = {0};
+        char *o = NULL;
+        size_t ol = 0;
+        REQUIRE(cmf_template_parse(src, strlen(src), "json", &t, &e) == CMF_OK, "%s", e.msg);
+        CHECK(cmf_template_render_json(t, js, strlen(js), NULL, &o, &ol, &e) == CMF_OK, "%s", e.msg);
+        if (o) CHECK(strcmp(o, "1.0 1 \"x\\u0000y\" 3 {\"k\": 2.5e-07}") == 0, "render_json: %s", o);
+        free(o);
+        o = NULL;
+        CHECK(cmf_template_render_json(t, "{\"a\": [1,}", 11, NULL, &o, &ol, &e) == CMF_ERR_FORMAT &&
+                  strstr(e.msg, "byte"), "invalid JSON: %s", e.msg);
+        free(o);
+        o = NULL;
+        CHECK(cmf_template_render_json(t, "[1]", 3, NULL, &o, &ol, &e) == CMF_ERR_ARG, "non-object: %s", e.msg);
+        free(o);
+        cmf_template_free(t);
+    }
 
     /* ChatML default template */
     cJSON *ctx = cJSON_Parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": true}");

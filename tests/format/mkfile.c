@@ -4,7 +4,9 @@
  * scripts can corrupt precise places:
  *   header OFF LEN / directory OFF LEN / blob OFF LEN /
  *   tensor NAME ABS_OFF NBYTES
- * usage: cmf_format_mkfile OUT.cmf
+ * usage: cmf_format_mkfile OUT.cmf [SHARD_MAX_BYTES]
+ * (with SHARD_MAX_BYTES the set "OUT-0000K-of-0000N.cmf" is written and the
+ * layout of shard 1 printed)
  */
 #include "cmf/format.h"
 
@@ -14,13 +16,14 @@
 #include <stdlib.h>
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s OUT.cmf\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s OUT.cmf [SHARD_MAX_BYTES]\n", argv[0]);
         return 2;
     }
     cmf_writer *w;
     cmf_error e;
-    if (cmf_writer_open(argv[1], NULL, &w, &e)) goto fail;
+    cmf_writer_opts o = {.shard_max_bytes = argc == 3 ? strtoull(argv[2], NULL, 10) : 0};
+    if (cmf_writer_open(argv[1], &o, &w, &e)) goto fail;
     cJSON *h = cmf_writer_header(w);
     cJSON *arch = cJSON_AddObjectToObject(h, "arch");
     cJSON_AddStringToObject(arch, "arch_name", "llama");
@@ -38,6 +41,7 @@ int main(int argc, char **argv) {
         cmf_writer_set_tokenizer(w, "{\"model\":{\"type\":\"BPE\"}}", 24, &e) || cmf_writer_finish(w, &e))
         goto fail;
     cmf_file *f;
+    if (argc == 3) return 0;
     if (cmf_file_open(argv[1], &f, &e)) goto fail;
     size_t hl;
     const char *hj = cmf_file_header_json(f, &hl);

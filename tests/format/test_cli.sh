@@ -58,12 +58,19 @@ cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" 0
 expect 1 "$CMF" verify "$T/x.cmf"; contains "magic"
 
 # keys and signatures
+cp "$T/m.cmf" "$T/c0.cmf"
 expect 0 "$CMF" keygen -o "$T/key.json"
 [ "$(stat -c %a "$T/key.json")" = 600 ] || fail "key file mode is not 0600"
 expect 1 "$CMF" keygen -o "$T/key.json"; contains "exists"
 expect 0 "$CMF" sign "$T/m.cmf" --key "$T/key.json"
 [ -f "$T/m.cmf.sig" ] || fail "no .sig written"
 expect 0 "$CMF" verify "$T/m.cmf"; contains "signature"
+expect 0 "$CMF" verify "$T/m.cmf" --pubkey "$T/key.json"; contains "trusted key"
+PUB=$(sed 's/.*"pubkey":"\([0-9a-f]*\)".*/\1/' "$T/key.json")
+expect 0 "$CMF" verify "$T/m.cmf" --pubkey "$PUB"
+expect 0 "$CMF" keygen -o "$T/other.json"; contains "pubkey "
+expect 1 "$CMF" verify "$T/m.cmf" --pubkey "$T/other.json"; contains "other than the trusted"
+expect 1 "$CMF" verify "$T/c0.cmf" --pubkey "$PUB"
 cp "$T/m.cmf" "$T/s.cmf"; cp "$T/m.cmf.sig" "$T/s.cmf.sig"
 # a padding byte (not covered by any hash64) still breaks the signature
 flip "$T/s.cmf" $((DOFF + DLEN + 1))
@@ -83,6 +90,19 @@ flip "$T/x.cmf" $((TOFF + 3))
 expect 1 "$CMF" compact "$T/x.cmf" -o "$T/c2.cmf"; contains "hash64 mismatch"
 [ -e "$T/c2.cmf" ] && fail "compact left an output after failing"
 ls "$T" | grep -q '\.tmp$' && fail "temporary files left in $T"
+
+# shard sets: any shard name opens and verifies the set; a missing shard fails
+"$MK" "$T/sh.cmf" 9000 || fail "sharded mkfile"
+S2=$(ls "$T" | grep '^sh-00002-of-' | head -1)
+[ -n "$S2" ] || fail "no shard 2 written"
+if [ -n "$S2" ]; then
+    expect 0 "$CMF" info "$T/$S2"; contains "tensors:       4"; contains "sh-00001-of-"; contains "tokenizer:     present"
+    expect 0 "$CMF" verify "$T/$S2"
+    S1=${S2/00002-of/00001-of}
+    mv "$T/$S1" "$T/moved"
+    expect 1 "$CMF" info "$T/$S2"; contains "shard 1"
+    mv "$T/moved" "$T/$S1"
+fi
 
 # usage and help
 for c in info verify sign keygen compact; do expect 0 "$CMF" $c --help; contains "usage: cmf $c"; done

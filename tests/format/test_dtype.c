@@ -78,7 +78,8 @@ static void round_trip(cmf_dtype dt, uint64_t rows, uint64_t cols, const float *
         case CMF_DT_F16: bound = fabs(x[k]) * 0x1p-11 + 0x1p-25; break;
         case CMF_DT_BF16: bound = fabs(x[k]) * 0x1p-8; break;
         case CMF_DT_Q8_ROW: bound = h2f(b + n + 2 * r) / 2; break;
-        case CMF_DT_Q8_2F: bound = (double)h2f(b + n + 2 * r) * h2f(b + n + 2 * rows + 2 * c) / 2; break;
+        case CMF_DT_Q8_2F: /* q = round((w/col)/rs) in f32: two roundings of a quotient up to 127 */
+            bound = (double)h2f(b + n + 2 * r) * h2f(b + n + 2 * rows + 2 * c) * (0.5 + 127 * 0x1p-22); break;
         case CMF_DT_Q4_BLOCK: bound = h2f(b + ((n + 31) / 32) * 16 + 2 * (k / 32)) / 2; break;
         case CMF_DT_Q4_TILED: bound = h2f(b + (r * gpr + c / 32) * 18) / 2; break;
         case CMF_DT_Q4TP: {

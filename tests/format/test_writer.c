@@ -255,6 +255,17 @@ int main(void) {
     rename(s2, moved);
     CHECK(cmf_file_open(s1, &f, &e) == CMF_ERR_IO && strstr(e.msg, "shard 2"), "missing shard: %s", e.msg);
     rename(moved, s2);
+    /* count mismatch: shards 1 and 2 of N presented as a set of 2 */
+    char m1[4400], m2[4400];
+    snprintf(m1, sizeof m1, "%s/mm-00001-of-00002.cmf", dir);
+    snprintf(m2, sizeof m2, "%s/mm-00002-of-00002.cmf", dir);
+    CHECK(link(s1, m1) == 0 && link(s2, m2) == 0, "link shards");
+    CHECK(cmf_file_open(m2, &f, &e) == CMF_ERR_FORMAT && strstr(e.msg, "header.shard"), "count mismatch: %s", e.msg);
+    /* a lone file named as shard 1 of 1 without header.shard opens */
+    snprintf(m1, sizeof m1, "%s/solo-00001-of-00001.cmf", dir);
+    CHECK(link(path, m1) == 0, "link solo");
+    CHECK(cmf_file_open(m1, &f, &e) == CMF_OK, "solo shard: %s", e.msg);
+    if (f) cmf_file_close(f);
     test_masks(dir);
     return test_done();
 }

@@ -192,10 +192,14 @@ int main(void) {
     cmf_file *f = NULL;
     cmf_model *m = NULL;
     cmf_tokenizer *tok = NULL;
-    REQUIRE(cmf_file_open(out, &f, &err) == CMF_OK, "open %s: %s", out, err.msg);
+    /* (test.h's REQUIRE evaluates its condition twice: call first, then check) */
+    st = cmf_file_open(out, &f, &err);
+    REQUIRE(st == CMF_OK, "open %s: %s", out, err.msg);
     cmf_model_params mp = {.n_threads = 2, .backend = NULL};
-    REQUIRE(cmf_model_load(f, &mp, &m, &err) == CMF_OK, "model: %s", err.msg);
-    REQUIRE(cmf_tokenizer_load_path(out, &tok, &err) == CMF_OK, "tokenizer: %s", err.msg);
+    st = cmf_model_load(f, &mp, &m, &err);
+    REQUIRE(st == CMF_OK, "model: %s", err.msg);
+    st = cmf_tokenizer_load_path(out, &tok, &err);
+    REQUIRE(st == CMF_OK, "tokenizer: %s", err.msg);
 
     ref_run runs[2];
     int nr = 0;
@@ -207,12 +211,14 @@ int main(void) {
         if (strcmp(name->valuestring, "once") && strcmp(name->valuestring, "tom")) continue;
         ref_run *r = &runs[nr++];
         r->name = name->valuestring;
-        r->prompt = cJSON_GetObjectItemCaseSensitive(e, "prompt")->valuestring;
-        r->stdout_text = cJSON_GetObjectItemCaseSensitive(e, "stdout")->valuestring;
-        r->steps = cJSON_GetObjectItemCaseSensitive(e, "steps")->valueint;
+        r->prompt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "prompt"));
+        r->stdout_text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "stdout"));
+        const cJSON *steps = cJSON_GetObjectItemCaseSensitive(e, "steps");
+        r->steps = cJSON_IsNumber(steps) ? steps->valueint : 0;
         r->prompt_ids = ids_of(cJSON_GetObjectItemCaseSensitive(e, "prompt_tokens"), &r->n_prompt);
         r->next = ids_of(cJSON_GetObjectItemCaseSensitive(e, "next_tokens"), &r->n_next);
-        REQUIRE(r->prompt && r->stdout_text && r->prompt_ids && r->next && r->n_prompt > 0,
+        REQUIRE(r->prompt && r->stdout_text && r->prompt_ids && r->next && r->n_prompt > 0 &&
+                    r->steps > (int)r->n_prompt && r->n_next >= (size_t)r->steps,
                 "reference run %s incomplete", r->name);
     }
     REQUIRE(nr == 2, "reference runs 'once' and 'tom' not found");

@@ -167,7 +167,7 @@ static double cfgnum(const cJSON *c, const char *k, double d) {
 }
 
 /* Write <tmp>/<folder>.gguf from the parity folder; q4: Q4_0 matrices. */
-static bool make_gguf(const char *data, const char *folder, const char *arch, const char *out, bool q4) {
+static bool make_gguf(const char *data, const char *folder, const char *arch, const char *out, bool q4, double rope_factor, bool longrope) {
     char p[4200], *text;
     size_t len;
     cmf_error err = {0};
@@ -206,6 +206,33 @@ static bool make_gguf(const char *data, const char *folder, const char *arch, co
     }
     if (!strcmp(arch, "phi3")) kv_u32(&g, pre, "rope.dimension_count", hd);
     bool gemma = !strncmp(arch, "gemma", 5), llama = !strcmp(arch, "llama");
+    if (rope_factor != 0) {
+        /* llama.cpp's rope_freqs for Llama 3 scaling (low 1, high 4, context
+         * 8192); a negative factor writes a vector that matches nothing. */
+        float rf[256];
+        double theta = cfgnum(rp, "rope_theta", 10000);
+        for (uint32_t i = 0; i < hd / 2; i++) {
+            double freq = 1.0 / pow(theta, 2.0 * i / hd), wl = 2 * M_PI / freq, f;
+            double fac = fabs(rope_factor);
+            if (wl < 8192 / 4.0) f = 1;
+            else if (wl > 8192 / 1.0) f = fac;
+            else {
+                double sm = (8192 / wl - 1) / 3.0;
+                f = 1 / ((1 - sm) / fac + sm);
+            }
+            rf[i] = (float)(rope_factor < 0 ? f * 1.5 : f);
+        }
+        uint64_t ne[1] = {hd / 2};
+        add_t(&g, "rope_freqs.weight", CMF_GGML_F32, 1, ne, rf, hd / 2 * 4);
+    }
+    if (longrope) {
+        float lf[256], sf[256];
+        for (uint32_t i = 0; i < hd / 2; i++) lf[i] = 1.0f + 0.25f * (float)i, sf[i] = 1.0f + 0.01f * (float)i;
+        uint64_t ne[1] = {hd / 2};
+        add_t(&g, "rope_factors_long.weight", CMF_GGML_F32, 1, ne, lf, hd / 2 * 4);
+        add_t(&g, "rope_factors_short.weight", CMF_GGML_F32, 1, ne, sf, hd / 2 * 4);
+        kv_u32(&g, pre, "rope.scaling.original_context_length", 4096);
+    }
     char nb[256];
     for (size_t i = 0; i < cmf_st_count(s); i++) {
         const cmf_st_tensor *t = cmf_st_at(s, i);
@@ -295,7 +322,7 @@ int main(void) {
         snprintf(a, sizeof a, "%s/%s-hf.cmf", tmp, cases[i].folder);
         snprintf(b, sizeof b, "%s/%s-gguf.cmf", tmp, cases[i].folder);
         snprintf(dir, sizeof dir, "%s/parity/%s", data, cases[i].folder);
-        if (!make_gguf(data, cases[i].folder, cases[i].arch, gguf, false)) { CHECK(0, "make gguf %s", cases[i].folder); continue; }
+        if (!make_gguf(data, cases[i].folder, cases[i].arch, gguf, false, 0, false)) { CHECK(0, "make gguf %s", cases[i].folder); continue; }
         cmf_import_opts o = {.quant = "f32"};
         cmf_error err = {0};
         cmf_status s1 = cmf_convert_hf(dir, a, &o, &err);
@@ -313,7 +340,7 @@ int main(void) {
     snprintf(gq, sizeof gq, "%s/llama-q4_0.gguf", tmp);
     snprintf(keep, sizeof keep, "%s/llama-q4_0-keep.cmf", tmp);
     snprintf(f32, sizeof f32, "%s/llama-q4_0-f32.cmf", tmp);
-    if (make_gguf(data, "llama", "llama", gq, true)) {
+    if (make_gguf(data, "llama", "llama", gq, true, 0, false)) {
         cmf_import_opts ok = {.quant = "keep"}, of = {.quant = "f32"};
         cmf_error err = {0};
         CHECK(cmf_import_gguf(gq, keep, &ok, &err) == CMF_OK, "keep: %s", err.msg);
@@ -323,6 +350,47 @@ int main(void) {
         if (cmf_file_open(keep, &f, &err) == CMF_OK) {
             const cmf_tensor *t = cmf_file_find(f, "model.layers.0.self_attn.q_proj.weight");
             CHECK(t && t->dtype == CMF_DT_Q4_TILED, "Q4_0 q_proj kept as q4_tiled");
+            cmf_file_close(f);
+        }
+    }
+    /* Llama 3 rope scaling recovered from rope_freqs.weight; an unknown vector is refused. */
+    char g3[4400], o3[4400];
+    snprintf(g3, sizeof g3, "%s/llama3.gguf", tmp);
+    snprintf(o3, sizeof o3, "%s/llama3.cmf", tmp);
+    if (make_gguf(data, "llama", "llama", g3, false, 32, false)) {
+        cmf_import_opts o = {.quant = "f32"};
+        cmf_error err = {0};
+        CHECK(cmf_import_gguf(g3, o3, &o, &err) == CMF_OK, "llama3 rope: %s", err.msg);
+        cmf_file *f = NULL;
+        if (cmf_file_open(o3, &f, &err) == CMF_OK) {
+            const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "arch"), "rope_scaling");
+            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type"), *fa = cJSON_GetObjectItemCaseSensitive(rs, "factor");
+            CHECK(cJSON_IsString(ty) && !strcmp(ty->valuestring, "llama3") && cJSON_IsNumber(fa) && fa->valuedouble == 32,
+                  "llama3 rope_scaling recovered");
+            CHECK(!cmf_file_find(f, "rope_freqs.weight"), "rope_freqs not stored as a tensor");
+            cmf_file_close(f);
+        }
+    }
+    if (make_gguf(data, "llama", "llama", g3, false, -8, false)) {
+        cmf_import_opts o = {.quant = "f32"};
+        cmf_error err = {0};
+        CHECK(cmf_import_gguf(g3, o3, &o, &err) == CMF_ERR_UNSUPPORTED && strstr(err.msg, "rope_freqs"),
+              "unknown rope_freqs refused: %s", err.msg);
+    }
+    /* phi3 longrope factors -> rope_scaling {rope_type: longrope, long_factor, short_factor}. */
+    if (make_gguf(data, "phi3", "phi3", g3, false, 0, true)) {
+        cmf_import_opts o = {.quant = "f32"};
+        cmf_error err = {0};
+        CHECK(cmf_import_gguf(g3, o3, &o, &err) == CMF_OK, "longrope: %s", err.msg);
+        cmf_file *f = NULL;
+        if (cmf_file_open(o3, &f, &err) == CMF_OK) {
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "arch");
+            const cJSON *rs = cJSON_GetObjectItemCaseSensitive(a, "rope_scaling");
+            const cJSON *lf = cJSON_GetObjectItemCaseSensitive(rs, "long_factor");
+            CHECK(cJSON_GetArraySize(lf) == 8 && cJSON_GetArrayItem(lf, 2)->valuedouble == 1.5, "long_factor");
+            CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rs, "short_factor")) == 8, "short_factor");
+            const cJSON *om = cJSON_GetObjectItemCaseSensitive(a, "original_max_position_embeddings");
+            CHECK(cJSON_IsNumber(om) && om->valuedouble == 4096, "original_max_position_embeddings");
             cmf_file_close(f);
         }
     }

@@ -122,6 +122,39 @@ int main(void) {
     REQUIRE_OK(mu_logits(m, tok, 16, CMF_KV_F32, b, &err), "%s", err.msg);
     CHECK(mu_maxdiff(a, b, 16 * V) < 1e-2, "f16 KV far from f32: %g", mu_maxdiff(a, b, 16 * V));
 
+    /* --- a batch longer than a micro-batch (512) equals two halves ------- */
+    {
+        uint32_t N = 600;
+        int32_t *lt = malloc(N * sizeof *lt);
+        float *big = malloc((size_t)N * V * sizeof(float)), *half = malloc((size_t)N * V * sizeof(float));
+        REQUIRE(lt && big && half, "oom");
+        for (uint32_t i = 0; i < N; i++) lt[i] = (int32_t)((i * 7919u + 3u) % V);
+        cmf_kv_cache *kb = NULL;
+        cmf_kv_params kpb = {.n_ctx = N, .n_seq_max = 1, .type = CMF_KV_F32};
+        REQUIRE_OK(cmf_kv_create(m, &kpb, &kb, &err), "%s", err.msg);
+        REQUIRE_OK(mu_logits(m, lt, N, CMF_KV_F32, big, &err), "%s", err.msg);
+        int32_t *pp = malloc(N * sizeof *pp);
+        int8_t *w = malloc(N);
+        for (uint32_t i = 0; i < N; i++) { pp[i] = (int32_t)i; w[i] = 1; }
+        cmf_batch h1 = {.n_tokens = 300, .tokens = lt, .pos = pp, .logits = w};
+        cmf_batch h2 = {.n_tokens = N - 300, .tokens = lt + 300, .pos = pp + 300, .logits = w};
+        REQUIRE_OK(cmf_model_forward(m, kb, &h1, half, &err), "%s", err.msg);
+        REQUIRE_OK(cmf_model_forward(m, kb, &h2, half + 300 * V, &err), "%s", err.msg);
+        CHECK(mu_maxdiff(big, half, (size_t)N * V) <= 1e-5, "600-token batch differs from 300+300: %g",
+              mu_maxdiff(big, half, (size_t)N * V));
+        /* logits = NULL: only the last token's row */
+        cmf_kv_seq_truncate(kb, 0, 0, &err);
+        cmf_batch all = {.n_tokens = N, .tokens = lt, .pos = pp};
+        REQUIRE_OK(cmf_model_forward(m, kb, &all, half, &err), "%s", err.msg);
+        CHECK(mu_maxdiff(big + (size_t)(N - 1) * V, half, V) <= 1e-5, "last-row logits differ");
+        cmf_kv_free(kb);
+        free(pp);
+        free(w);
+        free(lt);
+        free(big);
+        free(half);
+    }
+
     /* --- malformed batches ----------------------------------------------- */
     REQUIRE_OK(cmf_kv_seq_truncate(kv, 0, 0, &err), "%s", err.msg);
     int32_t p5 = 5, s3 = 3, bad_tok = (int32_t)V;

@@ -418,6 +418,37 @@ static void test_chi_square(void) {
     cmf_sampler_free(s);
 }
 
+/* Extreme temperatures and logits stay well-defined. */
+static void test_extremes(void) {
+    const double P[4] = {0.1, 0.2, 0.3, 0.4};
+    float l[4];
+    logp(l, P, 4);
+    cmf_sampler_params p = plain();
+    p.temp = 1e-30f; /* saturates to the argmax, no overflow to NaN */
+    cmf_sampler *s = mk(&p, 4);
+    int bad = 0;
+    for (int i = 0; i < 200; i++) bad += cmf_sampler_sample(s, l) != 3;
+    CHECK(bad == 0, "temp 1e-30: %d draws were not the argmax", bad);
+    cmf_sampler_free(s);
+    p.temp = 1e6f; /* near uniform */
+    s = mk(&p, 4);
+    int cnt[4] = {0};
+    for (int i = 0; i < 4000; i++) cnt[cmf_sampler_sample(s, l)]++;
+    for (int i = 0; i < 4; i++)
+        CHECK(cnt[i] > 800 && cnt[i] < 1200, "temp 1e6: id %d drawn %d/4000", i, cnt[i]);
+    cmf_sampler_free(s);
+    p.temp = 1.0f;
+    s = mk(&p, 4);
+    float inf[4] = {0, INFINITY, NAN, -INFINITY};
+    bad = 0;
+    for (int i = 0; i < 100; i++) bad += cmf_sampler_sample(s, inf) != 1;
+    CHECK(bad == 0, "+inf logit must always win (%d misses)", bad);
+    cmf_sampler_free(s);
+    p.temp = INFINITY;
+    cmf_error err;
+    CHECK(cmf_sampler_new(&p, 4, &s, &err) == CMF_ERR_ARG, "temp inf refused");
+}
+
 static int test_params(void) {
     cmf_sampler *s = NULL;
     cmf_error err;
@@ -449,6 +480,7 @@ int main(void) {
     test_large_vocab();
     test_seed();
     test_chi_square();
+    test_extremes();
     test_params();
     return test_done();
 }

@@ -110,13 +110,18 @@ static void run_inp_out(const char *data, const char *tok, const char *vocab) {
     cmf_tokenizer_free(t);
 }
 
-int main(void) {
+/* argv[1] (optional): run only that tokenizer (qwen3 | llama3 | gemma3), so
+ * ctest can run the three in parallel. */
+int main(int argc, char **argv) {
     const char *data = test_shared_data();
     if (!data) TEST_SKIP("shared data not found");
-    run_cases(data, "qwen3", true);
-    run_cases(data, "llama3", true);
-    run_cases(data, "gemma3", false);
-    run_inp_out(data, "qwen3", "ggml-vocab-qwen2.gguf");
-    run_inp_out(data, "qwen3", "ggml-vocab-deepseek-r1-qwen.gguf");
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (!only || !strcmp(only, "qwen3")) {
+        run_cases(data, "qwen3", true);
+        run_inp_out(data, "qwen3", "ggml-vocab-qwen2.gguf");
+        run_inp_out(data, "qwen3", "ggml-vocab-deepseek-r1-qwen.gguf");
+    }
+    if (!only || !strcmp(only, "llama3")) run_cases(data, "llama3", true);
+    if (!only || !strcmp(only, "gemma3")) run_cases(data, "gemma3", false);
     return test_done();
 }

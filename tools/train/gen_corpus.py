@@ -249,11 +249,11 @@ def recipe_parts(r):
         steps.append(f"Meanwhile, fry the {extras[0]} in the oil until soft.")
         steps.append(f"Add the {extras[1]} and the {' and the '.join(spices)}.")
         steps.append(f"Drain the {main}, mix everything together and serve warm.")
-    return title, serves, ing, steps
+    return title, serves, ing, steps, base
 
 
 def recipe(r):
-    title, serves, ing, steps = recipe_parts(r)
+    title, serves, ing, steps, _ = recipe_parts(r)
     lines = [f"Recipe: {title}", f"Serves {serves}.", "", "Ingredients:"]
     lines += [f"- {i}" for i in ing]
     lines += ["", "Steps:"]
@@ -328,6 +328,16 @@ FACTS = [
     ("Which season is the coldest?", "Winter is the coldest season."),
     ("What does a caterpillar turn into?", "A caterpillar turns into a butterfly."),
 ]
+# Questions the demo model cannot answer: it learns to say so politely.
+OUT_OF_DOMAIN = ["What is the capital of France?", "Who won the football match yesterday?",
+                 "Can you write a computer program?", "What is the weather like today?",
+                 "Translate this sentence into German.", "What is the meaning of life?",
+                 "How far away is the moon?", "Who invented the telephone?",
+                 "What is the square root of 2?", "Can you help me with my taxes?",
+                 "What time is it?", "Tell me about quantum physics.", "What is the best phone to buy?",
+                 "Who wrote Hamlet?", "How do airplanes fly?", "What is the price of gold?"]
+OOD_ANSWER = ("I am sorry, I do not know about that. I am a small demo model: I can tell short stories, "
+              "share simple recipes, solve easy arithmetic problems and answer simple questions.")
 GREETINGS = ["Hello!", "Hi!", "Hi there.", "Good morning!", "Hello, who are you?", "Hey!"]
 SELF_INTRO = ("Hello! I am a small demo model made by the cmf project. I can tell short stories, "
               "share simple recipes, solve easy arithmetic problems and answer simple questions.")
@@ -335,7 +345,7 @@ SELF_INTRO = ("Hello! I am a small demo model made by the cmf project. I can tel
 
 def chat_turn(r):
     """Return one (user, assistant) pair."""
-    k = r.randrange(7)
+    k = r.randrange(8)
     if k == 0:
         hero = make_hero(r)
         about = hero[4].split(" named ")[0]  # "a little girl", "a red fox"
@@ -345,9 +355,10 @@ def chat_turn(r):
                      f"Write a story about {about}, please."])
         return u, "Sure! Here is a story.\n\n" + story(r, hero)
     if k == 1:
-        title, serves, ing, steps = recipe_parts(r)
-        u = r.choice([f"How do I make {title.lower()}?", f"Give me a recipe for {title.lower()}.",
-                      f"Can you share a recipe for {title.lower()}?"])
+        title, serves, ing, steps, base = recipe_parts(r)
+        dish = title.lower() if r.random() < 0.6 else base  # "carrots soup" or just "soup"
+        u = r.choice([f"How do I make {dish}?", f"Give me a recipe for {dish}.",
+                      f"Can you share a recipe for {dish}?"])
         a = (f"Here is a simple recipe for {title.lower()}. It serves {serves}.\n\nIngredients:\n"
              + "\n".join(f"- {i}" for i in ing) + "\n\nSteps:\n"
              + "\n".join(f"{j + 1}. {s}" for j, s in enumerate(steps)))
@@ -370,6 +381,8 @@ def chat_turn(r):
         return q, a
     if k == 5:
         return r.choice(GREETINGS), SELF_INTRO
+    if k == 7:
+        return r.choice(OUT_OF_DOMAIN), OOD_ANSWER
     return (r.choice(["What can you do?", "What are you?", "Who made you?", "What is your name?"]),
             pick(r, [SELF_INTRO, "I am the cmf demo model, a small language model trained on stories, "
                       "recipes and arithmetic problems."]))

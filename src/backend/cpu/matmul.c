@@ -102,6 +102,7 @@ typedef struct quant_ctx {
     const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
     mm_act *a;
     bool perm, expand;
+    bool off128; /* store q + 128 as u8 (AVX-512 VNNI q8 kernel: x is vpdpbusd's u8 side) */
 } quant_ctx;
 
 /* Quantize token t: per block of 32, d = absmax/127, q = round(x/d). */
@@ -132,7 +133,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
             long qi = lrintf(v[i] * id);
             qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
             sum += (int32_t)qi;
-            qb[c->perm ? (i >> 1) + (i & 1) * 16 : i] = (int8_t)qi;
+            qb[c->perm ? (i >> 1) + (i & 1) * 16 : i] = (int8_t)(c->off128 ? (uint8_t)(qi + 128) : qi);
         }
         d[b] = dd;
         s[b] = sum;
@@ -256,7 +257,7 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
         act.d = (float *)bp;
         bp += np * 8 * (size_t)n;
         act.s = (int32_t *)bp;
-        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4, expand};
+        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4, expand, fam == FAM_Q8 && lv == CMF_CPU_AVX512VNNI};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
     }
@@ -281,8 +282,8 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
     chunk = (chunk + 3) & ~(uint64_t)3;
     if (chunk < 4) chunk = 4;
     uint64_t ntasks = (nrows + chunk - 1) / chunk;
-    if (ntasks > (1u << 30)) {
-        chunk = (nrows + (1u << 30) - 1) >> 30;
+    if (ntasks > 0xFFFFFF) { /* the pool claims at most 2^24 - 1 tasks per job */
+        chunk = ((nrows + 0xFFFFFE) / 0xFFFFFF + 3) & ~(uint64_t)3;
         ntasks = (nrows + chunk - 1) / chunk;
     }
     run_ctx rc = {&job, fn, chunk, nrows};

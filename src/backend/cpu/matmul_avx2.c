@@ -56,10 +56,12 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         uint64_t wr = j->row0 + r;
         const uint8_t *w = (const uint8_t *)j->W->data + wr * in * (dt == CMF_DT_F32 ? 4 : 2);
         __m256 acc[4], acc2[4];
+        #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[t] = acc2[t] = _mm256_setzero_ps();
         uint64_t i = 0;
         for (; i + 16 <= full; i += 16) {
             __m256 w0 = load_w8(w, i, dt), w1 = load_w8(w, i + 8, dt);
+            #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 acc[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * in + i), acc[t]);
                 acc2[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * in + i + 8), acc2[t]);
@@ -67,9 +69,11 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         }
         for (; i < full; i += 8) {
             __m256 w0 = load_w8(w, i, dt);
+            #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 acc[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * in + i), acc[t]);
         }
+        #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             float s = hsum256(_mm256_add_ps(acc[t], acc2[t]));
             for (uint64_t k = i; k < in; k++) s += w_scalar(w, k, dt) * x[t * in + k];
@@ -87,6 +91,7 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
         uint64_t wr = j->row0 + r;
         const int8_t *w = mm_q8_row(j->W, in, wr);
         __m256 acc[4];
+        #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
         for (uint32_t b = 0; b < a->nb; b++) {
             uint64_t i = (uint64_t)b * 32;
@@ -99,6 +104,7 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
                 wv = _mm256_loadu_si256((const __m256i *)tmp);
             }
             __m256i aw = _mm256_sign_epi8(wv, wv);
+            #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const int8_t *xq = a->q + (size_t)(t0 + t) * a->qstride + i;
                 __m256i sx = _mm256_sign_epi8(_mm256_load_si256((const __m256i *)xq), wv);
@@ -108,6 +114,7 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
             }
         }
         float ws = mm_q8_scale(j->W, j->rows, in, wr);
+        #pragma GCC unroll 4
         for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = hsum256(acc[t]) * ws;
     }
 }
@@ -124,6 +131,7 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
         size_t stride;
         const uint8_t *nib = mm_q4_nibbles(j->W, nb, wr, &stride);
         __m256 acc[4];
+        #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
         for (uint64_t seg = 0; seg < nb; seg += MM_SEG_BLOCKS) {
             uint64_t cnt = nb - seg < MM_SEG_BLOCKS ? nb - seg : MM_SEG_BLOCKS;
@@ -132,6 +140,7 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
                 uint64_t b = seg + k;
                 __m128i v = _mm_loadu_si128((const __m128i *)(nib + b * stride));
                 __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+                #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
                     size_t tb = (size_t)(t0 + t) * a->np * 2 + b;
                     const int8_t *xq = a->q + (size_t)(t0 + t) * a->qstride + 32 * b;
@@ -142,6 +151,7 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
                 }
             }
         }
+        #pragma GCC unroll 4
         for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = hsum256(acc[t]);
     }
 }

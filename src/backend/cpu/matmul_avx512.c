@@ -2,15 +2,17 @@
  * matmul_avx512.c — AVX-512 kernels of cmf_cpu_matmul (compiled with
  * -mavx512f/bw/vl/dq/vnni; chosen at run time by cpu_features.c).
  *
- * Every kernel computes a tile of T <= 4 tokens against one weight row at a
- * time, so each weight vector is loaded (and unpacked) once per T tokens:
+ * Every kernel computes a tile of T tokens (<= 8 for the integer kernels,
+ * <= 4 for fp) against one or two weight rows at a time, so each weight vector is loaded (and unpacked) once per T tokens:
  * decode (T = 1) streams the weights once, prefill reuses them 4x from L1.
  *
  *  fp (f32/f16/bf16): 16 weights per vector converted to f32, FMA with X.
- *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector; u8 x s8 dot
- *     products via the sign trick of llama.cpp (|w| as u8, x with w's sign
- *     as s8), int32 lanes (8 per block) to f32, times the block scale of X
- *     (expanded "de" lanes), row scale at the end.
+ *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector, int32 lanes
+ *     (8 per block) to f32, times the block scale of X (expanded "de"
+ *     lanes), row scale at the end. VNNI: X is stored as u8 q+128 and
+ *     vpdpbusd(x, w) starts from -128*sum(w) (computed once per weight
+ *     vector, shared by the token tile); without VNNI the sign trick of
+ *     llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs exact.
  *  q4 (q4_block/q4_tiled/q4tp): 2 blocks of 16 nibble bytes unpacked to
  *     [lo0 hi0 lo1 hi1] (u8 0..15) against X permuted even/odd (see
  *     matmul_int.h); the -8 offset is folded into the int32 accumulator's
@@ -50,10 +52,12 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         uint64_t wr = j->row0 + r;
         const uint8_t *w = (const uint8_t *)j->W->data + wr * in * (dt == CMF_DT_F32 ? 4 : 2);
         __m512 acc[4], acc2[4];
+        #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[t] = acc2[t] = _mm512_setzero_ps();
         uint64_t i = 0;
         for (; i + 32 <= full; i += 32) {
             __m512 w0 = load_w16(w, i, dt, 0xFFFF), w1 = load_w16(w, i + 16, dt, 0xFFFF);
+            #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 acc[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * in + i), acc[t]);
                 acc2[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * in + i + 16), acc2[t]);
@@ -61,14 +65,17 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         }
         for (; i < full; i += 16) {
             __m512 w0 = load_w16(w, i, dt, 0xFFFF);
+            #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
                 acc[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * in + i), acc[t]);
         }
         if (tail) {
             __m512 w0 = load_w16(w, i, dt, tail);
+            #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
                 acc[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(tail, x + t * in + i), acc[t]);
         }
+        #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             j->Y[(size_t)(t0 + t) * j->ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc2[t]));
     }
@@ -76,38 +83,70 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- q8 ----------------------------------------------------------------- */
 
-AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
+/* Rows [r, r+R) x tokens [t0, t0+T): R*T independent accumulators (two rows
+ * for decode break the FMA dependency chain and share each X load). */
+AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni) {
     const mm_act *a = j->a;
     uint64_t in = j->in;
     const __m512i zero = _mm512_setzero_si512();
-    for (uint64_t r = rb; r < re; r++) {
-        uint64_t wr = j->row0 + r;
-        const int8_t *w = mm_q8_row(j->W, in, wr);
-        __m512 acc[4];
-        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-        for (uint32_t p = 0; p < a->np; p++) {
-            uint64_t i = (uint64_t)p * 64;
-            __m512i wv;
+    const int8_t *w[2];
+    __m512 acc[2][8];
+#pragma GCC unroll 4
+    for (int k = 0; k < R; k++) {
+        w[k] = mm_q8_row(j->W, in, j->row0 + r + (uint64_t)k);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[k][t] = _mm512_setzero_ps();
+    }
+    for (uint32_t p = 0; p < a->np; p++) {
+        uint64_t i = (uint64_t)p * 64;
+        __m512i wv[2], aw[2], corr[2];
+        __mmask64 neg[2];
+#pragma GCC unroll 4
+        for (int k = 0; k < R; k++) {
             if (i + 64 <= in) {
-                wv = _mm512_loadu_si512(w + i);
+                wv[k] = _mm512_loadu_si512(w[k] + i);
             } else {
                 __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
-                wv = _mm512_maskz_loadu_epi8(m, w + i);
+                wv[k] = _mm512_maskz_loadu_epi8(m, w[k] + i);
             }
-            __m512i aw = _mm512_abs_epi8(wv);
-            __mmask64 neg = _mm512_movepi8_mask(wv);
-            for (int t = 0; t < T; t++) {
-                const int8_t *xq = a->q + (size_t)(t0 + t) * a->qstride + i;
-                __m512i xv = _mm512_load_si512(xq);
-                __m512i sx = _mm512_mask_sub_epi8(xv, neg, zero, xv);
-                __m512i ip = dpbusd(zero, aw, sx, vnni);
-                const float *de = a->de + ((size_t)(t0 + t) * a->np + p) * 16;
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_load_ps(de), acc[t]);
+            if (vnni) { /* x arrives as u8 q+128: sum (q+128)*w - 128*sum(w) */
+                corr[k] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wv[k]));
+            } else {
+                aw[k] = _mm512_abs_epi8(wv[k]);
+                neg[k] = _mm512_movepi8_mask(wv[k]);
             }
         }
-        float ws = mm_q8_scale(j->W, j->rows, in, wr);
-        for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = _mm512_reduce_add_ps(acc[t]) * ws;
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + i);
+            __m512 de = _mm512_load_ps(a->de + ((size_t)(t0 + t) * a->np + p) * 16);
+#pragma GCC unroll 4
+            for (int k = 0; k < R; k++) {
+                __m512i ip;
+                if (vnni) {
+                    ip = _mm512_dpbusd_epi32(corr[k], xv, wv[k]);
+                } else {
+                    __m512i sx = _mm512_mask_sub_epi8(xv, neg[k], zero, xv);
+                    ip = dpbusd(zero, aw[k], sx, 0);
+                }
+                acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), de, acc[k][t]);
+            }
+        }
     }
+#pragma GCC unroll 4
+    for (int k = 0; k < R; k++) {
+        uint64_t wr = j->row0 + r + (uint64_t)k;
+        float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * in + 2 * wr);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            j->Y[(size_t)(t0 + t) * j->ldy + r + (uint64_t)k] = _mm512_reduce_add_ps(acc[k][t]) * ws;
+    }
+}
+
+AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
+    uint64_t r = rb;
+    for (; r + 2 <= re; r += 2) q8_rows(j, r, t0, 2, T, vnni);
+    if (r < re) q8_rows(j, r, t0, 1, T, vnni);
 }
 
 /* ---- q4 ----------------------------------------------------------------- */
@@ -122,10 +161,39 @@ AI __m512i q4_unpack2(const uint8_t *p0, const uint8_t *p1) {
     return _mm512_and_si512(u, _mm512_set1_epi8(0x0F));
 }
 
+/* In-register transpose of a 16x16 float matrix (r[i] = row i). */
+AI void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+}
+
 /* q4tp ladders (spec §4) of up to 16 rows [r, r+nr) at once, one row per
- * lane so the 31 dependent multiplies of each ladder overlap:
- * lad[c*16 + k] = t_c of row r+k. exp2 from the pool's f16 table when
- * present (same bits as exp2f), else exp2f. */
+ * lane so the 31 dependent multiplies of each ladder overlap, then
+ * transposed to row-major: lad[k*32 + c] = t_c of row r+k. exp2 from the
+ * pool's f16 table when present (same bits as exp2f), else exp2f. */
 static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, int nr,
                            const float *tab, float *lad) {
     const uint8_t *ls = (const uint8_t *)W->data + rows * nb * 16 + 4 * r;
@@ -139,54 +207,57 @@ static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint
         t0[k] = tab ? tab[lo] : exp2f(_cvtsh_ss(lo));
         m[k] = tab ? tab[st] : exp2f(_cvtsh_ss(st));
     }
-    __m512 t = _mm512_load_ps(t0), mv = _mm512_load_ps(m);
-    _mm512_store_ps(lad, t);
-    for (int c = 1; c < 32; c++) {
-        t = _mm512_mul_ps(t, mv);
-        _mm512_store_ps(lad + 16 * c, t);
+    __m512 lo16[16], hi16[16], mv = _mm512_load_ps(m);
+    lo16[0] = _mm512_load_ps(t0);
+    for (int c = 1; c < 16; c++) lo16[c] = _mm512_mul_ps(lo16[c - 1], mv);
+    hi16[0] = _mm512_mul_ps(lo16[15], mv);
+    for (int c = 1; c < 16; c++) hi16[c] = _mm512_mul_ps(hi16[c - 1], mv);
+    transpose16(lo16);
+    transpose16(hi16);
+    for (int k = 0; k < 16; k++) {
+        _mm512_store_ps(lad + 32 * k, lo16[k]);
+        _mm512_store_ps(lad + 32 * k + 16, hi16[k]);
     }
 }
 
-/* Scales of blocks [b0, b0+cnt) of row r into dw (64-byte aligned), zero
- * padded to a multiple of 16. b0 is a multiple of 16. q4tp: the row's
- * ladder is (tlo, thi); 16 codes at a time (80 bits = 10 bytes) are shifted
- * into dword lanes and looked up with one vpermt2ps. */
-static void q4_scales512(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, uint64_t b0,
-                         uint64_t cnt, __m512 tlo, __m512 thi, float *dw) {
-    uint64_t padded = (cnt + 15) & ~(uint64_t)15;
+/* Scales of the (up to) 16 blocks [g, g+cnt) of row r (g a multiple of
+ * 16), lanes >= cnt zero. q4tp: the row's ladder is (tlo, thi); the 16
+ * codes (80 bits = 10 bytes at byte 10*g/16 of the row's code slice) are
+ * shifted into dword lanes and looked up with one vpermt2ps. */
+AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, uint64_t g,
+                      uint64_t cnt, __m512 tlo, __m512 thi) {
+    __mmask16 live = (__mmask16)(cnt >= 16 ? 0xFFFF : (1u << cnt) - 1);
+    const uint8_t *base = W->data;
     if (W->dtype == CMF_DT_Q4TP) {
-        uint64_t cb = (nb * 5 + 7) / 8;
-        const uint8_t *codes = (const uint8_t *)W->data + rows * nb * 16 + 4 * rows + cb * r;
+        uint64_t cb = (nb * 5 + 7) / 8, byte = 10 * (g / 16);
+        const uint8_t *codes = base + rows * nb * 16 + 4 * rows + cb * r;
+        uint64_t w0, w1;
+        /* Bytes past the row's slice belong to the next row's codes and only
+         * reach lanes >= cnt (masked below); only the payload end is a limit. */
+        if (codes + byte + 13 <= base + W->nbytes) {
+            memcpy(&w0, codes + byte, 8);
+            memcpy(&w1, codes + byte + 5, 8);
+        } else { /* end of the payload: never read past it */
+            uint8_t tmp[16] = {0};
+            memcpy(tmp, codes + byte, cb - byte);
+            memcpy(&w0, tmp, 8);
+            memcpy(&w1, tmp + 5, 8);
+        }
         const __m512i sh = _mm512_set_epi64(35, 30, 25, 20, 15, 10, 5, 0);
-        for (uint64_t k = 0; k < cnt; k += 16) {
-            uint64_t g = b0 + k, byte = 10 * (g / 16);
-            if (byte + 13 <= cb) {
-                uint64_t w0, w1;
-                memcpy(&w0, codes + byte, 8);
-                memcpy(&w1, codes + byte + 5, 8);
-                __m256i c0 = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(_mm512_set1_epi64((long long)w0), sh));
-                __m256i c1 = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(_mm512_set1_epi64((long long)w1), sh));
-                __m512i c = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1),
-                                             _mm512_set1_epi32(31));
-                _mm512_store_ps(dw + k, _mm512_permutex2var_ps(tlo, c, thi));
-            } else {
-                float t[32] __attribute__((aligned(64)));
-                _mm512_store_ps(t, tlo);
-                _mm512_store_ps(t + 16, thi);
-                for (uint64_t i = k; i < k + 16 && i < cnt; i++) dw[i] = t[x86_q4tp_code(codes, b0 + i)];
-            }
-        }
-    } else if (W->dtype == CMF_DT_Q4_BLOCK) {
-        const uint8_t *sc = (const uint8_t *)W->data + 16 * nb * rows + 2 * (nb * r + b0);
-        for (uint64_t k = 0; k < cnt; k += 16) {
-            uint64_t left = cnt - k < 16 ? cnt - k : 16;
-            __m256i h = _mm256_maskz_loadu_epi16((__mmask16)((1u << left) - 1), sc + 2 * k);
-            _mm512_store_ps(dw + k, _mm512_cvtph_ps(h));
-        }
-    } else {
-        x86_q4_scales(W, rows, nb, r, b0, cnt, dw);
+        __m256i c0 = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(_mm512_set1_epi64((long long)w0), sh));
+        __m256i c1 = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(_mm512_set1_epi64((long long)w1), sh));
+        __m512i c = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1),
+                                     _mm512_set1_epi32(31));
+        return _mm512_maskz_mov_ps(live, _mm512_permutex2var_ps(tlo, c, thi));
     }
-    for (uint64_t i = cnt; i < padded; i++) dw[i] = 0.0f;
+    if (W->dtype == CMF_DT_Q4_BLOCK) {
+        const uint8_t *sc = base + 16 * nb * rows + 2 * (nb * r + g);
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, sc));
+    }
+    float t[16] __attribute__((aligned(64))); /* q4_tiled: scales 18 bytes apart */
+    const uint8_t *p = base + 18 * (nb * r + g);
+    for (uint64_t i = 0; i < 16; i++) t[i] = i < cnt ? x86_h2f(p + 18 * i) : 0.0f;
+    return _mm512_load_ps(t);
 }
 
 /* vpermps indices: pair p of a 16-block group -> 8 lanes of block 2p, 8 of 2p+1 */
@@ -200,53 +271,90 @@ static const int32_t k_pair_idx[8][16] __attribute__((aligned(64))) = {
     {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
     {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
 
-AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
+/* Rows [r, r+R) x tokens [t0, t0+T), as q8_rows. `lad` holds the q4tp
+ * ladders of the 16-row batch containing r (r - batch start = lk). */
+AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni,
+                const float *lad, int lk) {
     const mm_act *a = j->a;
     uint64_t nb = a->nb;
-    float dw[MM_SEG_BLOCKS + 16] __attribute__((aligned(64)));
-    float lad[32 * 16] __attribute__((aligned(64)));
     const bool tp = j->W->dtype == CMF_DT_Q4TP;
-    const __m512i lidx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
-                                           192, 208, 224, 240);
-    __m512 tlo = _mm512_setzero_ps(), thi = tlo;
-    for (uint64_t r = rb; r < re; r++) {
-        uint64_t wr = j->row0 + r;
+    __m512 tlo[2], thi[2], acc[2][8];
+    const uint8_t *nib[2];
+    size_t stride = 16;
+#pragma GCC unroll 4
+    for (int k = 0; k < R; k++) {
+        tlo[k] = thi[k] = _mm512_setzero_ps();
         if (tp) {
-            int k = (int)((r - rb) % 16);
-            if (k == 0) q4tp_ladders16(j->W, j->rows, nb, wr, re - r < 16 ? (int)(re - r) : 16,
-                                       j->exp2_f16, lad);
-            __m512i ix = _mm512_add_epi32(lidx, _mm512_set1_epi32(k));
-            tlo = _mm512_i32gather_ps(ix, lad, 4);
-            thi = _mm512_i32gather_ps(ix, lad + 256, 4);
+            tlo[k] = _mm512_load_ps(lad + 32 * (lk + k));
+            thi[k] = _mm512_load_ps(lad + 32 * (lk + k) + 16);
         }
-        size_t stride;
-        const uint8_t *nib = mm_q4_nibbles(j->W, nb, wr, &stride);
-        __m512 acc[4];
-        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-        for (uint64_t seg = 0; seg < nb; seg += MM_SEG_BLOCKS) {
-            uint64_t cnt = nb - seg < MM_SEG_BLOCKS ? nb - seg : MM_SEG_BLOCKS;
-            q4_scales512(j->W, j->rows, nb, wr, seg, cnt, tlo, thi, dw);
-            for (uint64_t k = 0; k < cnt; k += 2) {
-                uint64_t b = seg + k, p = b / 2;
-                const uint8_t *p0 = nib + b * stride;
-                __m512i wv = q4_unpack2(p0, b + 1 < nb ? p0 + stride : NULL);
-                __m512 dwv = _mm512_permutexvar_ps(_mm512_load_si512(k_pair_idx[(k & 15) >> 1]),
-                                                   _mm512_load_ps(dw + (k & ~(uint64_t)15)));
-                for (int t = 0; t < T; t++) {
-                    size_t tp = (size_t)(t0 + t) * a->np + p;
-                    __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + 64 * p);
-                    __m512i ip = dpbusd(_mm512_load_si512(a->se + tp * 16), wv, xv, vnni);
-                    __m512 sc = _mm512_mul_ps(dwv, _mm512_load_ps(a->de + tp * 16));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), sc, acc[t]);
+        nib[k] = mm_q4_nibbles(j->W, nb, j->row0 + r + (uint64_t)k, &stride);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[k][t] = _mm512_setzero_ps();
+    }
+    for (uint64_t g = 0; g < nb; g += 16) { /* groups of 16 blocks = 8 pairs */
+        uint64_t cnt = nb - g < 16 ? nb - g : 16;
+        __m512 dw16[2];
+#pragma GCC unroll 4
+        for (int k = 0; k < R; k++)
+            dw16[k] = q4_scales16(j->W, j->rows, nb, j->row0 + r + (uint64_t)k, g, cnt, tlo[k], thi[k]);
+        for (uint64_t q = 0; q < cnt; q += 2) {
+            uint64_t b = g + q, p = b / 2;
+            __m512i wv[2];
+            __m512 dwv[2];
+            __m512i pidx = _mm512_load_si512(k_pair_idx[q >> 1]);
+#pragma GCC unroll 4
+            for (int k = 0; k < R; k++) {
+                const uint8_t *p0 = nib[k] + b * stride;
+                wv[k] = q4_unpack2(p0, b + 1 < nb ? p0 + stride : NULL);
+                dwv[k] = _mm512_permutexvar_ps(pidx, dw16[k]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                size_t tp2 = (size_t)(t0 + t) * a->np + p;
+                __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + 64 * p);
+                __m512i se = _mm512_load_si512(a->se + tp2 * 16);
+                __m512 de = _mm512_load_ps(a->de + tp2 * 16);
+#pragma GCC unroll 4
+                for (int k = 0; k < R; k++) {
+                    __m512i ip = dpbusd(se, wv[k], xv, vnni);
+                    acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
                 }
             }
         }
-        for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = _mm512_reduce_add_ps(acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < R; k++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            j->Y[(size_t)(t0 + t) * j->ldy + r + (uint64_t)k] = _mm512_reduce_add_ps(acc[k][t]);
+}
+
+AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
+    float lad[32 * 16] __attribute__((aligned(64)));
+    const bool tp = j->W->dtype == CMF_DT_Q4TP;
+    for (uint64_t bs = rb; bs < re; bs += 16) { /* batches of 16 rows share a ladder pass */
+        uint64_t be = re - bs < 16 ? re : bs + 16;
+        if (tp) q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + bs, (int)(be - bs), j->exp2_f16, lad);
+        uint64_t r = bs;
+        for (; r + 2 <= be; r += 2) q4_rows(j, r, t0, 2, T, vnni, lad, (int)(r - bs));
+        if (r < be) q4_rows(j, r, t0, 1, T, vnni, lad, (int)(r - bs));
     }
 }
 
 /* ---- token tiling and the exported entry points ------------------------ */
 
+/* Token tiles: 8 at a time for the integer kernels (weight unpacking and
+ * scale work amortized over more tokens), then 4, 3, 2, 1. */
+#define TILES8(call8, call4, call3, call2, call1)                               \
+    for (int t0 = 0; t0 < j->n;) {                                             \
+        int rem = j->n - t0;                                                    \
+        if (rem >= 8) { call8; t0 += 8; }                                       \
+        else if (rem >= 4) { call4; t0 += 4; }                                  \
+        else if (rem == 3) { call3; t0 += 3; }                                  \
+        else if (rem == 2) { call2; t0 += 2; }                                  \
+        else { call1; t0 += 1; }                                                \
+    }
 #define TILES(call4, call3, call2, call1)                                       \
     for (int t0 = 0; t0 < j->n; t0 += 4) {                                     \
         int rem = j->n - t0;                                                    \
@@ -273,21 +381,21 @@ void mm_fp_avx512(mm_job *j, uint64_t rb, uint64_t re) {
 }
 
 void mm_q8_avx512(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES(q8_tile(j, rb, re, t0, 4, 0), q8_tile(j, rb, re, t0, 3, 0), q8_tile(j, rb, re, t0, 2, 0),
-          q8_tile(j, rb, re, t0, 1, 0));
+    TILES8(q8_tile(j, rb, re, t0, 8, 0), q8_tile(j, rb, re, t0, 4, 0), q8_tile(j, rb, re, t0, 3, 0),
+           q8_tile(j, rb, re, t0, 2, 0), q8_tile(j, rb, re, t0, 1, 0));
 }
 
 void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES(q8_tile(j, rb, re, t0, 4, 1), q8_tile(j, rb, re, t0, 3, 1), q8_tile(j, rb, re, t0, 2, 1),
-          q8_tile(j, rb, re, t0, 1, 1));
+    TILES8(q8_tile(j, rb, re, t0, 8, 1), q8_tile(j, rb, re, t0, 4, 1), q8_tile(j, rb, re, t0, 3, 1),
+           q8_tile(j, rb, re, t0, 2, 1), q8_tile(j, rb, re, t0, 1, 1));
 }
 
 void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES(q4_tile(j, rb, re, t0, 4, 0), q4_tile(j, rb, re, t0, 3, 0), q4_tile(j, rb, re, t0, 2, 0),
-          q4_tile(j, rb, re, t0, 1, 0));
+    TILES8(q4_tile(j, rb, re, t0, 8, 0), q4_tile(j, rb, re, t0, 4, 0), q4_tile(j, rb, re, t0, 3, 0),
+           q4_tile(j, rb, re, t0, 2, 0), q4_tile(j, rb, re, t0, 1, 0));
 }
 
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES(q4_tile(j, rb, re, t0, 4, 1), q4_tile(j, rb, re, t0, 3, 1), q4_tile(j, rb, re, t0, 2, 1),
-          q4_tile(j, rb, re, t0, 1, 1));
+    TILES8(q4_tile(j, rb, re, t0, 8, 1), q4_tile(j, rb, re, t0, 4, 1), q4_tile(j, rb, re, t0, 3, 1),
+           q4_tile(j, rb, re, t0, 2, 1), q4_tile(j, rb, re, t0, 1, 1));
 }

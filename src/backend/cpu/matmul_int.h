@@ -11,7 +11,8 @@
  * Quantized activations (mm_act), built once per call by matmul.c
  * following llama.cpp's Q8_0 activation scheme (ggml-quants.c,
  * quantize_row_q8_0): per block d = absmax/127, q = round(x/d):
- *   q  int8  [n][np*64]  natural order for q8 weights; for q4 weights each
+ *   q  int8  [n][np*64]  natural order for q8 weights (AVX-512 VNNI level:
+ *                        stored as u8 q + 128, see matmul_avx512.c); for q4 weights each
  *                        block is permuted to [x0 x2 .. x30 | x1 x3 .. x31]
  *                        so the low nibbles (even elements) meet the first
  *                        16 bytes and the high nibbles the last 16;

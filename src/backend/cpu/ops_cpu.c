@@ -5,7 +5,8 @@
  * with matrix products delegated to the matmul kernels of cpu.h.
  *
  * Work is spread over the persistent thread pool of cpu.h: row-wise ops are
- * split into contiguous row ranges, attention into (token, head) pairs.
+ * split into contiguous row ranges, attention into (token, KV head) pairs
+ * (the query heads of a GQA group share each K/V row read).
  * All arithmetic is float32 (accumulations in float32, as PyTorch's eager
  * CPU path does for float32 models), so the f32 parity tests hold to 1e-4.
  */
@@ -136,9 +137,9 @@ static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n
 
 typedef struct {
     const cmf_attn_args *a;
-    float *scratch;   /* [n_tasks][max_kv] scores */
+    float *scratch;   /* per task: [group][max_kv] scores, then a [head_dim] row */
+    size_t per_task;  /* floats of scratch per task */
     uint32_t max_kv;
-    int n_tasks;
 } attn_ctx;
 
 static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_t p, uint32_t kv_dim,
@@ -160,78 +161,77 @@ static inline float h2f(uint16_t h) {
     return f;
 }
 
+/* A K or V row as float32: f32 rows are used in place, f16 rows are
+ * converted once into buf (shared by every query head of the group). */
+static inline const float *row_f32(const void *src, bool f16, uint32_t d, float *buf) {
+    if (!f16) return src;
+    const uint16_t *h = src;
+    for (uint32_t j = 0; j < d; j++) buf[j] = h2f(h[j]);
+    return buf;
+}
+
 /* q·k over d dims; four partial sums let the compiler vectorise. */
-static inline float dot_kv(const float *q, const void *k, bool f16, uint32_t d) {
+static inline float dot(const float *q, const float *k, uint32_t d) {
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
     uint32_t j = 0;
-    if (f16) {
-        const uint16_t *kh = k;
-        for (; j + 4 <= d; j += 4) {
-            s0 += q[j] * h2f(kh[j]);
-            s1 += q[j + 1] * h2f(kh[j + 1]);
-            s2 += q[j + 2] * h2f(kh[j + 2]);
-            s3 += q[j + 3] * h2f(kh[j + 3]);
-        }
-        for (; j < d; j++) s0 += q[j] * h2f(kh[j]);
-    } else {
-        const float *kf = k;
-        for (; j + 4 <= d; j += 4) {
-            s0 += q[j] * kf[j];
-            s1 += q[j + 1] * kf[j + 1];
-            s2 += q[j + 2] * kf[j + 2];
-            s3 += q[j + 3] * kf[j + 3];
-        }
-        for (; j < d; j++) s0 += q[j] * kf[j];
+    for (; j + 4 <= d; j += 4) {
+        s0 += q[j] * k[j];
+        s1 += q[j + 1] * k[j + 1];
+        s2 += q[j + 2] * k[j + 2];
+        s3 += q[j + 3] * k[j + 3];
     }
+    for (; j < d; j++) s0 += q[j] * k[j];
     return (s0 + s1) + (s2 + s3);
 }
 
-static inline void axpy_kv(float *o, float w, const void *v, bool f16, uint32_t d) {
-    if (f16) {
-        const uint16_t *vh = v;
-        for (uint32_t j = 0; j < d; j++) o[j] += w * h2f(vh[j]);
-    } else {
-        const float *vf = v;
-        for (uint32_t j = 0; j < d; j++) o[j] += w * vf[j];
-    }
-}
-
-/* Task `task` handles (token, head) pairs [lo, hi) of n_tok·n_head. */
+/* Task `task` handles (token, kv head) pairs [lo, hi) of n_tok·n_kv_head;
+ * for each, the `group` query heads sharing that KV head (GQA) walk the
+ * keys together, so each cached row is read (and converted) once:
+ *   s[g][p] = softcap(q_g·k_p·scale), p in the causal/sliding range
+ *   o_g = Σ_p softmax(s[g])[p] · v_p                                    */
 static void attn_task(void *vctx, int task, int n_tasks) {
     attn_ctx *c = vctx;
     const cmf_attn_args *a = c->a;
-    uint32_t total = a->n_tok * a->n_head, lo, hi;
+    uint32_t total = a->n_tok * a->n_kv_head, lo, hi;
     chunk(task, n_tasks, total, &lo, &hi);
-    float *sc = c->scratch + (size_t)task * c->max_kv;
     uint32_t d = a->head_dim, kv_dim = a->n_kv_head * d, group = a->n_head / a->n_kv_head;
-    for (uint32_t th = lo; th < hi; th++) {
-        uint32_t t = th / a->n_head, h = th % a->n_head, kvh = h / group;
+    float *sc = c->scratch + (size_t)task * c->per_task;
+    float *row = sc + (size_t)group * c->max_kv;
+    for (uint32_t tk = lo; tk < hi; tk++) {
+        uint32_t t = tk / a->n_kv_head, kvh = tk % a->n_kv_head;
         const cmf_kv_view *v = &a->views[t];
-        const float *q = a->q + (size_t)t * a->n_head * d + (size_t)h * d;
-        float *o = a->out + (size_t)t * a->n_head * d + (size_t)h * d;
+        const float *q = a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
+        float *o = a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
         uint32_t p_end = (uint32_t)a->pos[t] + 1; /* keys 0 .. pos */
         uint32_t p_beg = 0;
         if (a->window && p_end > a->window) p_beg = p_end - a->window;
-        /* scores, max */
-        float mx = -INFINITY;
+        uint32_t np = p_end - p_beg;
+        /* scores */
         for (uint32_t p = p_beg; p < p_end; p++) {
-            float s = dot_kv(q, kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d) * a->scale;
-            if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
-            sc[p - p_beg] = s;
-            if (s > mx) mx = s;
+            const float *k = row_f32(kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d, row);
+            for (uint32_t g = 0; g < group; g++) {
+                float s = dot(q + (size_t)g * d, k, d) * a->scale;
+                if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
+                sc[(size_t)g * np + (p - p_beg)] = s;
+            }
         }
-        /* softmax */
-        float sum = 0.0f;
-        for (uint32_t p = p_beg; p < p_end; p++) {
-            float e = expf(sc[p - p_beg] - mx);
-            sc[p - p_beg] = e;
-            sum += e;
+        /* softmax per query head, normalised in place */
+        for (uint32_t g = 0; g < group; g++) {
+            float *s = sc + (size_t)g * np, mx = -INFINITY, sum = 0.0f;
+            for (uint32_t i = 0; i < np; i++) mx = s[i] > mx ? s[i] : mx;
+            for (uint32_t i = 0; i < np; i++) sum += (s[i] = expf(s[i] - mx));
+            float inv = 1.0f / sum;
+            for (uint32_t i = 0; i < np; i++) s[i] *= inv;
         }
-        float inv = 1.0f / sum;
         /* weighted sum of values */
-        memset(o, 0, d * sizeof(float));
-        for (uint32_t p = p_beg; p < p_end; p++)
-            axpy_kv(o, sc[p - p_beg] * inv, kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d);
+        memset(o, 0, (size_t)group * d * sizeof(float));
+        for (uint32_t p = p_beg; p < p_end; p++) {
+            const float *vr = row_f32(kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d, row);
+            for (uint32_t g = 0; g < group; g++) {
+                float w = sc[(size_t)g * np + (p - p_beg)], *og = o + (size_t)g * d;
+                for (uint32_t j = 0; j < d; j++) og[j] += w * vr[j];
+            }
+        }
     }
 }
 
@@ -242,12 +242,12 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
     uint32_t max_kv = 1;
     for (uint32_t t = 0; t < a->n_tok; t++)
         if ((uint32_t)a->pos[t] + 1 > max_kv) max_kv = (uint32_t)a->pos[t] + 1;
-    uint32_t total = a->n_tok * a->n_head;
+    uint32_t total = a->n_tok * a->n_kv_head, group = a->n_head / a->n_kv_head;
     /* small jobs (decode at short context) are cheaper than a pool wake-up */
-    uint64_t work = (uint64_t)total * max_kv * a->head_dim;
+    uint64_t work = (uint64_t)a->n_tok * a->n_head * max_kv * a->head_dim;
     int n_tasks = work < 65536 ? 1 : n_tasks_for(b, total);
-    attn_ctx c = {a, NULL, max_kv, n_tasks};
-    c.scratch = malloc((size_t)n_tasks * max_kv * sizeof(float));
+    attn_ctx c = {a, NULL, (size_t)group * max_kv + a->head_dim, max_kv};
+    c.scratch = malloc((size_t)n_tasks * c.per_task * sizeof(float));
     if (!c.scratch) return cmf_error_set(err, CMF_ERR_NOMEM, "attention: scratch of %u scores", max_kv);
     if (n_tasks == 1) attn_task(&c, 0, 1);
     else cmf_cpu_pool_run(pool_of(b), attn_task, &c, n_tasks);
@@ -269,13 +269,29 @@ static inline float act_apply(float x, cmf_act act) {
     }
 }
 
+typedef struct {
+    float *out;
+    const float *gate, *up;
+    size_t ld_out, ld_in;
+    uint32_t n, dim;
+    cmf_act act;
+} glu_ctx;
+
+static void glu_task(void *vctx, int task, int n_tasks) {
+    glu_ctx *c = vctx;
+    uint32_t lo, hi;
+    chunk(task, n_tasks, c->n, &lo, &hi);
+    for (uint32_t i = lo; i < hi; i++)
+        for (uint32_t j = 0; j < c->dim; j++)
+            c->out[(size_t)i * c->ld_out + j] =
+                act_apply(c->gate[(size_t)i * c->ld_in + j], c->act) * c->up[(size_t)i * c->ld_in + j];
+}
+
 static void cpu_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
                     size_t ld_in, uint32_t n, uint32_t dim, cmf_act act) {
-    (void)b;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = 0; j < dim; j++)
-            out[(size_t)i * ld_out + j] =
-                act_apply(gate[(size_t)i * ld_in + j], act) * up[(size_t)i * ld_in + j];
+    glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act};
+    if ((size_t)n * dim < 65536) glu_task(&c, 0, 1); /* decode: not worth a wake-up */
+    else cmf_cpu_pool_run(pool_of(b), glu_task, &c, n_tasks_for(b, n));
 }
 
 static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s) {

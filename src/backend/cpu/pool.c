@@ -2,15 +2,26 @@
  * pool.c — a persistent pthread thread pool for the CPU engine.
  *
  * n_threads - 1 workers are created once; the driving thread is thread 0
- * and takes part in every job. A job is published by bumping a generation
- * counter; tasks are handed out dynamically with an atomic counter (so a
- * thread slowed by a busy machine just takes fewer tasks). After a job a
- * worker spins for a short while (decode issues hundreds of small jobs per
- * token: waking from a futex each time would dominate), then parks on a
- * condition variable until the next generation.
+ * and takes part in every job. Tasks are claimed one at a time from a
+ * single 64-bit "claim word" = [generation:16 | n_tasks:24 | next index:24]
+ * with compare-and-swap, so:
+ *   - a thread slowed or descheduled on a busy machine simply claims fewer
+ *     tasks; the driver never waits for a worker that has not started (it
+ *     waits only for tasks already claimed to finish: `done` == n_tasks);
+ *   - a worker waking late cannot run a task of a finished job: its CAS on
+ *     a stale word fails, and a successful claim (acquire) sees the job
+ *     fields the driver wrote before publishing the word (release); the
+ *     driver rewrites them only after every claimed task is done.
+ * After a job a worker spins for a short while (decode issues hundreds of
+ * small jobs per token; a futex wake-up per job would dominate), then
+ * parks on a condition variable until the generation changes.
  *
- * Nested runs (a task calling cmf_cpu_pool_run) execute serially on the
- * calling thread: the `busy` flag marks a job in progress.
+ * Nested runs (a task calling cmf_cpu_pool_run) and runs from a second
+ * thread while a job is in flight execute serially on the calling thread.
+ * Jobs of more than 2^24 - 1 tasks also run serially.
+ *
+ * The pool also owns the matmul activation buffer (matmul.c) and a table
+ * of exp2f over all f16 values (q4tp ladders), built once at creation.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -18,15 +29,16 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/matmul_int.h"
 
-#include <pthread.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define POOL_MAX_THREADS 256
-#define SPIN_ITERS 20000 /* ~50-100 us of pause loops before parking */
+#define SPIN_ITERS 20000 /* pause loops (~50-100 us) before parking */
+#define MAX_TASKS 0xFFFFFF
 
 typedef struct worker {
     cmf_cpu_pool *pool;
@@ -38,28 +50,27 @@ struct cmf_cpu_pool {
     int n_threads;
     worker *workers; /* [n_threads - 1] */
     int n_started;
-    bool sync_inited;   /* mu/cv initialised */
-    void *mm_buf;       /* matmul activation buffer (matmul.c), 64-aligned */
-    float *exp2_f16;    /* [65536] exp2f(f16 value) for q4tp ladders, or NULL */
-    size_t mm_buf_sz;
+    bool sync_inited; /* mu/cv initialised */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint generation; /* bumped per job */
+    atomic_uint generation; /* bumped per job (parking) */
     atomic_int stop;
-    atomic_int parked;      /* workers waiting on cv */
+    atomic_int parked; /* workers waiting on cv */
 
-    /* current job */
+    /* current job: written by the driver before the claim word is published */
     cmf_cpu_task_fn fn;
     cmf_cpu_task_fn_t fn_t;
     void *ctx;
-    int n_tasks;
-    atomic_int next_task;
-    atomic_int done_workers; /* workers finished with this generation */
-    atomic_int busy;
+    _Atomic uint64_t claim; /* gen:16 | n_tasks:24 | next:24 */
+    atomic_int done;        /* tasks finished in this job */
+    atomic_int busy;        /* a job is in flight */
 
     void **scratch;     /* [n_threads] */
     size_t *scratch_sz; /* [n_threads] */
+    void *mm_buf;       /* matmul activation buffer, 64-aligned */
+    size_t mm_buf_sz;
+    float *exp2_f16;    /* [65536] exp2f(f16 value), or NULL */
 };
 
 static inline void cpu_relax(void) {
@@ -70,22 +81,29 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Claim and run tasks until the word has none left. */
 static void run_tasks(cmf_cpu_pool *p, int thread) {
+    uint64_t w = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= p->n_tasks) break;
-        if (p->fn_t) p->fn_t(p->ctx, t, p->n_tasks, thread);
-        else p->fn(p->ctx, t, p->n_tasks);
+        uint32_t n = (uint32_t)(w >> 24) & MAX_TASKS, idx = (uint32_t)w & MAX_TASKS;
+        if (idx >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* w reloaded */
+        if (p->fn_t) p->fn_t(p->ctx, (int)idx, (int)n, thread);
+        else p->fn(p->ctx, (int)idx, (int)n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        w = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
 
 static void *worker_main(void *arg) {
-    worker *w = arg;
-    cmf_cpu_pool *p = w->pool;
-    unsigned seen = 0;
+    worker *wk = arg;
+    cmf_cpu_pool *p = wk->pool;
+    unsigned seen = atomic_load(&p->generation);
     for (;;) {
-        unsigned g;
         int spins = 0;
+        unsigned g;
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
                !atomic_load(&p->stop)) {
             if (++spins < SPIN_ITERS) {
@@ -101,8 +119,7 @@ static void *worker_main(void *arg) {
         }
         if (atomic_load(&p->stop)) break;
         seen = g;
-        run_tasks(p, w->index);
-        atomic_fetch_add_explicit(&p->done_workers, 1, memory_order_acq_rel);
+        run_tasks(p, wk->index);
     }
     return NULL;
 }
@@ -132,6 +149,9 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     p->sync_inited = true;
     atomic_init(&p->generation, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->parked, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->busy, 0);
     for (int i = 0; i < n_threads - 1; i++) {
         p->workers[i].pool = p;
@@ -176,9 +196,9 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
                     int n_tasks) {
     if (n_tasks <= 0) return;
     int expected = 0;
-    if (!p || p->n_threads == 1 || n_tasks == 1 ||
+    if (!p || p->n_threads == 1 || n_tasks == 1 || n_tasks > MAX_TASKS ||
         !atomic_compare_exchange_strong(&p->busy, &expected, 1)) {
-        /* serial: no pool, one task, or nested inside a running job */
+        /* serial: no pool, one task, huge job, or nested inside a running job */
         for (int t = 0; t < n_tasks; t++) {
             if (fn_t) fn_t(ctx, t, n_tasks, 0);
             else fn(ctx, t, n_tasks);
@@ -188,17 +208,18 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
     p->fn = fn;
     p->fn_t = fn_t;
     p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->done_workers, 0, memory_order_relaxed);
-    /* publish: the release on generation orders the job fields before it */
-    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint64_t gen = ((atomic_load_explicit(&p->claim, memory_order_relaxed) >> 48) + 1) & 0xFFFF;
+    atomic_store_explicit(&p->claim, (gen << 48) | ((uint64_t)n_tasks << 24), memory_order_release);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    if (atomic_load(&p->parked) > 0) pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    if (atomic_load(&p->parked) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
     run_tasks(p, 0);
-    int nw = p->n_threads - 1, spins = 0;
-    while (atomic_load_explicit(&p->done_workers, memory_order_acquire) < nw) {
+    int spins = 0;
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
         if (++spins < SPIN_ITERS) cpu_relax();
         else sched_yield();
     }

@@ -1,0 +1,40 @@
+#!/bin/bash
+# test_bench_cli.sh — `cmf bench` end to end: usage errors exit 2, a missing
+# file exits 1 naming it, and on the real stories260K model (imported from
+# GGUF) both tests run and --json gives positive throughputs with the
+# requested counts. Skips (77) when ../shared/data is absent.
+# usage: bash test_bench_cli.sh <cmf> <source dir> <build dir>
+set -u
+cmf=$1; src=$2; bld=$3
+fail=0
+check() { if ! eval "$1"; then echo "FAIL: $2" >&2; fail=1; fi; }
+
+"$cmf" bench --help >/dev/null; check '[ $? -eq 0 ]' "--help exits 0"
+"$cmf" bench 2>/dev/null; check '[ $? -eq 2 ]' "missing FILE exits 2"
+"$cmf" bench x.cmf -p abc 2>/dev/null; check '[ $? -eq 2 ]' "bad -p exits 2"
+"$cmf" bench x.cmf --bogus 2>/dev/null; check '[ $? -eq 2 ]' "unknown flag exits 2"
+msg=$("$cmf" bench "$bld/does-not-exist.cmf" 2>&1); rc=$?
+check '[ $rc -eq 1 ]' "missing file exits 1"
+check '[[ "$msg" == *does-not-exist.cmf* ]]' "error names the file: $msg"
+
+data=${CMF_SHARED_DATA:-$src/../shared/data}
+gguf=$data/models/stories260K/stories260K.gguf
+if [ ! -f "$gguf" ]; then echo "SKIP: $gguf absent" >&2; [ $fail -eq 0 ] && exit 77; exit 1; fi
+tmp=$bld/tmp_bench_cli; mkdir -p "$tmp"
+"$cmf" import-gguf "$gguf" -o "$tmp/s.cmf" --no-progress >/dev/null 2>&1 ||
+  "$cmf" import-gguf "$gguf" -o "$tmp/s.cmf" >/dev/null 2>&1
+check '[ -f "$tmp/s.cmf" ]' "import stories260K"
+out=$("$cmf" bench "$tmp/s.cmf" -p 16 -n 4 -r 2 -t 2 --json); rc=$?
+check '[ $rc -eq 0 ]' "bench --json exits 0"
+check '/usr/bin/python3 -c "
+import json, sys
+r = json.loads(sys.argv[1])
+assert [x[\"test\"] for x in r] == [\"pp16\", \"tg4\"], r
+for x in r:
+    assert x[\"avg_ts\"] > 0 and len(x[\"samples_ts\"]) == 2 and x[\"threads\"] == 2, x
+    assert x[\"bytes_per_token\"] > 0 and x[\"flops_per_token\"] > 0, x
+" "$out"' "json content: $out"
+table=$("$cmf" bench "$tmp/s.cmf" -p 8 -n 0 -r 1); rc=$?
+check '[ $rc -eq 0 ] && [[ "$table" == *"| pp8 |"* ]] && [[ "$table" != *tg* ]]' "table with -n 0: $table"
+rm -rf "$tmp"
+exit $fail
