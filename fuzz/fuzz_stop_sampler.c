@@ -6,8 +6,9 @@
  * sampler parameters; then the stop strings, each ended by '\n'; the rest is
  * both the streamed text (split into pieces whose lengths come from the
  * bytes themselves) and, read as float32, a logit vector. Checked
- * invariants (a violation traps): the matcher's output is exactly the text
- * before the earliest stop occurrence, and the sampler returns an id in
+ * invariants (a violation traps): the matcher stops at the first piece
+ * after which some stop string is complete, and its output is exactly the
+ * text before the earliest-starting complete stop at that moment; the sampler returns an id in
  * range whatever the logits (NaN, inf) and parameters.
  */
 #include "cmf/sample.h"
@@ -37,12 +38,6 @@ static void check_stops(const uint8_t *data, size_t size) {
     }
     const char *text = (const char *)data + at;
     size_t tlen = size - at;
-    /* reference: earliest occurrence of any stop */
-    size_t first = tlen;
-    for (size_t i = 0; i < n; i++) {
-        const char *h = memmem(text, tlen, stops[i], strlen(stops[i]));
-        if (h && (size_t)(h - text) < first) first = (size_t)(h - text);
-    }
     cmf_stop_matcher *m = NULL;
     if (cmf_stop_matcher_new((const char *const *)stops, n, &m, NULL) == CMF_OK) {
         char *out = malloc(tlen + 1);
@@ -50,9 +45,15 @@ static void check_stops(const uint8_t *data, size_t size) {
         bool stopped = false;
         const char *e;
         size_t el;
+        size_t first = tlen; /* reference: see the matcher's contract in stop.c */
         while (out && p < tlen && !stopped) {
             size_t k = 1 + (size_t)((uint8_t)text[p] % 7);
             if (k > tlen - p) k = tlen - p;
+            /* earliest start among stops complete within text[0, p + k) */
+            for (size_t i = 0, f0 = first; f0 == tlen && i < n; i++) {
+                const char *h = memmem(text, p + k, stops[i], strlen(stops[i]));
+                if (h && (size_t)(h - text) < first) first = (size_t)(h - text);
+            }
             stopped = cmf_stop_matcher_feed(m, text + p, k, &e, &el);
             memcpy(out + on, e, el);
             on += el;

@@ -11,12 +11,12 @@ bash scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== release build (-Werror) =="
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMF_WERROR=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMF_WERROR=ON -DCMF_TESTS=ON >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== ASan + UBSan build =="
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_WERROR=ON -DCMF_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_WERROR=ON -DCMF_SANITIZE=ON -DCMF_TESTS=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   CMF_TEST_QUICK=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"

@@ -29,8 +29,14 @@ static int test_checks = 0;
 /* Require: stop the test now on failure. */
 #define REQUIRE(cond, ...)                                                      \
     do {                                                                        \
-        CHECK(cond, __VA_ARGS__);                                               \
-        if (!(cond)) return test_done();                                        \
+        test_checks++;                                                          \
+        if (!(cond)) {                                                          \
+            test_failures++;                                                    \
+            fprintf(stderr, "%s:%d: REQUIRE(%s) failed: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fputc('\n', stderr);                                                \
+            return test_done();                                                 \
+        }                                                                       \
     } while (0)
 
 #define TEST_SKIP(...)                                                          \

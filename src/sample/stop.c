@@ -5,8 +5,10 @@
  * pieces, so the matcher keeps a buffer `buf` of text not yet released:
  *   1. append the new piece;
  *   2. if some stop string occurs in the buffer, release everything before
- *      the earliest occurrence (ties: the longest stop at that position, which
- *      changes nothing in the output) and report the stop;
+ *      the earliest-starting occurrence and report the stop. A stop is
+ *      reported as soon as one completes: with stops "abcd" and "c", the
+ *      pieces "ab","c" stop at "c" (output "ab") even if "d" would have
+ *      followed, as llama.cpp's server does; "abcd" in one piece gives "";
  *   3. otherwise hold back the longest tail of the buffer that is a proper
  *      prefix of some stop string and release the rest.
  * Only such a tail can grow into a stop, so the output lags the input by at

@@ -27,18 +27,6 @@
 
 /* ---- common model loading ---------------------------------------------- */
 
-static cmf_status set_id_tok(tk_model *m, int32_t id, const char *tok, size_t len, cmf_error *err) {
-    if (id < 0 || (size_t)id >= m->n_ids)
-        return cmf_error_set(err, CMF_ERR_FORMAT, "model.vocab: id %d out of range", (int)id);
-    if (m->id_to_tok[id]) return CMF_OK;   /* first wins, as a HashMap inversion would keep one */
-    char *p = malloc(len + 1);
-    if (!p) return cmf_error_set(err, CMF_ERR_NOMEM, "model.vocab: out of memory");
-    memcpy(p, tok, len);
-    p[len] = 0;
-    m->id_to_tok[id] = p;
-    return CMF_OK;
-}
-
 /* vocab as {"token": id, ...} (BPE, WordPiece, WordLevel). */
 static cmf_status load_vocab_object(const cJSON *v, tk_model *m, cmf_error *err) {
     if (!cJSON_IsObject(v)) return cmf_error_set(err, CMF_ERR_FORMAT, "model.vocab: missing or not an object");
@@ -60,10 +48,13 @@ static cmf_status load_vocab_object(const cJSON *v, tk_model *m, cmf_error *err)
     if (!m->id_to_tok || !tk_smap_init(&m->vocab, n)) return cmf_error_set(err, CMF_ERR_NOMEM, "model.vocab: out of memory");
     cJSON_ArrayForEach(e, v) {
         int32_t id = (int32_t)e->valuedouble;
-        size_t len = strlen(e->string);
-        if (!tk_smap_set(&m->vocab, e->string, len, id)) return cmf_error_set(err, CMF_ERR_NOMEM, "model.vocab: out of memory");
-        cmf_status st = set_id_tok(m, id, e->string, len, err);
-        if (st) return st;
+        if (!tk_smap_set(&m->vocab, e->string, strlen(e->string), id))
+            return cmf_error_set(err, CMF_ERR_NOMEM, "model.vocab: out of memory");
+    }
+    /* id -> token points into the (now final) vocab arena; first entry wins */
+    for (size_t k = 0; k < m->vocab.n; k++) {
+        int32_t id = m->vocab.val[k];
+        if (!m->id_to_tok[id]) m->id_to_tok[id] = TK_SMAP_KEY(&m->vocab, k);
     }
     return CMF_OK;
 }
@@ -217,10 +208,10 @@ cmf_status tk_wordpiece_load_vocab(const cJSON *j, tk_model *m, cmf_error *err) 
 }
 
 void tk_model_free(tk_model *m) {
-    tk_smap_free(&m->vocab);
-    if (m->id_to_tok)
+    if (m->id_to_tok && m->tok_owned)
         for (size_t i = 0; i < m->n_ids; i++) free(m->id_to_tok[i]);
     free(m->id_to_tok);
+    tk_smap_free(&m->vocab);
     tk_umap_free(&m->merges);
     free(m->cont_prefix);
     free(m->eow_suffix);

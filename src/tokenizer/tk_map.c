@@ -42,7 +42,7 @@ static bool smap_rehash(tk_smap *m) {
     uint32_t *ns = calloc(nc, sizeof *ns);
     if (!ns) return false;
     for (size_t e = 0; e < m->n; e++) {
-        size_t i = tk_hash(m->key[e], m->klen[e]) & (nc - 1);
+        size_t i = tk_hash(TK_SMAP_KEY(m, e), m->klen[e]) & (nc - 1);
         while (ns[i]) i = (i + 1) & (nc - 1);
         ns[i] = (uint32_t)(e + 1);
     }
@@ -58,15 +58,15 @@ bool tk_smap_set(tk_smap *m, const char *k, size_t klen, int32_t v) {
     size_t i = h & (m->cap - 1);
     while (m->slot[i]) {
         size_t e = m->slot[i] - 1;
-        if (m->klen[e] == klen && memcmp(m->key[e], k, klen) == 0) { m->val[e] = v; return true; }
+        if (m->klen[e] == klen && memcmp(TK_SMAP_KEY(m, e), k, klen) == 0) { m->val[e] = v; return true; }
         i = (i + 1) & (m->cap - 1);
     }
     if (klen > UINT32_MAX || m->n >= UINT32_MAX - 1) return false;
     if (m->n == m->ecap) {
         size_t nc = m->ecap ? m->ecap * 2 : 64;
-        char **nk = realloc(m->key, nc * sizeof *nk);
+        size_t *nk = realloc(m->koff, nc * sizeof *nk);
         if (!nk) return false;
-        m->key = nk;
+        m->koff = nk;
         uint32_t *nl = realloc(m->klen, nc * sizeof *nl);
         if (!nl) return false;
         m->klen = nl;
@@ -75,12 +75,20 @@ bool tk_smap_set(tk_smap *m, const char *k, size_t klen, int32_t v) {
         m->val = nv;
         m->ecap = nc;
     }
-    char *copy = malloc(klen + 1);
-    if (!copy) return false;
-    memcpy(copy, k, klen);
-    copy[klen] = 0;
+    if (m->arena_n + klen + 1 > m->arena_cap) {
+        size_t nc = m->arena_cap ? m->arena_cap : 4096;
+        while (nc < m->arena_n + klen + 1) nc *= 2;
+        char *na = realloc(m->arena, nc);
+        if (!na) return false;
+        m->arena = na;
+        m->arena_cap = nc;
+    }
+    size_t off = m->arena_n;
+    memcpy(m->arena + off, k, klen);
+    m->arena[off + klen] = 0;
+    m->arena_n += klen + 1;
     size_t e = m->n++;
-    m->key[e] = copy;
+    m->koff[e] = off;
     m->klen[e] = (uint32_t)klen;
     m->val[e] = v;
     m->slot[i] = (uint32_t)(e + 1);
@@ -88,7 +96,7 @@ bool tk_smap_set(tk_smap *m, const char *k, size_t klen, int32_t v) {
         /* keep the entry findable: undo the insert */
         m->slot[i] = 0;
         m->n--;
-        free(copy);
+        m->arena_n = off;
         return false;
     }
     return true;
@@ -99,15 +107,15 @@ int32_t tk_smap_get(const tk_smap *m, const char *k, size_t klen) {
     size_t i = tk_hash(k, klen) & (m->cap - 1);
     while (m->slot[i]) {
         size_t e = m->slot[i] - 1;
-        if (m->klen[e] == klen && memcmp(m->key[e], k, klen) == 0) return m->val[e];
+        if (m->klen[e] == klen && memcmp(TK_SMAP_KEY(m, e), k, klen) == 0) return m->val[e];
         i = (i + 1) & (m->cap - 1);
     }
     return -1;
 }
 
 void tk_smap_free(tk_smap *m) {
-    for (size_t e = 0; e < m->n; e++) free(m->key[e]);
-    free(m->key);
+    free(m->arena);
+    free(m->koff);
     free(m->klen);
     free(m->val);
     free(m->slot);

@@ -51,15 +51,20 @@ char *tk_utf8_lossy(const char *s, size_t n, size_t *out_len);
 size_t tk_utf8_complete_prefix(const char *s, size_t n);
 
 /* ---- hash maps (tk_map.c) --------------------------------------------- */
-/* String -> int32. Keys are copied into an arena owned by the map. */
+/* String -> int32. Keys are copied, NUL-terminated, into one arena owned
+ * by the map (entry e's key starts at arena + koff[e]; pointers into the
+ * arena stay valid only while no key is added). */
 typedef struct {
     uint32_t *slot;    /* cap entries: 0 = empty, else entry index + 1 */
     size_t cap;        /* power of two */
-    char **key;        /* entry -> key (NUL-terminated, may contain no NUL) */
+    char *arena;
+    size_t arena_n, arena_cap;
+    size_t *koff;
     uint32_t *klen;
     int32_t *val;
     size_t n, ecap;
 } tk_smap;
+#define TK_SMAP_KEY(m, e) ((m)->arena + (m)->koff[e])
 bool tk_smap_init(tk_smap *m, size_t expect);
 /* Insert or overwrite. false on OOM. */
 bool tk_smap_set(tk_smap *m, const char *k, size_t klen, int32_t v);
@@ -127,7 +132,9 @@ typedef enum { TK_MODEL_BPE, TK_MODEL_UNIGRAM, TK_MODEL_WORDPIECE, TK_MODEL_WORD
 typedef struct tk_model {
     tk_model_type type;
     tk_smap vocab;           /* token -> id */
-    char **id_to_tok;        /* id -> token (NULL where none) */
+    char **id_to_tok;        /* id -> token (NULL where none); into vocab's arena
+                                unless tok_owned (then each is malloc'd) */
+    bool tok_owned;
     size_t n_ids;            /* size of id_to_tok */
     int32_t unk_id;          /* -1 if none */
     /* BPE */

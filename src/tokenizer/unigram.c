@@ -24,6 +24,7 @@ cmf_status tk_unigram_load(const cJSON *j, tk_model *m, cmf_error *err) {
     if (!cJSON_IsArray(v)) return cmf_error_set(err, CMF_ERR_FORMAT, "model.vocab: missing or not an array");
     size_t n = (size_t)cJSON_GetArraySize(v);
     m->n_ids = n;
+    m->tok_owned = true;
     m->id_to_tok = calloc(n + 1, sizeof *m->id_to_tok);
     m->scores = calloc(n + 1, sizeof *m->scores);
     if (!m->id_to_tok || !m->scores || !tk_smap_init(&m->vocab, n))

@@ -74,6 +74,8 @@ static void test_cases(void) {
     EXPECT(L("abc", "bcd"), L("ab", "cd"), "", true);             /* earliest wins */
     EXPECT(L("bcd", "abc"), L("xab", "cd"), "x", true);
     EXPECT(L("aab"), L("a", "a", "a", "b", "zz"), "a", true);     /* self-overlap */
+    EXPECT(L("abcd", "c"), L("ab", "c", "d"), "ab", true);        /* first to complete */
+    EXPECT(L("abcd", "c"), L("abcd"), "", true);                  /* same piece: earliest */
     EXPECT(L("\n\n", "User:"), L("Hi", "\n", "Us", "er", ":"), "Hi\n", true);
     EXPECT(L("\n\n", "User:"), L("Hi", "\n", "Us", "ed"), "Hi\nUsed", false);
     EXPECT(L("é!"), L("caf", "é", "?"), "café?", false);          /* multibyte held, released */
@@ -114,11 +116,14 @@ static void test_cases(void) {
     CHECK(cmf_stop_matcher_new(NULL, 3, &m, &err) == CMF_ERR_ARG, "NULL array refused");
 }
 
-/* Random texts over {a,b,c} split at random: the output must be the text
- * up to the earliest occurrence of any stop, and the lag below the longest
- * stop. */
+/* Random texts over {a,b,c} split at random. Reference (the contract in
+ * stop.c): after each piece, if some stop is complete in the text so far,
+ * the output is the text before the earliest-starting one. "abcab"
+ * contains "ca", so a shorter stop can complete first. The output lags the
+ * input by less than the longest stop. */
 static void test_random(void) {
-    const char *stops[] = {"abc", "cab", "bb", "cccc"};
+    const char *stops[] = {"abcab", "ca", "bbb", "cccc"};
+    const size_t n_stops = sizeof stops / sizeof *stops;
     cmf_rng r;
     cmf_rng_seed(&r, 5);
     int iters = getenv("CMF_TEST_QUICK") ? 500 : 3000;
@@ -127,14 +132,9 @@ static void test_random(void) {
         size_t len = 1 + (size_t)(cmf_rng_uniform(&r) * 40);
         for (size_t i = 0; i < len; i++) text[i] = (char)('a' + (int)(cmf_rng_uniform(&r) * 3));
         text[len] = '\0';
-        size_t first = len;
-        for (int s = 0; s < 4; s++) {
-            const char *h = strstr(text, stops[s]);
-            if (h && (size_t)(h - text) < first) first = (size_t)(h - text);
-        }
         char pieces_buf[64][64];
         const char *pieces[64];
-        size_t np = 0, at = 0;
+        size_t np = 0, at = 0, first = len;
         while (at < len) {
             size_t k = 1 + (size_t)(cmf_rng_uniform(&r) * 5);
             if (k > len - at) k = len - at;
@@ -143,11 +143,15 @@ static void test_random(void) {
             pieces[np] = pieces_buf[np];
             np++;
             at += k;
+            for (size_t s = 0, f0 = first; f0 == len && s < n_stops; s++) {
+                const char *h = memmem(text, at, stops[s], strlen(stops[s]));
+                if (h && (size_t)(h - text) < first) first = (size_t)(h - text);
+            }
         }
         run out;
-        feed_all(stops, 4, pieces, np, &out);
+        feed_all(stops, n_stops, pieces, np, &out);
         bool ok = out.n == first && memcmp(out.out, text, first) == 0 &&
-                  out.stopped == (first < len) && out.max_lag <= 3;
+                  out.stopped == (first < len) && out.max_lag <= 4;
         CHECK(ok, "text \"%s\": got \"%s\" stop %d lag %zu, want %zu bytes stop %d", text,
               out.out, out.stopped, out.max_lag, first, first < len);
         if (!ok) break;

@@ -110,12 +110,13 @@ static void run_inp_out(const char *data, const char *tok, const char *vocab) {
     cmf_tokenizer_free(t);
 }
 
-/* argv[1] (optional): run only that tokenizer (qwen3 | llama3 | gemma3), so
- * ctest can run the three in parallel. */
+/* argv[1]: the tokenizer to check (qwen3 | llama3 | gemma3 | all; default
+ * qwen3), so ctest runs the three as separate tests in parallel. */
 int main(int argc, char **argv) {
     const char *data = test_shared_data();
     if (!data) TEST_SKIP("shared data not found");
-    const char *only = argc > 1 ? argv[1] : NULL;
+    const char *only = argc > 1 ? argv[1] : "qwen3";
+    if (!strcmp(only, "all")) only = NULL;
     if (!only || !strcmp(only, "qwen3")) {
         run_cases(data, "qwen3", true);
         run_inp_out(data, "qwen3", "ggml-vocab-qwen2.gguf");
