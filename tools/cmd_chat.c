@@ -6,7 +6,8 @@
  * session, which keeps the longest common prefix already in the KV cache
  * and runs only the new suffix (cmf_session_prefill_tokens). The answer
  * streams until an EOS id of header.tokenizer_config.eos_token_ids or the
- * template's end-of-turn token (<|im_end|>, <|eot_id|>, <end_of_turn>, ...).
+ * template's end-of-turn marker (<|im_end|>, <|eot_id|>, <end_of_turn>,
+ * ...): its token id, or the text itself when it is not a single token.
  * Text between <think> and </think> is shown dimmed on a terminal.
  *
  * Commands: /system TEXT, /reset, /save FILE, /load FILE (conversation
@@ -15,6 +16,7 @@
  * prompt, Ctrl-D ends the chat. Line editing and history: libedit.
  */
 #include "chat_prompt.h"
+#include "chat_think.h"
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -147,23 +149,14 @@ static bool conv_load(conv *c, const char *path) {
     return true;
 }
 
-/* ---- streaming with <think> split -------------------------------------- */
+/* ---- streaming ---------------------------------------------------------- */
 
 typedef struct stream {
-    bool tty, thinking;
-    char pending[16];  /* a possible partial "<think>"/"</think>" */
-    size_t npending;
+    chat_think think;  /* display, reasoning dimmed */
     char *answer;      /* everything generated, markers included */
     size_t alen, acap;
     bool oom;
 } stream;
-
-static void put_visible(stream *s, const char *t, size_t n) {
-    if (!n) return;
-    if (s->tty && s->thinking) fputs("\x1b[2m", stdout);
-    fwrite(t, 1, n, stdout);
-    if (s->tty && s->thinking) fputs("\x1b[0m", stdout);
-}
 
 static void keep(stream *s, const char *t, size_t n) {
     if (s->alen + n + 1 > s->acap) {
@@ -179,46 +172,10 @@ static void keep(stream *s, const char *t, size_t n) {
     s->answer[s->alen] = 0;
 }
 
-/* Print text, switching the thinking style at the markers. Markers split
- * across pieces are held back in s->pending until decided. */
-static void stream_text(stream *s, const char *t, size_t n) {
-    keep(s, t, n);
-    char buf[4096];
-    size_t bl = 0;
-    for (size_t i = 0; i < n; i++) {
-        s->pending[s->npending++] = t[i];
-        const char *marker = s->thinking ? "</think>" : "<think>";
-        size_t ml = strlen(marker);
-        if (memcmp(s->pending, marker, s->npending) == 0) {
-            if (s->npending == ml) { /* full marker: switch style, print the tag plainly off a TTY */
-                put_visible(s, buf, bl);
-                bl = 0;
-                if (!s->tty) fwrite(marker, 1, ml, stdout);
-                s->thinking = !s->thinking;
-                s->npending = 0;
-            }
-            continue;
-        }
-        /* not a marker: flush pending bytes (the last may start a new one) */
-        for (size_t k = 0; k < s->npending; k++) {
-            if (bl == sizeof buf) { put_visible(s, buf, bl); bl = 0; }
-            buf[bl++] = s->pending[k];
-        }
-        s->npending = 0;
-    }
-    put_visible(s, buf, bl);
-    fflush(stdout);
-}
-
-static void stream_flush(stream *s) {
-    put_visible(s, s->pending, s->npending);
-    s->npending = 0;
-    if (s->tty && s->thinking) fputs("\x1b[0m", stdout);
-    fflush(stdout);
-}
-
 static bool on_text(const char *text, size_t len, void *user) {
-    stream_text(user, text, len);
+    stream *s = user;
+    keep(s, text, len);
+    chat_think_feed(&s->think, text, len);
     return !g_interrupted;
 }
 
@@ -240,9 +197,11 @@ static bool idset_add(idset *s, int32_t id) {
     return true;
 }
 
-/* eos_token_ids of the file, plus end-of-turn markers the template writes
- * that are tokens of the vocabulary. */
-static bool collect_eos(const cmf_file *f, const cmf_tokenizer *tok, const char *tpl, idset *out) {
+/* eos_token_ids of the file, plus end-of-turn markers the template writes:
+ * as ids when they are tokens of the vocabulary, else as stop strings
+ * (stops[], up to 8). */
+static bool collect_eos(const cmf_file *f, const cmf_tokenizer *tok, const char *tpl, idset *out,
+                        const char **stops, size_t *n_stops) {
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_ids"), *e;
     cJSON_ArrayForEach(e, ids)
@@ -254,19 +213,13 @@ static bool collect_eos(const cmf_file *f, const cmf_tokenizer *tok, const char 
         if (!strstr(tpl, markers[i])) continue;
         int32_t id = cmf_tokenizer_token_to_id(tok, markers[i]);
         if (id >= 0 && !idset_add(out, id)) return false;
+        if (id < 0 && *n_stops < 8 && strcmp(markers[i], "</s>") != 0) stops[(*n_stops)++] = markers[i];
     }
     if (out->n == 0) {
         int32_t id = cmf_tokenizer_eos_id(tok);
         if (id >= 0 && !idset_add(out, id)) return false;
     }
     return true;
-}
-
-/* Does the rendered prompt leave the model inside a <think> block? */
-static bool prompt_opens_think(const char *p) {
-    const char *open = NULL, *q = p;
-    while ((q = strstr(q, "<think>"))) open = q++;
-    return open && !strstr(open, "</think>");
 }
 
 /* ---- the chat loop ------------------------------------------------------ */
@@ -285,9 +238,9 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
-        double d;
-        long l;
-        unsigned long long u;
+        double d = 0;
+        long l = 0;
+        unsigned long long u = 0;
         if (cli_is_help(argv[i])) { usage(stdout); return -1; }
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (strcmp(argv[i], "--no-think") == 0) o->no_think = true;
@@ -347,7 +300,7 @@ static char *read_line(bool tty) {
 
 /* One assistant turn for the conversation as it stands. */
 static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf_session *s, conv *c,
-                  const idset *eos, bool tty) {
+                  const idset *eos, const char *const *stops, size_t n_stops, bool tty) {
     cmf_error err = {0};
     char *prompt = NULL;
     size_t plen = 0;
@@ -355,12 +308,14 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
     int32_t *ids = NULL;
     size_t n_ids = 0;
     cmf_status st = cmf_tokenizer_encode(tok, prompt, plen, false, &ids, &n_ids, &err);
-    stream sm = {.tty = tty, .thinking = prompt_opens_think(prompt)};
+    stream sm = {0};
+    chat_think_init(&sm.think, stdout, tty, chat_prompt_opens_think(prompt));
     free(prompt);
     if (st == CMF_OK) st = cmf_session_prefill_tokens(s, ids, n_ids, &err);
     free(ids);
     if (st != CMF_OK) return cli_fail("chat", &err);
-    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n};
+    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n,
+                         .stop_strings = stops, .n_stop = n_stops};
     cmf_gen_stats stats = {0};
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
@@ -370,7 +325,7 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
     sigaction(SIGINT, &sa, &old);
     st = cmf_session_generate(s, &gp, on_text, &sm, &stats, &err);
     sigaction(SIGINT, &old, NULL);
-    stream_flush(&sm);
+    chat_think_finish(&sm.think);
     fputc('\n', stdout);
     fflush(stdout);
     if (g_interrupted) fprintf(stderr, "[stopped]\n");
@@ -399,6 +354,8 @@ int cmd_chat(int argc, char **argv) {
     cmf_model *model = NULL;
     cmf_session *s = NULL;
     idset eos = {0};
+    const char *stops[8];
+    size_t n_stops = 0;
     conv c = {cJSON_CreateArray()};
     rc = CLI_EXIT_FAIL;
     if (!c.messages) goto done;
@@ -411,7 +368,7 @@ int cmd_chat(int argc, char **argv) {
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
-    if (!collect_eos(f, tok, cli_chat_template_source(f, NULL), &eos)) { fprintf(stderr, "cmf chat: out of memory\n"); goto done; }
+    if (!collect_eos(f, tok, cli_chat_template_source(f, NULL), &eos, stops, &n_stops)) { fprintf(stderr, "cmf chat: out of memory\n"); goto done; }
     if (o.load && !conv_load(&c, o.load)) goto done;
     if (o.system && !conv_set_system(&c, o.system)) goto done;
 
@@ -453,7 +410,7 @@ int cmd_chat(int argc, char **argv) {
         bool ok = conv_add(&c, "user", line);
         free(line);
         if (!ok) { fprintf(stderr, "cmf chat: out of memory\n"); rc = CLI_EXIT_FAIL; break; }
-        if (answer(&o, f, tok, s, &c, &eos, tty) != CLI_EXIT_OK) {
+        if (answer(&o, f, tok, s, &c, &eos, stops, n_stops, tty) != CLI_EXIT_OK) {
             /* drop the failed user turn so the user can retry */
             cJSON_DeleteItemFromArray(c.messages, cJSON_GetArraySize(c.messages) - 1);
             if (!tty) { rc = CLI_EXIT_FAIL; break; }

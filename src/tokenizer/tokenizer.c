@@ -154,7 +154,7 @@ static cmf_status cached_word(const cmf_tokenizer *tc, const char *w, size_t n, 
         if (t->cache_n < t->cache_cap) {
             tk_ids *e = &t->cache_ids[t->cache_n];
             memset(e, 0, sizeof *e);
-            if (tk_ids_append(e, out->v + mark, out->n - mark) &&
+            if (tk_ids_append(e, out->n > mark ? out->v + mark : NULL, out->n - mark) &&
                 tk_smap_set(&t->cache_index, w, n, (int32_t)t->cache_n))
                 t->cache_n++;
             else tk_ids_free(e);

@@ -235,8 +235,13 @@ static void test_errors(void) {
     CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, NULL, 1, Y, 8, &e) == CMF_ERR_ARG, "X NULL");
     b.t.nbytes -= 1;
     CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, X, 1, Y, 8, &e) == CMF_ERR_FORMAT, "short payload");
+    CHECK(cmf_cpu_decode_row(&b.t, 0, X, &e) == CMF_ERR_FORMAT, "decode_row short payload");
+    b.t.dtype = (cmf_dtype)99;
+    CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 8, X, 1, Y, 8, &e) == CMF_ERR_UNSUPPORTED, "unknown dtype");
+    b.t.dtype = CMF_DT_Q8_ROW;
     b.t.nbytes += 1;
     CHECK(cmf_cpu_matmul(NULL, &b.t, 0, 0, X, 1, Y, 8, &e) == CMF_OK, "nrows 0 is a no-op");
+    CHECK(cmf_cpu_decode_row(&b.t, 8, X, &e) == CMF_ERR_ARG, "decode_row past the end");
     unbuild(&b);
 }
 

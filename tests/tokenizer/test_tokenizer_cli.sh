@@ -36,7 +36,7 @@ import json,sys
 for c in json.load(open(sys.argv[1]))["cases"]:
     t=c["text"]
     if t and "\n" not in t and "\t" not in t and t.strip()==t and "\r" not in t:
-        print(t+"\t"+" ".join(map(str,c["ids"])))' "$DATA/tokenizers/qwen3/cases.json" | head -6)
+        print(t+"\t"+" ".join(map(str,c["ids"])))' "$DATA/tokenizers/qwen3/cases.json" | head -4)
 
 check "--json" "$("$CMF" tokenize "$Q" --text "Hello world" --json)" "[9707, 1879]"
 check "gemma --special adds BOS" "$("$CMF" tokenize "$G" --text "Hello world" --special)" "2 9259 1902"

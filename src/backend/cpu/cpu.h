@@ -62,7 +62,9 @@ typedef struct cmf_cpu_pool cmf_cpu_pool;
 
 /* A pool of n_threads threads including the caller (n_threads - 1 workers
  * are started; n_threads <= 0 means cmf_cpu_physical_cores()). Workers
- * spin briefly after a job, then park on a condition variable.
+ * spin briefly after a job, then park on a condition variable. The pool
+ * also holds cmf_cpu_matmul's activation buffer and a 256 KiB table of
+ * exp2f over all f16 values (q4tp ladders), built here (~1 ms).
  * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
  * (pthread_create failed). */
 cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);
@@ -70,9 +72,11 @@ void cmf_cpu_pool_free(cmf_cpu_pool *p);
 int cmf_cpu_pool_threads(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
- * pool's threads (dynamic: each thread takes the next task index), and
- * return when all are done. A call from inside a task (nested) runs the
- * tasks serially on the calling thread. p may be NULL (serial). */
+ * pool's threads (dynamic: each thread claims the next task index; the
+ * caller never waits for a worker that has not claimed one), and return
+ * when all are done. A call from inside a task (nested), from a second
+ * thread while a job runs, or with n_tasks >= 2^24 runs the tasks serially
+ * on the calling thread. p may be NULL (serial). */
 typedef void (*cmf_cpu_task_fn)(void *ctx, int task, int n_tasks);
 void cmf_cpu_pool_run(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks);
 

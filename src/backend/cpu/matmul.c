@@ -101,7 +101,8 @@ typedef struct quant_ctx {
     const float *X;
     const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
     mm_act *a;
-    bool perm, expand;
+    int layout;  /* 0 natural, 1 per-block even/odd, 2 pair-interleaved (matmul_int.h) */
+    bool expand;
     bool off128; /* store q + 128 as u8 (AVX-512 VNNI q8 kernel: x is vpdpbusd's u8 side) */
 } quant_ctx;
 
@@ -130,25 +131,52 @@ static void quant_task(void *vctx, int t, int n_tasks) {
         int32_t sum = 0;
         int8_t *qb = q + 32 * (size_t)b;
         for (int i = 0; i < 32; i++) {
-            long qi = lrintf(v[i] * id);
+            /* round to nearest even: |v*id| <= 127 < 2^22, so adding and
+             * subtracting 1.5*2^23 rounds exactly (as lrintf, but vectorizable) */
+            int qi = (int)((v[i] * id + 12582912.0f) - 12582912.0f);
             qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
             sum += (int32_t)qi;
-            qb[c->perm ? (i >> 1) + (i & 1) * 16 : i] = (int8_t)(c->off128 ? (uint8_t)(qi + 128) : qi);
+            int8_t qv = (int8_t)(c->off128 ? (uint8_t)(qi + 128) : qi);
+            if (c->layout == 0) qb[i] = qv;
+            else if (c->layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
+            else q[64 * (size_t)(b / 2) + (i & 1) * 32 + (b & 1) * 16 + (i >> 1)] = qv;
         }
         d[b] = dd;
         s[b] = sum;
-        if (c->expand) {
-            float *de = a->de + ((size_t)t * a->np + b / 2) * 16 + (b & 1) * 8;
-            int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16 + (b & 1) * 8;
-            for (int k = 0; k < 8; k++) {
-                de[k] = dd;
-                se[k] = -sum;
+        if (c->expand) { /* the 8 int32 lanes vpdpbusd leaves for this block */
+            float *de = a->de + ((size_t)t * a->np + b / 2) * 16;
+            int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16;
+            for (int l = 0; l < 16; l++) {
+                int lb = c->layout == 2 ? (l >> 2) & 1 : l >> 3;
+                if (lb != (int)(b & 1)) continue;
+                de[l] = dd;
+                se[l] = -sum;
             }
         }
     }
 }
 
 /* ---- dispatch ----------------------------------------------------------- */
+
+/* The kernels index the payload directly: for fixed-size dtypes its size
+ * must be exactly what the dtype and shape need. Unknown dtype: UNSUPPORTED. */
+static cmf_status check_payload(const cmf_tensor *W, uint64_t rows, uint64_t in, const char *nm,
+                                const char *fn, cmf_error *err) {
+    if (!cmf_dtype_name(W->dtype))
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %d", fn, nm,
+                             (int)W->dtype);
+    if (!cmf_cpu_matmul_fast(W->dtype)) return CMF_OK; /* decoded by the format module */
+    uint64_t shape2[2] = {rows, in}, need = 0;
+    uint32_t nd = W->ndim == 1 ? 1 : 2;
+    const uint64_t *shp = W->ndim == 1 ? &in : shape2;
+    cmf_status st = cmf_dtype_payload_size(W->dtype, nd, shp, &need, err);
+    if (st != CMF_OK) return cmf_error_prefix(err, "%s: tensor '%s'", fn, nm);
+    if (need != W->nbytes)
+        return cmf_error_set(err, CMF_ERR_FORMAT, "%s: tensor '%s': payload is %llu bytes, %s needs %llu",
+                             fn, nm, (unsigned long long)W->nbytes, cmf_dtype_name(W->dtype),
+                             (unsigned long long)need);
+    return CMF_OK;
+}
 
 typedef struct run_ctx {
     mm_job *job;
@@ -206,21 +234,8 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': ldy %d < nrows %llu",
                              nm, ldy, (unsigned long long)nrows);
     int fam = family(W->dtype, in);
-    if (fam != FAM_SLOW) { /* the kernels index the payload directly: check its size */
-        uint64_t shape2[2] = {rows, in}, need = 0;
-        uint32_t nd = W->ndim == 1 ? 1 : 2;
-        const uint64_t *shp = W->ndim == 1 ? &in : shape2;
-        cmf_status st = cmf_dtype_payload_size(W->dtype, nd, shp, &need, err);
-        if (st != CMF_OK) return cmf_error_prefix(err, "cmf_cpu_matmul: tensor '%s'", nm);
-        if (need != W->nbytes)
-            return cmf_error_set(err, CMF_ERR_FORMAT,
-                                 "cmf_cpu_matmul: tensor '%s': payload is %llu bytes, %s needs %llu",
-                                 nm, (unsigned long long)W->nbytes, cmf_dtype_name(W->dtype),
-                                 (unsigned long long)need);
-    } else if (!cmf_dtype_name(W->dtype)) {
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "cmf_cpu_matmul: tensor '%s': dtype %d",
-                             nm, (int)W->dtype);
-    }
+    cmf_status st = check_payload(W, rows, in, nm, "cmf_cpu_matmul", err);
+    if (st != CMF_OK) return st;
 
     cmf_cpu_level lv = cmf_cpu_level_get();
     mm_kernel_fn fn = pick(fam, lv);
@@ -257,7 +272,8 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
         act.d = (float *)bp;
         bp += np * 8 * (size_t)n;
         act.s = (int32_t *)bp;
-        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4, expand, fam == FAM_Q8 && lv == CMF_CPU_AVX512VNNI};
+        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4 ? (expand ? 2 : 1) : 0, expand,
+                        fam == FAM_Q8 && lv == CMF_CPU_AVX512VNNI};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
     }
@@ -312,7 +328,10 @@ cmf_status cmf_cpu_decode_row(const cmf_tensor *W, uint64_t r, float *dst, cmf_e
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_decode_row: tensor '%s': row %llu >= %llu",
                              W->name ? W->name : "(unnamed)", (unsigned long long)r,
                              (unsigned long long)rows);
-    cmf_status st = mm_ref_decode(W, rows, in, r, 0, in, dst, err);
-    if (st != CMF_OK) return cmf_error_prefix(err, "cmf_cpu_decode_row");
+    const char *nm = W->name ? W->name : "(unnamed)";
+    cmf_status st = check_payload(W, rows, in, nm, "cmf_cpu_decode_row", err);
+    if (st != CMF_OK) return st;
+    st = mm_ref_decode(W, rows, in, r, 0, in, dst, err);
+    if (st != CMF_OK) return cmf_error_prefix(err, "cmf_cpu_decode_row: tensor '%s'", nm);
     return CMF_OK;
 }

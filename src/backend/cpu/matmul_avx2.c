@@ -113,7 +113,7 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ip), d, acc[t]);
             }
         }
-        float ws = mm_q8_scale(j->W, j->rows, in, wr);
+        float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * in + 2 * wr);
         #pragma GCC unroll 4
         for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = hsum256(acc[t]) * ws;
     }

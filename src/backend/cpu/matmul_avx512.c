@@ -14,8 +14,8 @@
  *     vector, shared by the token tile); without VNNI the sign trick of
  *     llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs exact.
  *  q4 (q4_block/q4_tiled/q4tp): 2 blocks of 16 nibble bytes unpacked to
- *     [lo0 hi0 lo1 hi1] (u8 0..15) against X permuted even/odd (see
- *     matmul_int.h); the -8 offset is folded into the int32 accumulator's
+ *     [lo0 lo1 hi0 hi1] (u8 0..15, 256-bit ops) against X pair-interleaved
+ *     (see matmul_int.h); the -8 offset is folded into the int32 accumulator's
  *     start value (-sum(qx) per lane), scales dw*dx applied per block.
  * VNNI: vpdpbusd; without it maddubs + madd (no saturation: |u8| <= 128,
  * |s8| <= 127, pair sums < 2^15).
@@ -151,14 +151,17 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- q4 ----------------------------------------------------------------- */
 
-/* Two 16-byte nibble blocks -> [lo0 hi0 lo1 hi1] as u8 0..15. p1 NULL: zero. */
+/* Two 16-byte nibble blocks b0 (at p0), b1 (at p1, NULL: zero) -> the
+ * 64 u8 values [b0 lo | b1 lo | b0 hi | b1 hi], matching X's
+ * pair-interleaved layout (low nibble = even element). */
 AI __m512i q4_unpack2(const uint8_t *p0, const uint8_t *p1) {
-    __m256i b0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p0));
-    __m256i b1 = p1 ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p1))
-                    : _mm256_setzero_si256();
-    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1);
-    u = _mm512_mask_blend_epi64(0xCC, u, _mm512_srli_epi16(u, 4));
-    return _mm512_and_si512(u, _mm512_set1_epi8(0x0F));
+    __m256i v;
+    if (p1 == p0 + 16) v = _mm256_loadu_si256((const __m256i *)p0);
+    else if (p1) v = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+    else v = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p0));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* In-register transpose of a 16x16 float matrix (r[i] = row i). */
@@ -260,16 +263,13 @@ AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t 
     return _mm512_load_ps(t);
 }
 
-/* vpermps indices: pair p of a 16-block group -> 8 lanes of block 2p, 8 of 2p+1 */
+/* vpermps indices: pair p of a 16-block group -> the q4 lane pattern
+ * (lanes 0-3, 8-11: block 2p; lanes 4-7, 12-15: block 2p+1) */
+#define PIDX(a, b) {a, a, a, a, b, b, b, b, a, a, a, a, b, b, b, b}
 static const int32_t k_pair_idx[8][16] __attribute__((aligned(64))) = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
-    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
-    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+    PIDX(0, 1), PIDX(2, 3), PIDX(4, 5), PIDX(6, 7), PIDX(8, 9), PIDX(10, 11), PIDX(12, 13),
+    PIDX(14, 15)};
+#undef PIDX
 
 /* Rows [r, r+R) x tokens [t0, t0+T), as q8_rows. `lad` holds the q4tp
  * ladders of the 16-row batch containing r (r - batch start = lk). */

@@ -12,14 +12,20 @@
  * following llama.cpp's Q8_0 activation scheme (ggml-quants.c,
  * quantize_row_q8_0): per block d = absmax/127, q = round(x/d):
  *   q  int8  [n][np*64]  natural order for q8 weights (AVX-512 VNNI level:
- *                        stored as u8 q + 128, see matmul_avx512.c); for q4 weights each
- *                        block is permuted to [x0 x2 .. x30 | x1 x3 .. x31]
- *                        so the low nibbles (even elements) meet the first
- *                        16 bytes and the high nibbles the last 16;
+ *                        stored as u8 q + 128, see matmul_avx512.c); for q4
+ *                        weights (AVX2, NEON) each block is permuted to
+ *                        [x0 x2 .. x30 | x1 x3 .. x31] so the low nibbles
+ *                        (even elements) meet the first 16 bytes and the
+ *                        high nibbles the last 16; for q4 at the AVX-512
+ *                        levels each PAIR of blocks b0, b1 is interleaved
+ *                        [b0 even | b1 even | b0 odd | b1 odd] (16 bytes each)
+ *                        to match 32 nibble bytes unpacked as [lo | hi];
  *   d  float [n][np*2]   block scales (0 for padding blocks);
  *   s  int32 [n][np*2]   sum of q over the block (for the q4 offset 8);
- *   de float [n][np*16]  AVX-512 only: per pair, 8 copies of d[2p] then 8 of
- *                        d[2p+1] (the lanes vpdpbusd leaves per block);
+ *   de float [n][np*16]  AVX-512 only: per pair, d of the block each int32
+ *                        lane of vpdpbusd belongs to: q8 lanes 0-7 block 2p,
+ *                        8-15 block 2p+1; q4 lanes 0-3 and 8-11 block 2p,
+ *                        4-7 and 12-15 block 2p+1;
  *   se int32 [n][np*16]  AVX-512 only: -s expanded the same way.
  */
 #ifndef CMF_CPU_MATMUL_INT_H
