@@ -86,7 +86,7 @@ cmf_status cli_render_messages(const cmf_file *f, const cJSON *messages, bool ad
     return st;
 }
 
-int(cli_render_chat_prompt)(const cmf_file *f, const char *system, const char *user, bool no_think, char **out,
+int cli_render_chat_prompt(const cmf_file *f, const char *system, const char *user, bool no_think, char **out,
                             size_t *len, cmf_error *err) {
     cJSON *msgs = cJSON_CreateArray();
     if (!msgs) return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory");
@@ -106,7 +106,3 @@ int(cli_render_chat_prompt)(const cmf_file *f, const char *system, const char *u
     return st;
 }
 
-int cli_render_chat_prompt5(const cmf_file *f, const char *system, const char *user, char **out, cmf_error *err) {
-    size_t len;
-    return (cli_render_chat_prompt)(f, system, user, false, out, &len, err);
-}

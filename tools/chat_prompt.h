@@ -29,15 +29,7 @@ cmf_status cli_render_messages(const cmf_file *f, const struct cJSON *messages, 
                                bool no_think, char **out, size_t *len, cmf_error *err);
 
 /* Single-turn prompt for `cmf run --chat`: optional system, then user. */
-int(cli_render_chat_prompt)(const cmf_file *f, const char *system, const char *user, bool no_think, char **out,
+int cli_render_chat_prompt(const cmf_file *f, const char *system, const char *user, bool no_think, char **out,
                            size_t *len, cmf_error *err);
-/* Short form (f, system, user, &out, err): thinking on, length not returned. */
-int cli_render_chat_prompt5(const cmf_file *f, const char *system, const char *user, char **out, cmf_error *err);
-
-/* Transitional: callers were written against both the 7-argument contract
- * and a 5-argument form; pick by argument count until they agree. */
-#define CLI_RCP_PICK(a1, a2, a3, a4, a5, a6, a7, name, ...) name
-#define cli_render_chat_prompt(...) \
-    CLI_RCP_PICK(__VA_ARGS__, cli_render_chat_prompt, x6, cli_render_chat_prompt5, x4, x3, x2, x1, )(__VA_ARGS__)
 
 #endif /* CMF_CLI_CHAT_PROMPT_H */

@@ -311,19 +311,24 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
     stream sm = {0};
     chat_think_init(&sm.think, stdout, tty, chat_prompt_opens_think(prompt));
     free(prompt);
-    if (st == CMF_OK) st = cmf_session_prefill_tokens(s, ids, n_ids, &err);
-    free(ids);
-    if (st != CMF_OK) return cli_fail("chat", &err);
-    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n,
-                         .stop_strings = stops, .n_stop = n_stops};
-    cmf_gen_stats stats = {0};
+    /* Ctrl-C from here on stops this answer (at its first piece when it
+     * comes during the prefill), not the program */
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     g_interrupted = 0;
     sigaction(SIGINT, &sa, &old);
-    st = cmf_session_generate(s, &gp, on_text, &sm, &stats, &err);
+    if (st == CMF_OK) st = cmf_session_prefill_tokens(s, ids, n_ids, &err);
+    free(ids);
+    if (st != CMF_OK) {
+        sigaction(SIGINT, &old, NULL);
+        return cli_fail("chat", &err);
+    }
+    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n,
+                         .stop_strings = stops, .n_stop = n_stops};
+    cmf_gen_stats stats = {0};
+    if (st == CMF_OK) st = cmf_session_generate(s, &gp, on_text, &sm, &stats, &err);
     sigaction(SIGINT, &old, NULL);
     chat_think_finish(&sm.think);
     fputc('\n', stdout);

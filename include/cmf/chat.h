@@ -40,6 +40,8 @@ typedef struct cmf_render_opts {
 
 /* Render with `context` (a JSON object: every key becomes a top-level
  * variable, e.g. messages, tools, add_generation_prompt, bos_token...).
+ * cJSON keeps no int/float distinction, so integral numbers arrive as ints
+ * (1.0 renders "1"); cmf_template_render_json below keeps them exact.
  * *out is malloc'd, NUL-terminated; *len its length in bytes.
  * Errors: CMF_ERR_RENDER (raise_exception, type errors, undefined
  * attribute), CMF_ERR_LIMIT; the message carries name:line:col. opts may

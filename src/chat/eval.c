@@ -293,6 +293,7 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
             spec[k] = 0;
             /* width and precision count bytes here (code points in Python) */
             int w = snprintf(NULL, 0, spec, v.p ? v.p : "");
+            if (w < 0 || (size_t)w > rt->max_out) return jrt_fail(rt, CMF_ERR_LIMIT, "format width too large");
             char *buf = jrt_alloc(rt, (size_t)w + 1);
             if (!buf) return jv_undef();
             snprintf(buf, (size_t)w + 1, spec, v.p ? v.p : "");
@@ -305,11 +306,11 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
             spec[k] = 0;
-            snprintf(tmp, sizeof tmp, spec, (long long)(x->t == JV_FLOAT ? (int64_t)x->u.f : numi(x)));
+            if (snprintf(tmp, sizeof tmp, spec, (long long)(x->t == JV_FLOAT ? (int64_t)x->u.f : numi(x))) < 0) tmp[0] = 0;
         } else {
             spec[k++] = conv;
             spec[k] = 0;
-            snprintf(tmp, sizeof tmp, spec, numf(x));
+            if (snprintf(tmp, sizeof tmp, spec, numf(x)) < 0) tmp[0] = 0;
         }
         if (!jbuf_puts(rt, &out, tmp)) return jv_undef();
     }

@@ -159,8 +159,10 @@ cmf_status tk_bpe_load(const cJSON *j, tk_model *m, cmf_error *err) {
             b = cJSON_GetArrayItem(e, 1)->valuestring; bl = strlen(b);
         } else { st = cmf_error_set(err, CMF_ERR_FORMAT, "model.merges[%zu]: expected \"a b\" or [a, b]", rank); break; }
         int32_t ia = tk_smap_get(&m->vocab, a, al), ib = tk_smap_get(&m->vocab, b, bl);
+        /* HF: the merged token drops continuing_subword_prefix from b */
+        size_t skip = m->cont_prefix && bl >= strlen(m->cont_prefix) ? strlen(m->cont_prefix) : 0;
         cat.n = 0;
-        if (!tk_buf_put(&cat, a, al) || !tk_buf_put(&cat, b, bl)) { st = cmf_error_set(err, CMF_ERR_NOMEM, "model.merges: out of memory"); break; }
+        if (!tk_buf_put(&cat, a, al) || !tk_buf_put(&cat, b + skip, bl - skip)) { st = cmf_error_set(err, CMF_ERR_NOMEM, "model.merges: out of memory"); break; }
         int32_t in = tk_smap_get(&m->vocab, cat.p, cat.n);
         if (ia < 0 || ib < 0 || in < 0) {
             st = cmf_error_set(err, CMF_ERR_FORMAT, "model.merges[%zu]: \"%.64s\" + \"%.64s\": token not in vocab", rank, a, b);

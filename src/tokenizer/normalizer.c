@@ -167,6 +167,13 @@ oom:
     return cmf_error_set(err, CMF_ERR_NOMEM, "normalizer: out of memory");
 }
 
+/* Rust char::is_whitespace (the White_Space property). */
+static bool is_white_space(int32_t c) {
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
 static bool is_bert_ws(int32_t c) {
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return true;
     return utf8proc_category(c) == UTF8PROC_CATEGORY_ZS;
@@ -217,12 +224,12 @@ static cmf_status apply1(const tk_normalizer *nz, tk_buf *cur, tk_buf *tmp, cmf_
             if (!ok) return cmf_error_set(err, CMF_ERR_NOMEM, "normalizer: out of memory");
         }
         break;
-    case NZ_STRIP: {
+    case NZ_STRIP: {   /* Rust str::trim_start / trim_end: White_Space */
         size_t a = 0, b = cur->n;
         if (nz->left)
             while (a < b) {
                 size_t k = tk_utf8_next(cur->p + a, b - a, &c);
-                if (c < 0 || !utf8proc_category(c) || !(c == ' ' || (c >= 9 && c <= 13) || utf8proc_category(c) == UTF8PROC_CATEGORY_ZS || c == 0x85 || c == 0x2028 || c == 0x2029)) break;
+                if (!is_white_space(c)) break;
                 a += k;
             }
         if (nz->right)
@@ -230,7 +237,7 @@ static cmf_status apply1(const tk_normalizer *nz, tk_buf *cur, tk_buf *tmp, cmf_
                 size_t s = b - 1;
                 while (s > a && ((unsigned char)cur->p[s] & 0xC0) == 0x80) s--;
                 tk_utf8_next(cur->p + s, b - s, &c);
-                if (!(c == ' ' || (c >= 9 && c <= 13) || (c > 0 && utf8proc_category(c) == UTF8PROC_CATEGORY_ZS) || c == 0x85 || c == 0x2028 || c == 0x2029)) break;
+                if (!is_white_space(c)) break;
                 b = s;
             }
         if (!tk_buf_put(tmp, cur->p + a, b - a)) return cmf_error_set(err, CMF_ERR_NOMEM, "normalizer: out of memory");

@@ -356,7 +356,9 @@ cmf_status tk_pretok_apply(const tk_pretok *pt, const char *s, size_t n, bool at
         break;
     case PT_METASPACE: {
         tk_buf t = {0};
-        if ((pt->prepend == 0 || (pt->prepend == 1 && at_start)) &&
+        /* HF replaces spaces first, then prepends unless the result already
+         * starts with the replacement */
+        if ((pt->prepend == 0 || (pt->prepend == 1 && at_start)) && s[0] != ' ' &&
             !(n >= pt->pat_len && !memcmp(s, pt->pat, pt->pat_len)))
             if (!tk_buf_put(&t, pt->pat, pt->pat_len)) { tk_buf_free(&t); goto oom; }
         for (size_t i = 0; i < n; i++) {

@@ -146,6 +146,7 @@ static void test_unigram_metaspace(void) {
     EXPECT(t, "ab ab", "6 6");
     EXPECT(t, "abb", "6 4");
     EXPECT(t, "abcc", "6 0");          /* unknowns fused */
+    EXPECT(t, " ab", "6");             /* leading space becomes the prefix: no second one */
     EXPECT(t, "<s>ab", "1 6");         /* always: prepend after the added token too */
     CHECK(!strcmp(enc(t, "ab", 2, true), "1 6"), "BOS: %s", enc(t, "ab", 2, true));
     CHECK(cmf_tokenizer_bos_id(t) == 1 && cmf_tokenizer_eos_id(t) == -1, "bos/eos");
@@ -243,6 +244,28 @@ static void test_bpe_bytefallback(void) {
     cmf_tokenizer_free(t);
 }
 
+static void test_bpe_affixes(void) {
+    /* end_of_word_suffix + BPEDecoder (CLIP style) */
+    const char *js =
+        "{\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\"},\"decoder\":{\"type\":\"BPEDecoder\",\"suffix\":\"</w>\"},"
+        "\"model\":{\"type\":\"BPE\",\"end_of_word_suffix\":\"</w>\",\"vocab\":{\"a\":0,\"b</w>\":1,\"ab</w>\":2,\"b\":3,\"c</w>\":4},"
+        "\"merges\":[\"a b</w>\"]}}";
+    cmf_tokenizer *t = load(js);
+    EXPECT(t, "ab abc", "2 0 3 4");
+    int32_t ids[] = {0, 3, 4, 2};
+    CHECK(!strcmp(dec(t, ids, 4, false), "abc ab"), "BPEDecoder: [%s]", dec(t, ids, 4, false));
+    cmf_tokenizer_free(t);
+    /* continuing_subword_prefix: merging "a" + "##b" gives "ab" */
+    js = "{\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\"},\"decoder\":{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":false},"
+         "\"model\":{\"type\":\"BPE\",\"continuing_subword_prefix\":\"##\",\"vocab\":{\"a\":0,\"##b\":1,\"ab\":2,\"##c\":3,\"##bc\":4},"
+         "\"merges\":[\"a ##b\",\"##b ##c\"]}}";
+    t = load(js);
+    EXPECT(t, "ab abc", "2 2 3");
+    int32_t ids2[] = {2, 2, 3};
+    CHECK(!strcmp(dec(t, ids2, 3, false), "ab abc"), "prefix decode: [%s]", dec(t, ids2, 3, false));
+    cmf_tokenizer_free(t);
+}
+
 static void expect_error(const char *js, cmf_status st, const char *needle) {
     cmf_tokenizer *t = NULL;
     cmf_error err = {0};
@@ -281,6 +304,7 @@ int main(void) {
     test_unigram_metaspace();
     test_wordpiece();
     test_bpe_bytefallback();
+    test_bpe_affixes();
     test_errors();
     return test_done();
 }

@@ -130,17 +130,25 @@ static void quant_task(void *vctx, int t, int n_tasks) {
         float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
         int32_t sum = 0;
         int8_t *qb = q + 32 * (size_t)b;
+        int8_t *q2b = a->q2 ? a->q2 + (size_t)t * a->qstride + 32 * (size_t)b : NULL;
         for (int i = 0; i < 32; i++) {
             /* round to nearest even: |v*id| <= 127 < 2^22, so adding and
              * subtracting 1.5*2^23 rounds exactly (as lrintf, but vectorizable) */
-            int qi = (int)((v[i] * id + 12582912.0f) - 12582912.0f);
+            float u = v[i] * id;
+            int qi = (int)((u + 12582912.0f) - 12582912.0f);
             qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
             sum += (int32_t)qi;
             int8_t qv = (int8_t)(c->off128 ? (uint8_t)(qi + 128) : qi);
             if (c->layout == 0) qb[i] = qv;
             else if (c->layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
             else q[64 * (size_t)(b / 2) + (i & 1) * 32 + (b & 1) * 16 + (i >> 1)] = qv;
+            if (q2b) { /* residual in units of d/256: (u - q) * 256 is exact */
+                int r = (int)(((u - (float)qi) * 256.0f + 12582912.0f) - 12582912.0f);
+                r = r > 127 ? 127 : r < -127 ? -127 : r;
+                q2b[i] = (int8_t)(c->off128 ? (uint8_t)(r + 128) : r);
+            }
         }
+        if (q2b) dd *= 1.0f / 256.0f; /* kernels combine (dot(q) << 8) + dot(q2) */
         d[b] = dd;
         s[b] = sum;
         if (c->expand) { /* the 8 int32 lanes vpdpbusd leaves for this block */
@@ -252,7 +260,8 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
         if (in > (1u << 30))
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool expand = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
-        size_t np = act.np, per_tok = np * 64 + np * 16 + (expand ? np * 128 : 0);
+        bool resid = fam == FAM_Q8; /* second int8 plane: 16-bit-quality X for q8 weights */
+        size_t np = act.np, per_tok = np * 64 * (resid ? 2 : 1) + np * 16 + (expand ? np * 128 : 0);
         size_t bytes = per_tok * (size_t)n;
         void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
         if (!p && posix_memalign(&heap, 64, bytes) == 0) buf = heap;
@@ -263,6 +272,10 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
         uint8_t *bp = buf;
         act.q = (int8_t *)bp;
         bp += np * 64 * (size_t)n;
+        if (resid) {
+            act.q2 = (int8_t *)bp;
+            bp += np * 64 * (size_t)n;
+        }
         if (expand) {
             act.de = (float *)bp;
             bp += np * 64 * (size_t)n;

@@ -5,7 +5,8 @@
  * per vector. Tiles of T <= 4 tokens share each weight load.
  *  fp: 8 weights per vector (f16 via vcvtph2ps, bf16 by a 16-bit shift).
  *  q8: |w| (u8) x sign(x, w) (s8) with maddubs + madd (llama.cpp's
- *      ggml_vec_dot_q8_0_q8_0 AVX2 scheme), scale d(x block), row scale last.
+ *      ggml_vec_dot_q8_0_q8_0 AVX2 scheme) for both planes of X (q and the
+ *      residual q2: (ip << 8) + ip2), scale d(x block), row scale last.
  *  q4: 16 nibble bytes -> [lo | hi] (u8 0..15) against X permuted even/odd;
  *      per lane subtract sum(qx) of the block (8 lanes: the -8 offset).
  * maddubs never saturates here: |u8| <= 128, |s8| <= 127.
@@ -107,8 +108,10 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
             #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const int8_t *xq = a->q + (size_t)(t0 + t) * a->qstride + i;
+                const int8_t *xq2 = a->q2 + (size_t)(t0 + t) * a->qstride + i;
                 __m256i sx = _mm256_sign_epi8(_mm256_load_si256((const __m256i *)xq), wv);
-                __m256i ip = dot_u8s8(aw, sx);
+                __m256i sx2 = _mm256_sign_epi8(_mm256_load_si256((const __m256i *)xq2), wv);
+                __m256i ip = _mm256_add_epi32(_mm256_slli_epi32(dot_u8s8(aw, sx), 8), dot_u8s8(aw, sx2));
                 __m256 d = _mm256_set1_ps(a->d[(size_t)(t0 + t) * a->np * 2 + b]);
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ip), d, acc[t]);
             }

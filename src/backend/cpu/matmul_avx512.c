@@ -7,9 +7,10 @@
  * decode (T = 1) streams the weights once, prefill reuses them 4x from L1.
  *
  *  fp (f32/f16/bf16): 16 weights per vector converted to f32, FMA with X.
- *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector, int32 lanes
- *     (8 per block) to f32, times the block scale of X (expanded "de"
- *     lanes), row scale at the end. VNNI: X is stored as u8 q+128 and
+ *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector, dotted with
+ *     X's two int8 planes (q and residual q2, matmul_int.h) combined as
+ *     (ip << 8) + ip2, int32 lanes (8 per block) to f32, times the block
+ *     scale of X (expanded "de" lanes), row scale at the end. VNNI: X is stored as u8 q+128 and
  *     vpdpbusd(x, w) starts from -128*sum(w) (computed once per weight
  *     vector, shared by the token tile); without VNNI the sign trick of
  *     llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs exact.
@@ -27,6 +28,11 @@
 #include <math.h>
 #include <string.h>
 
+/* Software prefetch distance (bytes ahead in each weight row stream): the
+ * hardware prefetcher alone left decode well below the read bandwidth. */
+#ifndef MM_PF_DIST
+#define MM_PF_DIST 1024
+#endif
 #define AI static inline __attribute__((always_inline))
 
 AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s, const int vnni) {
@@ -104,6 +110,7 @@ AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++) {
             if (i + 64 <= in) {
+                if (MM_PF_DIST > 0) _mm_prefetch((const char *)(w[k] + i) + MM_PF_DIST, _MM_HINT_T0);
                 wv[k] = _mm512_loadu_si512(w[k] + i);
             } else {
                 __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
@@ -119,16 +126,19 @@ AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + i);
+            __m512i xv2 = _mm512_load_si512(a->q2 + (size_t)(t0 + t) * a->qstride + i);
             __m512 de = _mm512_load_ps(a->de + ((size_t)(t0 + t) * a->np + p) * 16);
 #pragma GCC unroll 4
             for (int k = 0; k < R; k++) {
-                __m512i ip;
+                __m512i ip, ip2;
                 if (vnni) {
                     ip = _mm512_dpbusd_epi32(corr[k], xv, wv[k]);
+                    ip2 = _mm512_dpbusd_epi32(corr[k], xv2, wv[k]);
                 } else {
-                    __m512i sx = _mm512_mask_sub_epi8(xv, neg[k], zero, xv);
-                    ip = dpbusd(zero, aw[k], sx, 0);
+                    ip = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
+                    ip2 = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);
                 }
+                ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
                 acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), de, acc[k][t]);
             }
         }
@@ -306,6 +316,7 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 4
             for (int k = 0; k < R; k++) {
                 const uint8_t *p0 = nib[k] + b * stride;
+                if (MM_PF_DIST > 0 && (q & 3) == 0) _mm_prefetch((const char *)p0 + MM_PF_DIST, _MM_HINT_T0);
                 wv[k] = q4_unpack2(p0, b + 1 < nb ? p0 + stride : NULL);
                 dwv[k] = _mm512_permutexvar_ps(pidx, dw16[k]);
             }

@@ -10,7 +10,8 @@
  *
  * Quantized activations (mm_act), built once per call by matmul.c
  * following llama.cpp's Q8_0 activation scheme (ggml-quants.c,
- * quantize_row_q8_0): per block d = absmax/127, q = round(x/d):
+ * quantize_row_q8_0): per block d = absmax/127, q = round(x/d) (int8 for
+ * q4 weights; int8 plus an int8 residual plane for q8 weights):
  *   q  int8  [n][np*64]  natural order for q8 weights (AVX-512 VNNI level:
  *                        stored as u8 q + 128, see matmul_avx512.c); for q4
  *                        weights (AVX2, NEON) each block is permuted to
@@ -20,7 +21,14 @@
  *                        levels each PAIR of blocks b0, b1 is interleaved
  *                        [b0 even | b1 even | b0 odd | b1 odd] (16 bytes each)
  *                        to match 32 nibble bytes unpacked as [lo | hi];
- *   d  float [n][np*2]   block scales (0 for padding blocks);
+ *   q2 int8  [n][np*64]  q8 weights only: the residual of q in units of
+ *                        d/256, q2 = round((x/d - q) * 256) (same layout and
+ *                        u8 offset as q), so x = d/256 * (256 q + q2) to
+ *                        ~16-bit precision: the parity tests need it (plain
+ *                        int8 X moved argmax on the q8 checkpoints). Kernels
+ *                        compute (dot(w, q) << 8) + dot(w, q2);
+ *   d  float [n][np*2]   block scales (0 for padding blocks; for q8 weights
+ *                        already divided by 256);
  *   s  int32 [n][np*2]   sum of q over the block (for the q4 offset 8);
  *   de float [n][np*16]  AVX-512 only: per pair, d of the block each int32
  *                        lane of vpdpbusd belongs to: q8 lanes 0-7 block 2p,
@@ -41,6 +49,7 @@ typedef struct mm_act {
     uint32_t nb, np;
     size_t qstride; /* bytes per token in q = np * 64 */
     int8_t *q;
+    int8_t *q2; /* q8 weights only: residual plane, same layout as q */
     float *d;
     int32_t *s;
     float *de;

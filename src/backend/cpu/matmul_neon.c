@@ -8,6 +8,7 @@
  *  fp: 4 weights per vector (f16 via fcvtl, bf16 by a 16-bit shift).
  *  q8: int8 x int8 products with smull/smlal (two products per int16 lane:
  *      |127*127*2| < 2^15) and pairwise accumulation into int32 (sadalp);
+ *      for both planes of X (q and residual q2: 256*dot(q) + dot(q2)),
  *      block sum times d(x block), row scale at the end.
  *  q4: nibbles 0..15 against X permuted even/odd (low nibbles meet the
  *      first 16 bytes); sum - 8*sum(qx) per block; times dw*dx.
@@ -97,7 +98,8 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T) {
                 w1 = vld1q_s8(tmp + 16);
             }
             for (int t = 0; t < T; t++) {
-                int32_t s = dot32(w0, w1, a->q + (size_t)(t0 + t) * a->qstride + i);
+                int32_t s = dot32(w0, w1, a->q + (size_t)(t0 + t) * a->qstride + i) * 256 +
+                            dot32(w0, w1, a->q2 + (size_t)(t0 + t) * a->qstride + i);
                 acc[t] += (float)s * a->d[(size_t)(t0 + t) * a->np * 2 + b];
             }
         }
