@@ -376,7 +376,7 @@ int cmd_run(int argc, char **argv) {
         NUMFLAG("--temp", NULL, cli_parse_double(cmd, flag, v, 0.0, 100.0, &temp))
         NUMFLAG("--top-p", NULL, cli_parse_double(cmd, flag, v, 0.0, 1.0, &top_p))
         NUMFLAG("--min-p", NULL, cli_parse_double(cmd, flag, v, 0.0, 1.0, &min_p))
-        NUMFLAG("--repeat-penalty", NULL, cli_parse_double(cmd, flag, v, 0.0, 100.0, &rep))
+        NUMFLAG("--repeat-penalty", NULL, cli_parse_double(cmd, flag, v, 0.01, 100.0, &rep))
         NUMFLAG("--presence-penalty", NULL, cli_parse_double(cmd, flag, v, -100.0, 100.0, &pres))
         NUMFLAG("--frequency-penalty", NULL, cli_parse_double(cmd, flag, v, -100.0, 100.0, &freq))
         NUMFLAG("-s", "--seed", (has_seed = true, cli_parse_u64(cmd, flag, v, &seed)))
@@ -477,7 +477,10 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "prompt: %zu tokens, %.3f s, %.2f tok/s\n", n_ids, tp, tp > 0 ? (double)n_ids / tp : 0.0);
     fprintf(stderr, "generated: %zu tokens, %.3f s, %.2f tok/s\n", st.n_generated, st.gen_seconds,
             st.gen_seconds > 0 ? (double)st.n_generated / st.gen_seconds : 0.0);
-    fprintf(stderr, "seed: %llu\n", (unsigned long long)cmf_session_seed(s));
+    if (sp.sampler.greedy)
+        fprintf(stderr, "sampling: greedy\n");
+    else
+        fprintf(stderr, "seed: %llu\n", (unsigned long long)cmf_session_seed(s));
     if (st.stop == CMF_STOP_CONTEXT_FULL) fprintf(stderr, "stopped: context full (raise -c)\n");
     rc = CLI_EXIT_OK;
 done:

@@ -28,10 +28,11 @@
 #include <math.h>
 #include <string.h>
 
-/* Software prefetch distance (bytes ahead in each weight row stream): the
- * hardware prefetcher alone left decode well below the read bandwidth. */
-#ifndef MM_PF_DIST
-#define MM_PF_DIST 1024
+/* Software prefetch of the next row pair (the same offset two rows ahead)
+ * while a pair is processed: the hardware prefetcher alone left decode from
+ * DRAM well below the read bandwidth. MM_PF=0 turns it off. */
+#ifndef MM_PF
+#define MM_PF 1
 #endif
 #define AI static inline __attribute__((always_inline))
 
@@ -61,7 +62,12 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[t] = acc2[t] = _mm512_setzero_ps();
         uint64_t i = 0;
+        const size_t es = dt == CMF_DT_F32 ? 4 : 2, rowb = in * es;
         for (; i + 32 <= full; i += 32) {
+            if (MM_PF) { /* the next row, same offset */
+                _mm_prefetch((const char *)w + rowb + i * es, _MM_HINT_T0);
+                if (es == 4) _mm_prefetch((const char *)w + rowb + i * es + 64, _MM_HINT_T0);
+            }
             __m512 w0 = load_w16(w, i, dt, 0xFFFF), w1 = load_w16(w, i + 16, dt, 0xFFFF);
             #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
@@ -110,7 +116,7 @@ AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++) {
             if (i + 64 <= in) {
-                if (MM_PF_DIST > 0) _mm_prefetch((const char *)(w[k] + i) + MM_PF_DIST, _MM_HINT_T0);
+                if (MM_PF) _mm_prefetch((const char *)(w[k] + i) + 2 * in, _MM_HINT_T0);
                 wv[k] = _mm512_loadu_si512(w[k] + i);
             } else {
                 __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
@@ -316,7 +322,7 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 4
             for (int k = 0; k < R; k++) {
                 const uint8_t *p0 = nib[k] + b * stride;
-                if (MM_PF_DIST > 0 && (q & 3) == 0) _mm_prefetch((const char *)p0 + MM_PF_DIST, _MM_HINT_T0);
+                if (MM_PF && (q & 3) == 0) _mm_prefetch((const char *)p0 + 2 * nb * stride, _MM_HINT_T0);
                 wv[k] = q4_unpack2(p0, b + 1 < nb ? p0 + stride : NULL);
                 dwv[k] = _mm512_permutexvar_ps(pidx, dw16[k]);
             }

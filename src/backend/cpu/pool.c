@@ -37,7 +37,7 @@
 #include <string.h>
 
 #define POOL_MAX_THREADS 256
-#define SPIN_ITERS 20000 /* pause loops (~50-100 us) before parking */
+#define SPIN_ITERS 2000 /* pause loops (~10-20 us) before parking */
 #define MAX_TASKS 0xFFFFFF
 
 typedef struct worker {
