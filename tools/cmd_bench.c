@@ -15,15 +15,15 @@
  */
 #include "cli.h"
 
+/* internal CPU-engine header: default thread count and kernel level, for the report */
+#include "../src/backend/cpu/cpu.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* From src/backend/cpu/cpu.h (internal header, not on the CLI's include
- * path): the default thread count the CPU engine uses, for the report. */
-int cmf_cpu_physical_cores(void);
 
 static double now_s(void) {
     struct timespec ts;
@@ -200,8 +200,8 @@ int cmd_bench(int argc, char **argv) {
     }
     if (json) printf("[\n");
     else {
-        printf("| model | size | params | threads | test | t/s |\n");
-        printf("| ----- | ---: | -----: | ------: | ---: | --: |\n");
+        printf("| model | size | params | backend | threads | test | t/s |\n");
+        printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |\n");
     }
     double bpt, fpt;
     per_token_cost(f, &bpt, &fpt);
@@ -226,18 +226,19 @@ int cmd_bench(int argc, char **argv) {
         snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
         if (json) {
             printf("%s  {\"model\": \"%s\", \"arch\": \"%s\", \"weight_bytes\": %llu, \"n_params\": %llu, "
-                   "\"threads\": %d, \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+                   "\"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                    "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
                    first ? "" : ",\n", path, info.arch_name ? info.arch_name : "",
                    (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, nt,
-                   name, np, ng, mean, sd);
+                   cmf_cpu_level_name(cmf_cpu_level_get()), name, np, ng, mean, sd);
             for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
             printf("], \"load_s\": %.3f, \"bytes_per_token\": %.0f, \"flops_per_token\": %.0f}",
                    t_load, bpt, fpt);
         } else {
-            printf("| %s | %.2f GiB | %.2f B | %d | %s | %.2f ± %.2f |\n",
+            printf("| %s | %.2f GiB | %.2f B | cpu %s | %d | %s | %.2f ± %.2f |\n",
                    info.arch_name ? info.arch_name : "?", (double)info.weight_bytes / (1 << 30),
-                   (double)info.n_params / 1e9, nt, name, mean, sd);
+                   (double)info.n_params / 1e9, cmf_cpu_level_name(cmf_cpu_level_get()), nt, name,
+                   mean, sd);
         }
         fflush(stdout);
         first = false;
