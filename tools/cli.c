@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <libgen.h>
+#include <limits.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -78,3 +81,38 @@ bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned lo
 }
 
 bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
+
+/* True when the file at path starts with the CMF magic. */
+static bool is_cmf_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    unsigned char m[4] = {0};
+    size_t r = fread(m, 1, 4, f);
+    fclose(f);
+    return r == 4 && m[0] == 'C' && m[1] == 'M' && m[2] == 'F' && m[3] == 1;
+}
+
+bool cli_check_output(const char *cmd, const char *out, const char *const *inputs, size_t n_inputs) {
+    struct stat so;
+    if (stat(out, &so) != 0) return true; /* a new file destroys nothing */
+    for (size_t i = 0; i < n_inputs; i++) {
+        struct stat si;
+        if (!inputs[i] || stat(inputs[i], &si) != 0) continue;
+        if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "cmf %s: output %s is the input %s; choose another -o\n", cmd, out, inputs[i]);
+            return false;
+        }
+        if (S_ISDIR(si.st_mode)) {
+            char copy[PATH_MAX];
+            snprintf(copy, sizeof copy, "%s", out);
+            struct stat sd;
+            if (stat(dirname(copy), &sd) == 0 && sd.st_dev == si.st_dev && sd.st_ino == si.st_ino &&
+                !is_cmf_file(out)) {
+                fprintf(stderr, "cmf %s: output %s would overwrite a file of the input folder %s\n", cmd,
+                        out, inputs[i]);
+                return false;
+            }
+        }
+    }
+    return true;
+}

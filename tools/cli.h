@@ -50,6 +50,11 @@ bool cli_parse_long(const char *cmd, const char *flag, const char *s, long min, 
 bool cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max,
                       double *out);
 bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out);
+/* Refuse an output path that would destroy an input: the same file as any
+ * of `inputs` (same device and inode, so "./x" and links count), or, for an
+ * input that is a directory (a Hugging Face folder), an existing file in
+ * it that is not a CMF file. Prints "cmf <cmd>: ..." and returns false. */
+bool cli_check_output(const char *cmd, const char *out, const char *const *inputs, size_t n_inputs);
 /* True for "-h"/"--help". */
 bool cli_is_help(const char *arg);
 

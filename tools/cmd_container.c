@@ -350,6 +350,7 @@ int cmd_compact(int argc, char **argv) {
     if (!in) return cli_usage_error("compact", "missing FILE");
     if (!out) return cli_usage_error("compact", "missing -o OUT");
     if (!strcmp(in, out)) return cli_usage_error("compact", "OUT must differ from FILE");
+    if (!cli_check_output("compact", out, &in, 1)) return CLI_EXIT_USAGE;
     cmf_error err = {0};
     if (cmf_compact(in, out, &err)) return cli_fail("compact", &err);
     printf("wrote %s\n", out);

@@ -56,6 +56,8 @@ static int parse(int argc, char **argv, imp_args *a, bool want_tok, bool want_sh
     if (!a->in) return cli_usage_error(cmd, "missing input");
     if (!a->out) return cli_usage_error(cmd, "missing -o OUT.cmf");
     if (want_tok && !a->tokenizer) return cli_usage_error(cmd, "missing --tokenizer TOK.bin");
+    const char *inputs[2] = {a->in, a->tokenizer};
+    if (!cli_check_output(cmd, a->out, inputs, 2)) return CLI_EXIT_USAGE;
     return -1;
 }
 

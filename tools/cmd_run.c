@@ -156,6 +156,7 @@ int cmd_logits(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
     if (!file || !toks || !outp) return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)");
+    if (!cli_check_output(cmd, outp, &file, 1)) return CLI_EXIT_USAGE;
     int32_t *ids;
     size_t n;
     if (!parse_ids(cmd, toks, &ids, &n)) return CLI_EXIT_USAGE;

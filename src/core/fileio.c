@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 static int ends_with(const char *s, const char *suf) {
@@ -52,20 +53,45 @@ cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *e
     }
     FILE *f = fopen(path, "rb");
     if (!f) return cmf_error_set(err, CMF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return cmf_error_set(err, CMF_ERR_IO, "%s: cannot seek", path); }
-    long sz = ftell(f);
-    if (sz < 0) { fclose(f); return cmf_error_set(err, CMF_ERR_IO, "%s: not a regular file", path); }
-    rewind(f);
-    char *buf = malloc((size_t)sz + 1);
-    if (!buf) { fclose(f); return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory (%ld bytes)", path, sz); }
-    if (fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return cmf_error_set(err, CMF_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return cmf_error_set(err, CMF_ERR_IO, "%s: is a directory, not a file", path);
+    }
+    /* Regular files are read in one go; pipes and devices in chunks. */
+    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : (1u << 16), n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(f);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory (%zu bytes)", path, cap);
+    }
+    for (;;) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2 + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (ferror(f)) {
         free(buf);
         fclose(f);
-        return cmf_error_set(err, CMF_ERR_IO, "%s: short read", path);
+        return cmf_error_set(err, CMF_ERR_IO, "%s: read error", path);
     }
     fclose(f);
-    buf[sz] = 0;
+    buf[n] = 0;
     *out = buf;
-    if (len) *len = (size_t)sz;
+    if (len) *len = n;
     return CMF_OK;
 }

@@ -11,6 +11,7 @@
  * checkpoint is checked against config.json: every tensor the forward pass
  * needs must exist with the shape the config implies.
  */
+#include "cmf/tokenizer.h"
 #include "import/import_internal.h"
 #include "import/safetensors.h"
 
@@ -364,6 +365,14 @@ cmf_status cmf_convert_hf(const char *hf_dir, const char *out_path, const cmf_im
     char *tok_path = join(hf_dir, "tokenizer.json");
     if (!tok_path) { st = cmf_error_set(err, CMF_ERR_NOMEM, "out of memory"); goto out; }
     if (exists(tok_path)) st = cmf_read_file(tok_path, &tok_json, &tok_len, err);
+    if (!st && tok_json) {
+        /* Store only a tokenizer the runtime can load: a broken tokenizer.json
+         * fails the conversion here, not every later run. */
+        cmf_tokenizer *tk = NULL;
+        st = cmf_tokenizer_load_json(tok_json, tok_len, &tk, err);
+        if (st) cmf_error_prefix(err, "%s", tok_path);
+        cmf_tokenizer_free(tk);
+    }
     free(tok_path);
     if (st) goto out;
 
