@@ -387,6 +387,7 @@ int cmd_run(int argc, char **argv) {
         else if (cli_flag_value(argc, argv, &i, "--system", &v, &missing)) system = v;
         else if (cli_flag_value(argc, argv, &i, "--stop", &v, &missing)) {
             if (v && n_stops == sizeof stops / sizeof stops[0]) return cli_usage_error(cmd, "too many --stop strings");
+            if (v && !*v) return cli_usage_error(cmd, "--stop: the stop string is empty");
             if (v) stops[n_stops++] = v;
         } else if (strcmp(flag, "--greedy") == 0) greedy = true;
         else if (strcmp(flag, "--chat") == 0) chat = true;

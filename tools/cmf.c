@@ -45,6 +45,13 @@ int main(int argc, char **argv) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
+    if (strcmp(argv[1], "help") == 0 && argc > 2) { /* `cmf help run` = `cmf run --help` */
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                char *hargv[] = {argv[2], (char *)"--help", NULL};
+                return commands[i].fn(2, hargv);
+            }
+    }
     if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
         usage(stdout);
         return CLI_EXIT_OK;
