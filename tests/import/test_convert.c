@@ -167,7 +167,9 @@ static void test_sharded(const char *data, const char *tmp) {
     snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
     write_text(p, "{\"add_bos_token\": true, \"eos_token\": \"</s>\", \"chat_template\": \"ignored\"}");
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    const char *tokjs = "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":9,\"content\":\"</s>\"}],\"model\":{\"type\":\"BPE\"}}";
+    const char *tokjs = "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":9,\"content\":\"</s>\"}],"
+                        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"d\":3,"
+                        "\"e\":4,\"f\":5,\"g\":6,\"h\":7,\"i\":8},\"merges\":[]}}";
     write_text(p, tokjs);
 
     char out_a[4400], out_b[4400];
@@ -193,6 +195,16 @@ static void test_sharded(const char *data, const char *tmp) {
         CHECK(tj && tl == strlen(tokjs) && memcmp(tj, tokjs, tl) == 0, "tokenizer stored verbatim");
         CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token")), "add_bos_token");
         cmf_file_close(f);
+    }
+    /* A tokenizer.json the runtime cannot load fails the conversion, leaving no output. */
+    {
+        char bad_out[4400];
+        snprintf(bad_out, sizeof bad_out, "%s/badtok.cmf", tmp);
+        write_text(p, "{\"model\":");
+        CHECK(cmf_convert_hf(dir, bad_out, &o, &err) != CMF_OK && strstr(err.msg, "tokenizer.json"),
+              "broken tokenizer.json must fail naming it: %s", err.msg);
+        CHECK(access(bad_out, F_OK) != 0, "no output after a failed convert");
+        write_text(p, tokjs);
     }
     /* Shard-split output: a small --shard-max-gb gives several files that open as one. */
     char out_c[4400];
