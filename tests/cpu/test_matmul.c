@@ -262,25 +262,29 @@ int main(void) {
     static const cmf_dtype in32[] = {CMF_DT_Q4_TILED, CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q1};
     static const uint64_t ins_any[] = {1, 7, 16, 33, 63, 64, 100, 200, 527};
     static const uint64_t ins_32[] = {32, 64, 96, 160, 544};
-    static const int ns[] = {1, 2, 3, 4, 5, 9};
+    static const int ns[] = {1, 2, 3, 4, 5, 9, 16, 29}; /* >= 16: the AVX-512 GEMM path */
     int reps = quick ? 1 : 3;
     for (int rep = 0; rep < reps; rep++) {
         for (size_t d = 0; d < sizeof any_in / sizeof any_in[0]; d++)
             for (size_t k = 0; k < sizeof ins_any / sizeof ins_any[0]; k++) {
                 uint64_t rows = 1 + (uint64_t)(urand() * 40), r0 = (uint64_t)(urand() * rows);
                 uint64_t nr = rows - r0 > 1 ? 1 + (uint64_t)(urand() * (double)(rows - r0)) : 1;
-                run_case(any_in[d], rows, ins_any[k], ns[(k + rep) % 6], r0, nr, pool);
+                run_case(any_in[d], rows, ins_any[k], ns[(k + rep) % 8], r0, nr, pool);
             }
         for (size_t d = 0; d < sizeof in32 / sizeof in32[0]; d++)
             for (size_t k = 0; k < sizeof ins_32 / sizeof ins_32[0]; k++) {
                 uint64_t rows = 1 + (uint64_t)(urand() * 40), r0 = (uint64_t)(urand() * rows);
                 uint64_t nr = rows - r0 > 1 ? 1 + (uint64_t)(urand() * (double)(rows - r0)) : 1;
-                run_case(in32[d], rows, ins_32[k], ns[(k + rep + 2) % 6], r0, nr, pool);
+                run_case(in32[d], rows, ins_32[k], ns[(k + rep + 2) % 8], r0, nr, pool);
             }
     }
     /* a larger shape: more tasks than threads, long rows (several segments) */
     run_case(CMF_DT_Q4TP, 70, 32 * 1100, 5, 3, 60, pool);
     run_case(CMF_DT_Q8_ROW, 300, 2048, 2, 0, 300, pool);
+    /* prefill shapes: several K chunks, partial row panels, 12-token tiles + tail */
+    run_case(CMF_DT_Q8_ROW, 100, 600, 37, 5, 90, pool);
+    run_case(CMF_DT_Q4TP, 70, 32 * 20, 25, 3, 67, pool);
+    run_case(CMF_DT_Q8_2F, 45, 300, 16, 0, 45, pool);
     if (!quick) run_case(CMF_DT_F16, 130, 1000, 6, 1, 129, pool);
     test_errors();
     cmf_cpu_pool_free(pool);

@@ -9,6 +9,10 @@
  * threads take chunks dynamically. Activation quantization (see
  * matmul_int.h) runs once per call, one token per task, into the pool's
  * matmul buffer, so steady-state calls allocate nothing.
+ *
+ * Prefill at the AVX-512 levels (n >= MM_GEMM_MIN_N, every fast dtype):
+ * the blocked GEMM of gemm_avx512.c instead, one 32-row panel per task;
+ * q8/q4 weights get int16 activations (mm_gemm_quant_avx512) instead.
  */
 #include "backend/cpu/matmul_int.h"
 
@@ -164,6 +168,17 @@ static void quant_task(void *vctx, int t, int n_tasks) {
     }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* int16 activations of the AVX-512 GEMM path, one token per task */
+static void quant16_task(void *vctx, int t, int n_tasks) {
+    (void)n_tasks;
+    quant_ctx *c = vctx;
+    mm_act *a = c->a;
+    mm_gemm_quant_avx512(c->X + (size_t)t * a->in, c->col, a->in,
+                         a->x16 + (size_t)t * a->nb * 32, a->dx16 + (size_t)t * a->nb);
+}
+#endif
+
 /* ---- dispatch ----------------------------------------------------------- */
 
 /* The kernels index the payload directly: for fixed-size dtypes its size
@@ -247,6 +262,12 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
 
     cmf_cpu_level lv = cmf_cpu_level_get();
     mm_kernel_fn fn = pick(fam, lv);
+#if defined(__x86_64__) || defined(__i386__)
+    /* prefill at the AVX-512 levels: blocked GEMM (gemm_avx512.c) */
+    if ((lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI) && fam != FAM_SLOW && n >= MM_GEMM_MIN_N)
+        fn = mm_gemm_avx512;
+#endif
+    bool gemm = fn != pick(fam, lv);
     mm_act act;
     memset(&act, 0, sizeof act);
     act.n = n;
@@ -256,7 +277,7 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
     act.np = (act.nb + 1) / 2;
     act.qstride = (size_t)act.np * 64;
     void *heap = NULL;
-    if (fn != mm_ref && (fam == FAM_Q8 || fam == FAM_Q4)) {
+    if (fn != mm_ref && !gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
         if (in > (1u << 30))
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool expand = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
@@ -290,6 +311,24 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
     }
+#if defined(__x86_64__) || defined(__i386__)
+    if (gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
+        if (in > (1u << 30))
+            return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
+        size_t bytes = ((size_t)act.nb * 64 + (size_t)act.nb * 4) * (size_t)n;
+        void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
+        if (!p && posix_memalign(&heap, 64, bytes) == 0) buf = heap;
+        if (!buf)
+            return cmf_error_set(err, CMF_ERR_NOMEM,
+                                 "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
+                                 bytes);
+        act.x16 = buf;
+        act.dx16 = (float *)((uint8_t *)buf + (size_t)act.nb * 64 * (size_t)n);
+        quant_ctx qc = {X, NULL, &act, 0, false, false};
+        if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
+        cmf_cpu_pool_run(p, quant16_task, &qc, n);
+    }
+#endif
 
     mm_job job;
     job.W = W;
@@ -310,6 +349,7 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
     if (chunk > max_rows) chunk = max_rows;
     chunk = (chunk + 3) & ~(uint64_t)3;
     if (chunk < 4) chunk = 4;
+    if (gemm) chunk = 32; /* one 32-row panel per task (gemm_avx512.c) */
     uint64_t ntasks = (nrows + chunk - 1) / chunk;
     if (ntasks > 0xFFFFFF) { /* the pool claims at most 2^24 - 1 tasks per job */
         chunk = ((nrows + 0xFFFFFE) / 0xFFFFFF + 3) & ~(uint64_t)3;

@@ -55,6 +55,10 @@ typedef struct mm_act {
     float *de;
     int32_t *se;
     const float *x; /* the caller's float X [n][in] */
+    /* AVX-512 GEMM path, q8/q4 weights: X as int16 per 32-block,
+     * x = dx16 * x16 (dx16 = absmax/32767), [n][nb*32] and [n][nb] */
+    int16_t *x16;
+    float *dx16;
 } mm_act;
 
 typedef struct mm_job {
@@ -107,7 +111,15 @@ void mm_q8_avx512(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
+/* gemm_avx512.c: prefill path of the AVX-512 levels for every fast dtype
+ * (n >= MM_GEMM_MIN_N): float X, weights decoded once per call into 32-row
+ * panels (matmul.c gives it chunks of 32 rows). */
+void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re);
+/* Quantize one token x[in] (times the q8_2f column factors col, or NULL)
+ * to int16 per 32-block for mm_gemm_avx512: q[nb*32], d[nb]. */
+void mm_gemm_quant_avx512(const float *x, const uint8_t *col, uint64_t in, int16_t *q, float *d);
 #endif
+#define MM_GEMM_MIN_N 16
 #if defined(__aarch64__)
 void mm_fp_neon(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q8_neon(mm_job *j, uint64_t rb, uint64_t re);
