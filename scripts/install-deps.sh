@@ -2,23 +2,29 @@
 # Installs the Debian/Ubuntu packages cmf needs to build and test.
 # Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
+pkgs=(build-essential cmake pkg-config clang
       libcjson-dev libpcre2-dev libutf8proc-dev libsodium-dev zlib1g-dev libedit-dev
       python3 python3-numpy python3-jinja2)
+# libFuzzer's runtime ships in a versioned package on Debian 12 (clang 14).
+fuzz_pkgs=(libclang-rt-14-dev)
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()
-for p in "${pkgs[@]}"; do
+for p in "${pkgs[@]}" "${fuzz_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-# clang's runtime package name differs across releases; accept any version.
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "installing: ${missing[*]}" >&2
-  $SUDO apt-get update -qq
-  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; then
-    # Newer releases ship another clang runtime version; fall back to the default one.
-    fallback=()
-    for p in "${missing[@]}"; do [ "$p" = libclang-rt-14-dev ] && p=libclang-rt-dev; fallback+=("$p"); done
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${fallback[@]}" >/dev/null
-  fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing: ${missing[*]}" >&2
+$SUDO apt-get update -qq
+required=()
+for p in "${missing[@]}"; do
+  case " ${fuzz_pkgs[*]} " in *" $p "*) ;; *) required+=("$p") ;; esac
+done
+if [ ${#required[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${required[@]}" >/dev/null
 fi
+for p in "${fuzz_pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 && continue
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$p" >/dev/null 2>&1 ||
+    echo "install-deps: $p not available here; the fuzzing stage of scripts/test.sh needs clang's libFuzzer runtime" >&2
+done
