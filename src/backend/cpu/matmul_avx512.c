@@ -372,29 +372,9 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         else if (rem == 2) { call2; t0 += 2; }                                  \
         else { call1; t0 += 1; }                                                \
     }
-#define TILES(call4, call3, call2, call1)                                       \
-    for (int t0 = 0; t0 < j->n; t0 += 4) {                                     \
-        int rem = j->n - t0;                                                    \
-        if (rem >= 4) call4;                                                    \
-        else if (rem == 3) call3;                                               \
-        else if (rem == 2) call2;                                               \
-        else call1;                                                             \
-    }
 
 void mm_fp_avx512(mm_job *j, uint64_t rb, uint64_t re) {
-    switch (j->W->dtype) {
-    case CMF_DT_F32:
-        TILES(fp_tile(j, rb, re, t0, 4, CMF_DT_F32), fp_tile(j, rb, re, t0, 3, CMF_DT_F32),
-              fp_tile(j, rb, re, t0, 2, CMF_DT_F32), fp_tile(j, rb, re, t0, 1, CMF_DT_F32));
-        break;
-    case CMF_DT_F16:
-        TILES(fp_tile(j, rb, re, t0, 4, CMF_DT_F16), fp_tile(j, rb, re, t0, 3, CMF_DT_F16),
-              fp_tile(j, rb, re, t0, 2, CMF_DT_F16), fp_tile(j, rb, re, t0, 1, CMF_DT_F16));
-        break;
-    default:
-        TILES(fp_tile(j, rb, re, t0, 4, CMF_DT_BF16), fp_tile(j, rb, re, t0, 3, CMF_DT_BF16),
-              fp_tile(j, rb, re, t0, 2, CMF_DT_BF16), fp_tile(j, rb, re, t0, 1, CMF_DT_BF16));
-    }
+    MM_FP_TILES(fp_tile);
 }
 
 void mm_q8_avx512(mm_job *j, uint64_t rb, uint64_t re) {

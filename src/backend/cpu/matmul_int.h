@@ -134,4 +134,34 @@ void *cmf_cpu_pool_mm_buffer(cmf_cpu_pool *p, size_t bytes);
  * exp2f since it is built with exp2f). NULL when p is NULL. */
 const float *cmf_cpu_pool_exp2_table(const cmf_cpu_pool *p);
 
+
+/* Run a tile kernel over the batch: tiles of 4 tokens, then one of 3, 2 or 1
+ * for the rest. Each callN is a call specialized (inlined) for N tokens and
+ * may use `t0`, the first token of the tile. Shared by the ISA files. */
+#define MM_TILES4(call4, call3, call2, call1)                                   \
+    for (int t0 = 0; t0 < j->n; t0 += 4) {                                     \
+        int rem = j->n - t0;                                                    \
+        if (rem >= 4) call4;                                                    \
+        else if (rem == 3) call3;                                               \
+        else if (rem == 2) call2;                                               \
+        else call1;                                                             \
+    }
+
+/* The float-weight entry of an ISA file: `tile(j, rb, re, t0, T, dtype)`
+ * specialized for each of f32, f16 and bf16. */
+#define MM_FP_TILES(tile)                                                       \
+    switch (j->W->dtype) {                                                      \
+    case CMF_DT_F32:                                                            \
+        MM_TILES4(tile(j, rb, re, t0, 4, CMF_DT_F32), tile(j, rb, re, t0, 3, CMF_DT_F32), \
+                  tile(j, rb, re, t0, 2, CMF_DT_F32), tile(j, rb, re, t0, 1, CMF_DT_F32)); \
+        break;                                                                  \
+    case CMF_DT_F16:                                                            \
+        MM_TILES4(tile(j, rb, re, t0, 4, CMF_DT_F16), tile(j, rb, re, t0, 3, CMF_DT_F16), \
+                  tile(j, rb, re, t0, 2, CMF_DT_F16), tile(j, rb, re, t0, 1, CMF_DT_F16)); \
+        break;                                                                  \
+    default:                                                                    \
+        MM_TILES4(tile(j, rb, re, t0, 4, CMF_DT_BF16), tile(j, rb, re, t0, 3, CMF_DT_BF16), \
+                  tile(j, rb, re, t0, 2, CMF_DT_BF16), tile(j, rb, re, t0, 1, CMF_DT_BF16)); \
+    }
+
 #endif /* CMF_CPU_MATMUL_INT_H */
