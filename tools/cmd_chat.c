@@ -298,6 +298,10 @@ static char *read_line(bool tty) {
     return line;
 }
 
+/* answer() result besides the CLI exit codes: the conversation no longer
+ * fits the KV cache; the turn is dropped and the chat goes on. */
+#define ANSWER_CONTEXT_FULL 3
+
 /* One assistant turn for the conversation as it stands. */
 static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf_session *s, conv *c,
                   const idset *eos, const char *const *stops, size_t n_stops, bool tty) {
@@ -323,6 +327,11 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
     free(ids);
     if (st != CMF_OK) {
         sigaction(SIGINT, &old, NULL);
+        if (st == CMF_ERR_CONTEXT_FULL) {
+            /* not fatal: the user can /reset (or /load a shorter chat) */
+            fprintf(stderr, "[%s: /reset to start over]\n", err.msg);
+            return ANSWER_CONTEXT_FULL;
+        }
         return cli_fail("chat", &err);
     }
     cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n,
@@ -415,10 +424,11 @@ int cmd_chat(int argc, char **argv) {
         bool ok = conv_add(&c, "user", line);
         free(line);
         if (!ok) { fprintf(stderr, "cmf chat: out of memory\n"); rc = CLI_EXIT_FAIL; break; }
-        if (answer(&o, f, tok, s, &c, &eos, stops, n_stops, tty) != CLI_EXIT_OK) {
+        int arc = answer(&o, f, tok, s, &c, &eos, stops, n_stops, tty);
+        if (arc != CLI_EXIT_OK) {
             /* drop the failed user turn so the user can retry */
             cJSON_DeleteItemFromArray(c.messages, cJSON_GetArraySize(c.messages) - 1);
-            if (!tty) { rc = CLI_EXIT_FAIL; break; }
+            if (!tty && arc != ANSWER_CONTEXT_FULL) { rc = CLI_EXIT_FAIL; break; }
         }
     }
 done:
