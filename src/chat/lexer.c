@@ -11,6 +11,7 @@
  */
 #include "lexer.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,7 +154,7 @@ static cmf_status lex_number(lx *l, size_t *pp) {
     bool after_dot = start > 0 && l->src[start - 1] == '.';
     if (!after_dot && p + 1 < l->len && l->src[p] == '.' && isdigit((unsigned char)l->src[p + 1])) {
         is_float = true;
-        buf[o++] = '.';
+        if (o < sizeof buf - 1) buf[o++] = '.';
         p++;
         while (p < l->len && (isdigit((unsigned char)l->src[p]) || l->src[p] == '_')) {
             if (l->src[p] != '_' && o < sizeof buf - 1) buf[o++] = l->src[p];
@@ -172,6 +173,8 @@ static cmf_status lex_number(lx *l, size_t *pp) {
             }
         }
     }
+    assert(o < sizeof buf);
+    if (o == sizeof buf - 1) return lx_err(l, start, CMF_ERR_UNSUPPORTED, "numeric literal too long");
     buf[o] = 0;
     jtok *k = push(l, is_float ? T_FLOAT : T_INT, start);
     if (!k) return lx_err(l, start, CMF_ERR_NOMEM, "out of memory");

@@ -58,6 +58,16 @@ int main(void) {
     expect_err("{% frobnicate %}", NULL, NULL, CMF_ERR_FORMAT, "unknown tag");
     expect_err("{{ 'abc }}", NULL, NULL, CMF_ERR_FORMAT, "unterminated string");
     expect_err("{# open comment", NULL, NULL, CMF_ERR_FORMAT, "comment");
+    /* a numeric literal longer than the lexer's buffer (found by fuzzing):
+     * a clear error, not a buffer overflow */
+    {
+        char tpl[400];
+        memset(tpl, '3', sizeof tpl);
+        memcpy(tpl, "{{ ", 3);
+        tpl[200] = '.';
+        memcpy(tpl + sizeof tpl - 4, " }}", 4);
+        expect_err(tpl, NULL, NULL, CMF_ERR_UNSUPPORTED, "numeric literal too long");
+    }
     expect_err("{{ x", NULL, NULL, CMF_ERR_FORMAT, "t.jinja:1:");
     expect_err("a\n  {{ raise_exception('Only user and assistant roles are supported!') }}", NULL, NULL,
                CMF_ERR_RENDER, "t.jinja:2:6: Only user and assistant roles are supported!");
