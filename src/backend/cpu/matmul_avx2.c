@@ -41,17 +41,6 @@ AI __m256 load_w8(const uint8_t *w, uint64_t i, const cmf_dtype dt) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-AI float w_scalar(const uint8_t *w, uint64_t i, const cmf_dtype dt) {
-    if (dt == CMF_DT_F32) {
-        float f;
-        memcpy(&f, w + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, w + 2 * i, 2);
-    return dt == CMF_DT_F16 ? cmf_f16_to_f32(h) : cmf_bf16_to_f32(h);
-}
-
 AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const cmf_dtype dt) {
     const float *x = j->a->x + (size_t)t0 * j->in;
     uint64_t in = j->in, full = in & ~(uint64_t)7;
@@ -79,7 +68,7 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             float s = hsum256(_mm256_add_ps(acc[t], acc2[t]));
-            for (uint64_t k = i; k < in; k++) s += w_scalar(w, k, dt) * x[t * in + k];
+            for (uint64_t k = i; k < in; k++) s += mm_w_scalar(w, k, dt) * x[t * in + k];
             j->Y[(size_t)(t0 + t) * j->ldy + r] = s;
         }
     }

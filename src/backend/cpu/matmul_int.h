@@ -42,6 +42,7 @@
 #include "backend/cpu/cpu.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 typedef struct mm_act {
     int n;
@@ -84,6 +85,19 @@ void mm_q4_scales(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, u
                   uint64_t cnt, float *dw);
 const uint8_t *mm_q4_nibbles(const cmf_tensor *W, uint64_t nb, uint64_t r, size_t *stride);
 /* q8_row / q8_2f: int8 row r and its f16 row scale as float. */
+/* Element i of a float-weight row (f32, f16 or bf16) as f32: the scalar
+ * tail of the SIMD float kernels. */
+static inline float mm_w_scalar(const uint8_t *w, uint64_t i, cmf_dtype dt) {
+    if (dt == CMF_DT_F32) {
+        float f;
+        memcpy(&f, w + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, w + 2 * i, 2);
+    return dt == CMF_DT_F16 ? cmf_f16_to_f32(h) : cmf_bf16_to_f32(h);
+}
+
 static inline const int8_t *mm_q8_row(const cmf_tensor *W, uint64_t in, uint64_t r) {
     return (const int8_t *)W->data + r * in;
 }

@@ -29,17 +29,6 @@ AI float32x4_t load_w4(const uint8_t *w, uint64_t i, const cmf_dtype dt) {
     return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
 
-AI float w_scalar(const uint8_t *w, uint64_t i, const cmf_dtype dt) {
-    if (dt == CMF_DT_F32) {
-        float f;
-        memcpy(&f, w + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, w + 2 * i, 2);
-    return dt == CMF_DT_F16 ? cmf_f16_to_f32(h) : cmf_bf16_to_f32(h);
-}
-
 AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const cmf_dtype dt) {
     const float *x = j->a->x + (size_t)t0 * j->in;
     uint64_t in = j->in, full = in & ~(uint64_t)7;
@@ -58,7 +47,7 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         }
         for (int t = 0; t < T; t++) {
             float s = vaddvq_f32(vaddq_f32(acc[t], acc2[t]));
-            for (uint64_t k = i; k < in; k++) s += w_scalar(w, k, dt) * x[t * in + k];
+            for (uint64_t k = i; k < in; k++) s += mm_w_scalar(w, k, dt) * x[t * in + k];
             j->Y[(size_t)(t0 + t) * j->ldy + r] = s;
         }
     }
