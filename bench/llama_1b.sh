@@ -8,19 +8,32 @@
 # `cmf bench` on both files, and prints:
 #   decode tok/s, the roofline (bandwidth / weight bytes read per token), the
 #   fraction of it reached, prefill tok/s and GFLOP/s (2 flops per matrix
-#   weight per token), and the ratio to llama.cpp's figures from the issue
-#   (same shape, 2-core AVX-512 VNNI machine: tg 12.3 (Q8_0) / 20.0 (Q4_0)
-#   tok/s, pp128 70 / 84 tok/s).
+#   weight per token), and the ratio to llama.cpp.
+#
+# llama.cpp baseline: with LLAMACPP=1 the same random model is also written
+# as GGUF Q8_0 and Q4_0 files (bench/gguf_write.py, llama.cpp's quantizers),
+# the prebuilt llama.cpp of the npm package node-llama-cpp is installed into
+# WORK_DIR/npm (once; nothing is compiled or downloaded at run time), and
+# bench/llamacpp_bench.mjs measures it with the same threads/PP/TG/REPS,
+# right after cmf on each quantization: q8 vs Q8_0, q4tp vs Q4_0. Without
+# LLAMACPP=1, or when the install fails, the ratios use the figures quoted in
+# issue 4 (same shape, another 2-core AVX-512 VNNI machine: tg 12.3 (Q8_0) /
+# 20.0 (Q4_0) tok/s, pp128 70 / 84 tok/s), labelled as such.
 #
 # usage: bench/llama_1b.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/cmf_llama_1b)
 #   env: THREADS (default: physical cores; a list such as "1 2" runs each),
-#        PP (128), TG (64), REPS (3)
-# Needs ~4.5 GB of disk in WORK_DIR and /usr/bin/python3 with numpy (Debian).
+#        PP (128), TG (64), REPS (3),
+#        LLAMACPP (0; 1 = measure llama.cpp in this run, needs node >= 20 and npm),
+#        NODE_LLAMA_CPP_VERSION (3.22.1)
+# Needs ~4.5 GB of disk in WORK_DIR (+1.8 GB GGUF and 90 MB npm with
+# LLAMACPP=1) and /usr/bin/python3 with numpy (Debian).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
 work=${2:-/tmp/cmf_llama_1b}
 pp=${PP:-128}; tg=${TG:-64}; reps=${REPS:-3}
+llamacpp=${LLAMACPP:-0}
+nlc_version=${NODE_LLAMA_CPP_VERSION:-3.22.1}
 cmf=$build/tools/cmf
 membw=$build/bench/membw
 for b in "$cmf" "$membw"; do
@@ -36,6 +49,43 @@ for q in q8 q4tp; do
     "$cmf" convert "$work/hf" -o "$work/$q.cmf" --quant "$q" --no-progress
   fi
 done
+
+# llama.cpp through node-llama-cpp: its prebuilt binaries for this platform
+# only (--omit=optional skips the CUDA/Vulkan/other-OS packages, hundreds of
+# MB) and no install scripts (the postinstall step may try to build
+# llama.cpp from source when it thinks the binaries do not fit).
+llamacpp_ok=0
+if [ "$llamacpp" = 1 ]; then
+  npm_dir=$work/npm
+  if [ ! -f "$npm_dir/node_modules/node-llama-cpp/package.json" ]; then
+    plat=$(node -p 'process.platform + "-" + process.arch' 2>/dev/null || echo unknown)
+    case $plat in
+      linux-x64|linux-arm64) pkg=@node-llama-cpp/$plat ;;
+      darwin-arm64) pkg=@node-llama-cpp/mac-arm64-metal ;;
+      darwin-x64) pkg=@node-llama-cpp/mac-x64 ;;
+      *) pkg= ;;
+    esac
+    if [ -n "$pkg" ]; then
+      mkdir -p "$npm_dir"
+      [ -f "$npm_dir/package.json" ] || echo '{"name": "cmf-llamacpp-bench", "private": true}' > "$npm_dir/package.json"
+      (cd "$npm_dir" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --ignore-scripts \
+         --no-audit --no-fund --loglevel=error "node-llama-cpp@$nlc_version" "$pkg@$nlc_version" >&2) ||
+        echo "llama_1b.sh: npm install of node-llama-cpp failed" >&2
+    else
+      echo "llama_1b.sh: no prebuilt node-llama-cpp package for $plat" >&2
+    fi
+  fi
+  if [ -f "$npm_dir/node_modules/node-llama-cpp/package.json" ]; then
+    llamacpp_ok=1
+    for t in q8_0 q4_0; do
+      [ -f "$work/$t.gguf" ] || /usr/bin/python3 "$src/bench/gguf_write.py" "$work/hf" "$work/$t.gguf" --type "$t"
+    done
+  else
+    echo "llama_1b.sh: llama.cpp unavailable; ratios use the figures quoted in issue 4" >&2
+  fi
+fi
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 bw_line=$("$membw" -s 1024 -r 5)
 echo "$bw_line"
 bw=$(echo "$bw_line" | sed -E 's/^membw: ([0-9.]+) GB\/s.*/\1/')
@@ -44,26 +94,75 @@ for t in $threads; do
   tflag=(); [ "$t" != 0 ] && tflag=(-t "$t")
   for q in q8 q4tp; do
     "$cmf" bench "$work/$q.cmf" -p "$pp" -n "$tg" -r "$reps" "${tflag[@]}" --json > "$work/$q.t$t.json"
-    jsons+=("$q:$work/$q.t$t.json")
+    ll=-
+    if [ "$llamacpp_ok" = 1 ]; then
+      # the thread count cmf used (its default is the physical core count)
+      nt=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["threads"])' "$work/$q.t$t.json")
+      g=q8_0; [ "$q" = q4tp ] && g=q4_0
+      ll=$work/llamacpp_$g.t$t.json
+      if ! node "$src/bench/llamacpp_bench.mjs" "$work/$g.gguf" --npm "$npm_dir" -t "$nt" \
+             -p "$pp" -n "$tg" -r "$reps" > "$ll"; then
+        echo "llama_1b.sh: llama.cpp run on $g.gguf failed; using the quoted figures" >&2
+        ll=-
+      fi
+    fi
+    jsons+=("$q:$work/$q.t$t.json:$ll")
   done
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 /usr/bin/python3 - "$bw" "${jsons[@]}" <<'PY'
 import json, sys
 bw = float(sys.argv[1]) * 1e9
-base = {"q8": (12.3, 70.0, "Q8_0"), "q4tp": (20.0, 84.0, "Q4_0")}
-print(f"\nread bandwidth {bw/1e9:.2f} GB/s")
-print(f"{'quant':6} {'thr':>3} {'GB/tok':>7} {'roofline':>9} {'tg tok/s':>16} {'of roof':>8} {'vs llama.cpp':>13}"
-      f" {'pp tok/s':>16} {'GFLOP/s':>8} {'vs llama.cpp':>13}")
+# issue 4's llama.cpp figures (another 2-core AVX-512 VNNI machine): tg, pp128
+quoted = {"q8": (12.3, 70.0), "q4tp": (20.0, 84.0)}
+gname = {"q8": "Q8_0", "q4tp": "Q4_0"}
+ms = lambda r: f"{r['avg_ts']:7.2f} ± {r['stddev_ts']:5.2f}"
+best = lambda r: max(r["samples_ts"])
+print(f"\nread bandwidth {bw/1e9:.2f} GB/s\n\ncmf:")
+print(f"{'quant':6} {'thr':>3} {'GB/tok':>7} {'roofline':>9} {'tg tok/s':>16} {'of roof':>8} {'best':>7}"
+      f" {'pp tok/s':>16} {'GFLOP/s':>8} {'best':>7}")
+cmp, notes, any_quoted = [], [], False
 for arg in sys.argv[2:]:
-    q, path = arg.split(":", 1)
+    q, path, ll = arg.split(":", 2)
     rows = {r["test"][:2]: r for r in json.load(open(path))}
     tg, pp = rows["tg"], rows["pp"]
     bpt = tg["bytes_per_token"]
     roof = bw / bpt
-    frac = tg["avg_ts"] / roof
     gflops = pp["avg_ts"] * pp["flops_per_token"] / 1e9
-    b_tg, b_pp, bname = base[q]
-    print(f"{q:6} {tg['threads']:3d} {bpt/1e9:7.3f} {roof:9.1f} {tg['avg_ts']:8.2f} ± {tg['stddev_ts']:5.2f} {100*frac:7.0f}%"
-          f" {tg['avg_ts']/b_tg:8.2f}x {bname}"
-          f" {pp['avg_ts']:8.2f} ± {pp['stddev_ts']:5.2f} {gflops:8.1f} {pp['avg_ts']/b_pp:8.2f}x {bname}")
+    print(f"{q:6} {tg['threads']:3d} {bpt/1e9:7.3f} {roof:9.1f} {ms(tg):>16} {100*tg['avg_ts']/roof:7.0f}% {best(tg):7.2f}"
+          f" {ms(pp):>16} {gflops:8.1f} {best(pp):7.2f}")
+    if ll != "-":
+        j = json.load(open(ll))
+        lr = {r["test"][:2]: r for r in j["results"]}
+        cmp.append((q, tg, pp, lr["tg"], lr["pp"]))
+        note = (f"llama.cpp {j['llama_cpp_release']} (node-llama-cpp {j['node_llama_cpp']}, {j['build_type']},"
+                f" CPU variant {j['cpu_variant']}, flash attention {j['flash_attention']}, {j['threads']} threads)")
+        if note not in notes:
+            notes.append(note)
+    else:
+        any_quoted = True
+        cmp.append((q, tg, pp, None, None))
+
+print("\ncmf vs llama.cpp (ratio = cmf / llama.cpp; 'best' = fastest of the REPS runs, the figure least"
+      " disturbed by other load):")
+print(f"{'':15} {'thr':>3} {'cmf tg':>16} {'llama.cpp tg':>16} {'ratio':>6} {'best':>6}"
+      f"  {'cmf pp':>16} {'llama.cpp pp':>16} {'ratio':>6} {'best':>6}")
+for q, tg, pp, ltg, lpp in cmp:
+    if ltg is not None:
+        label = f"{q} vs {gname[q]}"
+        c = lambda a, b: (f"{ms(b):>16} {a['avg_ts']/b['avg_ts']:5.2f}x {best(a)/best(b):5.2f}x")
+        print(f"{label:15} {tg['threads']:3d} {ms(tg):>16} {c(tg, ltg)}  {ms(pp):>16} {c(pp, lpp)}")
+    else:
+        qt, qp = quoted[q]
+        label = f"{q} vs {gname[q]}*"
+        print(f"{label:15} {tg['threads']:3d} {ms(tg):>16} {qt:9.2f} quoted {tg['avg_ts']/qt:5.2f}x {'':>6}"
+              f"  {ms(pp):>16} {qp:9.2f} quoted {pp['avg_ts']/qp:5.2f}x")
+for n in notes:
+    print("measured in this run: " + n)
+if notes:
+    print("llama.cpp GGUFs (bench/gguf_write.py): Q8_0 file all matrices Q8_0; Q4_0 file matrices Q4_0,"
+          " output.weight Q6_K (llama-quantize's default mix); norms F32")
+if any_quoted:
+    print("* quoted from issue 4 (llama.cpp on another 2-core AVX-512 VNNI machine, ~28 GB/s),"
+          " not measured here; run with LLAMACPP=1 to measure it in the same run")
 PY

@@ -91,7 +91,15 @@ double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how) 
     bytes &= ~(size_t)((size_t)n_threads * 4096 - 1);
     uint8_t *buf = NULL;
     if (bytes == 0 || posix_memalign((void **)&buf, 4096, bytes) != 0) return 0;
-    memset(buf, 0x5a, bytes); /* touch every page */
+    /* touch every page with distinct pseudo-random words, as weights are:
+     * identical pages could be merged by the host (KSM) and read from cache */
+    uint64_t z = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        z ^= z << 13;
+        z ^= z >> 7;
+        z ^= z << 17;
+        memcpy(buf + i, &z, 8);
+    }
     unsigned f = cmf_cpu_features();
     int kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
     if (how) *how = kind == 2 ? "512-bit loads" : kind == 1 ? "256-bit loads" : "64-bit loads";

@@ -69,6 +69,16 @@ typedef struct cmf_attn_args {
 
 typedef enum cmf_act { CMF_ACT_SILU = 0, CMF_ACT_GELU_TANH = 1, CMF_ACT_GELU = 2 } cmf_act;
 
+/* One product of matmul_parts: rows [row0, row0+n_rows) of W, written to
+ * Y (rows of stride ldy floats), as matmul computes it. */
+typedef struct cmf_mm_part {
+    const cmf_tensor *W;
+    uint64_t row0, n_rows;
+    float *Y;
+    size_t ldy;
+} cmf_mm_part;
+#define CMF_MM_MAX_PARTS 4
+
 typedef struct cmf_backend_ops {
     const char *name;
     void (*free)(cmf_backend *b);
@@ -81,6 +91,12 @@ typedef struct cmf_backend_ops {
      * contiguous [n][in]; Y rows have stride ldy (floats). */
     cmf_status (*matmul)(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
                          const float *X, uint32_t n, float *Y, size_t ldy, cmf_error *err);
+    /* Several products of the same X (q/k/v, gate/up), 1 <= n_parts <=
+     * CMF_MM_MAX_PARTS, each as matmul computes it; a backend may share work
+     * between them (the CPU one quantizes X once and runs all parts' rows as
+     * one parallel job). Errors as matmul, for the first part at fault. */
+    cmf_status (*matmul_parts)(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
+                               const float *X, uint32_t n, cmf_error *err);
     /* Embedding lookup: out[i] = row tok[i] of E (any dtype), [n][dim]. */
     cmf_status (*get_rows)(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
                            float *out, cmf_error *err);

@@ -110,17 +110,11 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     uint32_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     cmf_status st;
 
-    if (L->wqkv) {
-        if ((st = be->ops->matmul(be, L->wqkv, 0, qd, b->xn, n, b->q, qd, err)) ||
-            (st = be->ops->matmul(be, L->wqkv, qd, kvd, b->xn, n, b->k, kvd, err)) ||
-            (st = be->ops->matmul(be, L->wqkv, qd + kvd, kvd, b->xn, n, b->v, kvd, err)))
-            return st;
-    } else {
-        if ((st = be->ops->matmul(be, L->wq, 0, qd, b->xn, n, b->q, qd, err)) ||
-            (st = be->ops->matmul(be, L->wk, 0, kvd, b->xn, n, b->k, kvd, err)) ||
-            (st = be->ops->matmul(be, L->wv, 0, kvd, b->xn, n, b->v, kvd, err)))
-            return st;
-    }
+    /* q, k, v: one pass over xn (fused wqkv: three row ranges of one tensor) */
+    cmf_mm_part qkv[3] = {{L->wqkv ? L->wqkv : L->wq, 0, qd, b->q, qd},
+                          {L->wqkv ? L->wqkv : L->wk, L->wqkv ? qd : 0, kvd, b->k, kvd},
+                          {L->wqkv ? L->wqkv : L->wv, L->wqkv ? qd + kvd : 0, kvd, b->v, kvd}};
+    if ((st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, err))) return st;
     add_bias(b->q, L->bq, n, qd);
     add_bias(b->k, L->bk, n, kvd);
     add_bias(b->v, L->bv, n, kvd);
@@ -177,15 +171,8 @@ static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *
     cmf_backend *be = m->be;
     uint32_t ff = (uint32_t)wd->shape[1];
     cmf_status st;
-    if (wgu) {
-        if ((st = be->ops->matmul(be, wgu, 0, ff, x, n, b->gate, ff, err)) ||
-            (st = be->ops->matmul(be, wgu, ff, ff, x, n, b->up, ff, err)))
-            return st;
-    } else {
-        if ((st = be->ops->matmul(be, wg, 0, ff, x, n, b->gate, ff, err)) ||
-            (st = be->ops->matmul(be, wu, 0, ff, x, n, b->up, ff, err)))
-            return st;
-    }
+    cmf_mm_part gu[2] = {{wgu ? wgu : wg, 0, ff, b->gate, ff}, {wgu ? wgu : wu, wgu ? ff : 0, ff, b->up, ff}};
+    if ((st = be->ops->matmul_parts(be, gu, 2, x, n, err))) return st;
     be->ops->glu(be, b->gate, ff, b->gate, b->up, ff, n, ff, m->hp.act);
     return be->ops->matmul(be, wd, 0, m->hp.n_embd, b->gate, n, out, m->hp.n_embd, err);
 }

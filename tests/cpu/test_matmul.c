@@ -249,6 +249,85 @@ static void test_errors(void) {
     unbuild(&b);
 }
 
+/* cmf_cpu_matmul_parts == one cmf_cpu_matmul per part, bit for bit, at
+ * every level: shared quantization (same family), a fused tensor split in
+ * row ranges, mixed families (run one by one), q8_2f; and its errors. */
+static void test_parts(cmf_cpu_pool *pool) {
+    static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+    enum { IN = 160, NMAX = 20 };
+    built w[5];
+    const cmf_dtype dts[5] = {CMF_DT_Q8_ROW, CMF_DT_Q8_ROW, CMF_DT_Q4TP, CMF_DT_Q4TP, CMF_DT_Q8_2F};
+    const uint64_t rws[5] = {37, 9, 24, 70, 13};
+    for (int i = 0; i < 5; i++)
+        if (build(dts[i], rws[i], IN, &w[i]) != 0) {
+            CHECK(0, "build parts");
+            return;
+        }
+    float *X = malloc(sizeof(float) * NMAX * IN), *Y = malloc(sizeof(float) * NMAX * 4 * 80),
+          *Y1 = malloc(sizeof(float) * NMAX * 4 * 80);
+    if (!X || !Y || !Y1) {
+        CHECK(0, "alloc");
+        goto out;
+    }
+    for (int i = 0; i < NMAX * IN; i++) X[i] = frand();
+    /* part sets: {tensor index, row0, nrows} x up to 4 */
+    static const int sets[][4][3] = {
+        {{0, 0, 37}, {1, 0, 9}, {1, 2, 5}, {-1, 0, 0}}, /* q8, shared */
+        {{3, 0, 40}, {3, 40, 15}, {3, 55, 15}, {-1, 0, 0}}, /* fused q4tp, 3 ranges */
+        {{0, 3, 30}, {2, 0, 24}, {-1, 0, 0}, {-1, 0, 0}}, /* q8 + q4: one by one */
+        {{4, 0, 13}, {4, 5, 8}, {0, 0, 10}, {2, 1, 20}}, /* q8_2f ranges + others */
+    };
+    cmf_cpu_level saved = cmf_cpu_level_get();
+    for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+        cmf_cpu_level_set(levels[li]);
+        if (cmf_cpu_level_get() != levels[li]) continue;
+        for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+            for (int n = 1; n <= NMAX; n += 19) { /* decode and the GEMM path */
+                cmf_cpu_mm_part parts[4];
+                int np = 0;
+                for (; np < 4 && sets[si][np][0] >= 0; np++) {
+                    const int *d = sets[si][np];
+                    parts[np] = (cmf_cpu_mm_part){&w[d[0]].t, (uint64_t)d[1], (uint64_t)d[2],
+                                                  Y + (size_t)np * NMAX * 80, 80};
+                }
+                memset(Y, 0, sizeof(float) * NMAX * 4 * 80);
+                memset(Y1, 0, sizeof(float) * NMAX * 4 * 80);
+                cmf_error e;
+                CHECK(cmf_cpu_matmul_parts(pool, parts, np, X, n, &e) == CMF_OK, "parts: %s", e.msg);
+                for (int k = 0; k < np; k++)
+                    CHECK(cmf_cpu_matmul(pool, parts[k].W, parts[k].row0, parts[k].nrows, X, n,
+                                         Y1 + (size_t)k * NMAX * 80, 80, &e) == CMF_OK,
+                          "single: %s", e.msg);
+                CHECK(memcmp(Y, Y1, sizeof(float) * NMAX * 4 * 80) == 0,
+                      "level %s set %zu n %d: parts differ from single products",
+                      cmf_cpu_level_name(levels[li]), si, n);
+            }
+    }
+    cmf_cpu_level_set(saved);
+    {
+        cmf_error e;
+        cmf_cpu_mm_part parts[5];
+        for (int k = 0; k < 5; k++) parts[k] = (cmf_cpu_mm_part){&w[0].t, 0, 4, Y, 80};
+        CHECK(cmf_cpu_matmul_parts(pool, parts, 0, X, 1, &e) == CMF_ERR_ARG, "0 parts");
+        CHECK(cmf_cpu_matmul_parts(pool, parts, 5, X, 1, &e) == CMF_ERR_ARG, "5 parts");
+        parts[1].nrows = 38;
+        CHECK(cmf_cpu_matmul_parts(pool, parts, 2, X, 1, &e) == CMF_ERR_ARG, "rows past end");
+        CHECK(strstr(e.msg, "'w'") != NULL, "message names the tensor: %s", e.msg);
+        parts[1] = (cmf_cpu_mm_part){&w[1].t, 0, 9, Y, 80};
+        w[1].t.shape[1] = 32; /* in mismatch with part 0 would be wrong: make it a bad shape */
+        w[1].t.nelem = 9 * 32;
+        CHECK(cmf_cpu_matmul_parts(pool, parts, 2, X, 1, &e) == CMF_ERR_FORMAT, "payload/shape mismatch");
+        w[1].t.shape[1] = IN;
+        w[1].t.nelem = 9 * IN;
+    }
+out:
+    free(X);
+    free(Y);
+    free(Y1);
+    for (int i = 0; i < 5; i++) unbuild(&w[i]);
+}
+
 int main(void) {
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
     fprintf(stderr, "cpu level %s, features 0x%x, physical cores %d\n",
@@ -286,7 +365,12 @@ int main(void) {
     run_case(CMF_DT_Q4TP, 70, 32 * 20, 25, 3, 67, pool);
     run_case(CMF_DT_Q8_2F, 45, 300, 16, 0, 45, pool);
     if (!quick) run_case(CMF_DT_F16, 130, 1000, 6, 1, 129, pool);
+    /* enough rows for GEMM tasks of several panels: the threaded run and the
+     * one-thread comparison then cut tasks differently */
+    run_case(CMF_DT_Q4TP, 1000, 640, 37, 3, 990, pool);
+    run_case(CMF_DT_Q8_ROW, 700, 352, 21, 0, 700, pool);
     test_errors();
+    test_parts(pool);
     cmf_cpu_pool_free(pool);
     return test_done();
 }

@@ -56,6 +56,21 @@ int cmf_cpu_physical_cores(void);
  * Not thread-safe with concurrent matmuls. Returns the previous level. */
 cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l);
 
+/* ---- vector primitives (vec.c) ------------------------------------------ */
+
+/* The inner loops of attention, for a CPU level (vec_avx2.c at the x86
+ * SIMD levels, plain C otherwise). Stateless, thread-safe.
+ *   f16_to_f32: dst[i] = src[i] as float (IEEE half, exact), i < n;
+ *   dot:        sum a[i]*b[i] (float accumulation; the order, hence the
+ *               last bits, depends on the level);
+ *   axpy:       y[i] += a*x[i]. */
+typedef struct cmf_cpu_vec {
+    void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
+    float (*dot)(const float *a, const float *b, size_t n);
+    void (*axpy)(float *y, float a, const float *x, size_t n);
+} cmf_cpu_vec;
+const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l);
+
 /* ---- thread pool (pool.c) ---------------------------------------------- */
 
 typedef struct cmf_cpu_pool cmf_cpu_pool;
@@ -111,6 +126,25 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * CMF_ERR_NOMEM. The pool may be NULL (single thread). */
 cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
                           const float *X, int n, float *Y, int ldy, cmf_error *err);
+
+/* Several products of the same X in one call (q/k/v, gate/up): part i is
+ * Y_i[t, r] = sum_k X[t, k] * W_i[row0_i + r, k], exactly as cmf_cpu_matmul
+ * computes it (bit-identical results). When every W_i has the same input
+ * width and kernel family (and q8_2f parts share one tensor) X is
+ * quantized once and all parts' rows are spread over the pool as one job:
+ * one synchronization instead of one per product, and small matrices (the
+ * k/v projections of GQA) no longer leave threads idle. Otherwise the parts
+ * run one after another. 1 <= nparts <= CMF_CPU_MM_MAX_PARTS.
+ * Errors: those of cmf_cpu_matmul, for the first part at fault. */
+#define CMF_CPU_MM_MAX_PARTS 4
+typedef struct cmf_cpu_mm_part {
+    const cmf_tensor *W;
+    uint64_t row0, nrows;
+    float *Y;
+    int ldy;
+} cmf_cpu_mm_part;
+cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                                const float *X, int n, cmf_error *err);
 
 /* True when cmf_cpu_matmul has a direct kernel for dt (no slow path). */
 bool cmf_cpu_matmul_fast(cmf_dtype dt);

@@ -8,27 +8,43 @@
  * n >= MM_GEMM_MIN_N tokens (matmul.c picks this path), each weight element
  * is decoded exactly once per call and then reused by all n tokens from L1:
  *
- *   task     = a panel of 32 weight rows (matmul.c hands out 32-row chunks);
- *   K chunk  = GEMM_KC (256) inputs: the panel's 32 x 256 weights are decoded
- *              16 rows x 16 inputs (fp) or 16 rows x 32 inputs (int16) at a
- *              time and transposed in registers, so the panel is k-major
- *              (16 or 32 KiB, stays in L1);
+ *   task     = up to GEMM_GP panels of 32 weight rows (matmul.c hands out
+ *              chunks of whole panels, up to MM_GEMM_ROWS rows);
+ *   K chunk  = a panel's 32 rows x KC inputs are decoded (16 rows at a
+ *              time, transposed in registers) into a k-major panel of
+ *              16 KiB (32 KiB for f32) that stays in L1 while every token
+ *              tile runs over it. The integer paths run the K chunks outer
+ *              and the task's panels inner, so each chunk of X is read from
+ *              L2 by all of them; while a chunk runs, the weight bytes of
+ *              the next one are prefetched (the decode would otherwise wait
+ *              on DRAM for 32 scattered rows);
  *   micro-kernel: the accumulators are output rows (Y[t, r..r+31] is
  *              contiguous, two zmm), so there is no horizontal reduction;
- *              per input (pair) two panel loads and one broadcast of X per
- *              token feed 2 FMAs / vpdpwssd per token. Each K chunk adds its
- *              partial sums into Y (the first chunk stores), masked at the
- *              row edge; X's chunk (n x 256) stays in L2 across the tiles.
+ *              per step two panel loads and one broadcast of X per token
+ *              feed 2 FMAs / vpdpwssd / vpdpbusd per token. Each K chunk
+ *              adds its partial sums into Y (the first chunk stores),
+ *              masked at the row edge.
  *
- * Two variants:
+ * Three variants:
  *  - f32 / f16 / bf16 weights: fp32 GEMM, float X read in place, weights
- *    converted to f32; 12 tokens x 32 rows = 24 zmm accumulators.
- *  - q8 (q8_row, q8_2f) and q4 (q4_block, q4_tiled, q4tp) weights: integer
- *    weights sign-extended to int16 in the panel, X quantized once per call
- *    to int16 per 32-block (mm_gemm_quant_avx512, ~16-bit precision like the
- *    int8 + residual planes of the small-n kernels), vpdpwssd (vpmaddwd +
- *    vpaddd at the avx512 level) into int32 per block, then scaled into f32
- *    accumulators (details at the int16 section below).
+ *    converted to f32, KC = 256; 12 tokens x 32 rows = 24 zmm accumulators.
+ *  - q8 (q8_row, q8_2f) weights: int8 weights sign-extended to int16 pairs
+ *    in the panel (KC = 256), X quantized once per call to int16 per
+ *    32-block (~16-bit precision like the int8 + residual planes of the
+ *    small-n kernels: plain int8 X moves greedy outputs of q8 models),
+ *    vpdpwssd (vpmaddwd + vpaddd at the avx512 level).
+ *  - q4 (q4_block, q4_tiled, q4tp) weights: the nibbles stay unsigned
+ *    bytes (0..15) in the panel as k-quads (KC = 512), X is quantized to
+ *    int8 per 32-block exactly as the decode path does (llama.cpp's Q8_0:
+ *    d = absmax/127, round to nearest even), and vpdpbusd (vpmaddubsw +
+ *    vpmaddwd + vpaddd at the avx512 level) does 4 multiply-adds per dword
+ *    lane, half the instructions of int16 pairs; the nibble offset 8 enters
+ *    as the int32 start value -8 * sum(q) of each block.
+ * Both integer variants read X packed in tiles of (mostly) GEMM_TT tokens
+ * (layout at "packed activations" below) so a micro-kernel finds the
+ * broadcasts of all its tokens at fixed offsets from one pointer, and sum
+ * each 32-block in int32 before scaling it into f32 accumulators
+ * (6 tokens x 32 rows = 12 int32 + 12 f32 zmm).
  * The order of operations depends only on the shape, never on the thread
  * count (threaded results are bit-identical).
  */
@@ -40,9 +56,12 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define GEMM_KC 256 /* inputs per K chunk (multiple of 32: whole q4 blocks) */
-#define GEMM_MR 32  /* weight rows per panel: two zmm of outputs */
-#define GEMM_NT 12  /* tokens per micro-kernel tile */
+#define GEMM_KC 256  /* inputs per K chunk: fp and q8 (multiple of 32) */
+#define GEMM_KC4 512 /* inputs per K chunk: q4 (multiple of 128: whole quads of blocks) */
+#define GEMM_MR 32   /* weight rows per panel: two zmm of outputs */
+#define GEMM_NT 12   /* tokens per fp micro-kernel tile */
+#define GEMM_TT 6    /* tokens per tile of packed X and per integer micro-kernel */
+#define GEMM_GP (MM_GEMM_ROWS / GEMM_MR) /* panels run together (K chunk outer) */
 
 /* In-register transpose of a 16x16 float matrix (r[i] = row i). */
 AI void tr16(__m512 r[16]) {
@@ -78,47 +97,51 @@ typedef struct prow {
     const uint8_t *w; /* q8: int8 row; q4: nibbles of block 0; fp: row */
     float ws;         /* q8 row scale */
     int live;
-    float t[32];      /* q4tp ladder */
+    float t[32]; /* q4tp ladder */
     const uint8_t *codes;
-    float dw[GEMM_KC / 32]; /* q4: block scales of the current chunk */
 } prow;
 
-/* W[row, k .. k+16) as f32, lanes >= m zero. k is a multiple of 16. */
-AI __m512 dec16(const mm_job *j, const prow *pr, uint64_t k, __mmask16 m, size_t stride,
-                const uint8_t *col, uint64_t k0) {
-    cmf_dtype dt = j->W->dtype;
-    switch (dt) {
-    case CMF_DT_Q8_ROW:
-    case CMF_DT_Q8_2F: {
-        __m128i q = _mm_maskz_loadu_epi8(m, pr->w + k);
-        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(pr->ws));
-        if (dt == CMF_DT_Q8_2F)
-            v = _mm512_mul_ps(v, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, col + 2 * k)));
-        return v;
+/* Masks of the two zmm of a panel's outputs for nr live rows. */
+AI __mmask16 rmask0(uint64_t nr) { return (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1); }
+AI __mmask16 rmask1(uint64_t nr) {
+    return (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+}
+
+/* Weight bytes of the next K chunk (or of the next panel's first chunk) are
+ * prefetched while the token tiles of this chunk run: the decode would
+ * otherwise wait on DRAM for 32 scattered rows. Tile ti of ntiles fetches
+ * rows [32 ti / ntiles, 32 (ti+1) / ntiles) of the panel; row i's next
+ * bytes are [nx[i], nx[i] + len) and (q4 block scales, if ns) [ns[i],
+ * ns[i] + slen), slen <= 64 (NULL: none). */
+AI void prefetch_rows(const uint8_t *const nx[GEMM_MR], size_t len, const uint8_t *const *ns,
+                      size_t slen, int ti, int ntiles) {
+    int i0 = GEMM_MR * ti / ntiles, i1 = GEMM_MR * (ti + 1) / ntiles;
+    for (int i = i0; i < i1; i++) {
+        if (nx[i])
+            for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)nx[i] + o, _MM_HINT_T0);
+        if (ns && ns[i]) {
+            _mm_prefetch((const char *)ns[i], _MM_HINT_T0);
+            _mm_prefetch((const char *)ns[i] + slen - 1, _MM_HINT_T0);
+        }
     }
+}
+
+/* ---- float path (f32 / f16 / bf16 weights) ----------------------------- */
+
+/* W[row, k .. k+16) as f32, lanes >= m zero. */
+AI __m512 dec16(cmf_dtype dt, const prow *pr, uint64_t k, __mmask16 m) {
+    switch (dt) {
     case CMF_DT_F32: return _mm512_maskz_loadu_ps(m, (const float *)pr->w + k);
     case CMF_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)pr->w + k));
-    case CMF_DT_BF16: {
+    default: { /* bf16 */
         __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)pr->w + k);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    default: { /* q4 family: in % 32 == 0, so m is all ones */
-        uint64_t b = k / 32;
-        const uint8_t *p = pr->w + b * stride + ((k / 16) & 1) * 8;
-        __m128i v = _mm_loadl_epi64((const __m128i *)p);
-        const __m128i m4 = _mm_set1_epi8(0x0F);
-        __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-        __m128i e = _mm_unpacklo_epi8(lo, hi); /* element order: lo = even, hi = odd */
-        __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(e), _mm512_set1_epi32(8));
-        (void)m;
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(pr->dw[b - k0 / 32]));
     }
     }
 }
 
 /* Decode rows [0, 32) x inputs [k0, k0+kc) of the panel into pan (k-major). */
-static void decode_panel(const mm_job *j, prow *pr, uint64_t k0, uint64_t kc, size_t stride,
-                         const uint8_t *col, float *pan) {
+static void decode_panel(cmf_dtype dt, const prow *pr, uint64_t k0, uint64_t kc, float *pan) {
     for (uint64_t kk = 0; kk < kc; kk += 16) {
         uint64_t k = k0 + kk, left = kc - kk;
         __mmask16 m = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
@@ -126,7 +149,7 @@ static void decode_panel(const mm_job *j, prow *pr, uint64_t k0, uint64_t kc, si
             __m512 v[16];
             for (int i = 0; i < 16; i++) {
                 const prow *p = &pr[16 * h + i];
-                v[i] = p->live ? dec16(j, p, k, m, stride, col, k0) : _mm512_setzero_ps();
+                v[i] = p->live ? dec16(dt, p, k, m) : _mm512_setzero_ps();
             }
             tr16(v);
             for (int i = 0; i < 16; i++) _mm512_store_ps(pan + (kk + (uint64_t)i) * GEMM_MR + 16 * h, v[i]);
@@ -161,73 +184,154 @@ AI void ukern(const float *pan, uint64_t kc, const float *x, uint64_t ldx, const
     }
 }
 
+#define UK(T) ukern(pan, kc, x, in, T, y, ldy, m0, m1, first)
 
-/* q4: block scales of inputs [k0, k0+kc) of each live panel row into dw. */
-static void chunk_scales(const mm_job *j, prow *pr, uint64_t r0, uint64_t k0, uint64_t kc) {
-    const cmf_tensor *W = j->W;
-    uint64_t nb = (j->in + 31) / 32, b0 = k0 / 32, cnt = kc / 32;
-    for (int i = 0; i < GEMM_MR; i++) {
-        prow *p = &pr[i];
-        if (!p->live) continue;
-        uint64_t wr = j->row0 + r0 + (uint64_t)i;
-        if (W->dtype == CMF_DT_Q4TP)
-            for (uint64_t b = 0; b < cnt; b++) p->dw[b] = p->t[x86_q4tp_code(p->codes, b0 + b)];
-        else
-            x86_q4_scales(W, j->rows, nb, wr, b0, cnt, p->dw);
-    }
-}
-
-/* ---- int16 path (q8 / q4 weights) --------------------------------------
- * Same blocking, with vpdpwssd: X is quantized once per call to int16 per
- * 32-block (x = dx * q, dx = absmax/32767: ~16-bit precision, as good as
- * the int8 + residual planes of the token-tiled kernels) and the panel holds
- * the integer weights sign-extended to int16, as pairs (k = 2p, 2p+1) of 32
- * rows: pan[p*32 + row] is one dword. Per 32-block the micro-kernel runs 16
- * pair steps (2 panel loads, one dword broadcast of X per token, 2 vpdpwssd
- * per token) into int32 accumulators (|sum| <= 32 * 127 * 32767 < 2^31),
- * then converts them and adds them times dx (q8; the row scale is applied
- * once at the end) or dx * the rows' block scales (q4) into f32
- * accumulators: 6 tokens x 32 rows = 12 int32 + 12 f32 zmm. */
-
-#define GEMM_NT16 6
-
-void mm_gemm_quant_avx512(const float *x, const uint8_t *col, uint64_t in, int16_t *q, float *d) {
-    uint64_t nb = (in + 31) / 32;
-    for (uint64_t b = 0; b < nb; b++) {
-        uint64_t i = b * 32, left = in - i;
-        __mmask16 m0 = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
-        __mmask16 m1 = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1);
-        __m512 v0 = _mm512_maskz_loadu_ps(m0, x + i), v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
-        if (col) {
-            v0 = _mm512_mul_ps(v0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, col + 2 * i)));
-            v1 = _mm512_mul_ps(v1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, col + 2 * i + 32)));
+/* One 32-row panel [r0, r0 + nr) over all tokens, float path. */
+static void panel_fp(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr) {
+    const uint64_t in = j->in;
+    const size_t ldy = (size_t)j->ldy;
+    const __mmask16 m0 = rmask0(nr), m1 = rmask1(nr);
+    float pan[GEMM_KC * GEMM_MR] __attribute__((aligned(64)));
+    for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC) {
+        uint64_t kc = in - k0 < GEMM_KC ? in - k0 : GEMM_KC;
+        decode_panel(j->W->dtype, pr, k0, kc, pan);
+        int first = k0 == 0;
+        for (int t0 = 0; t0 < j->n; t0 += GEMM_NT) {
+            const float *x = j->a->x + (size_t)t0 * in + k0;
+            float *y = j->Y + (size_t)t0 * ldy + r0;
+            switch (j->n - t0 >= GEMM_NT ? GEMM_NT : j->n - t0) {
+            case 12: UK(12); break;
+            case 11: UK(11); break;
+            case 10: UK(10); break;
+            case 9: UK(9); break;
+            case 8: UK(8); break;
+            case 7: UK(7); break;
+            case 6: UK(6); break;
+            case 5: UK(5); break;
+            case 4: UK(4); break;
+            case 3: UK(3); break;
+            case 2: UK(2); break;
+            default: UK(1); break;
+            }
         }
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
-        __m512 vid = _mm512_set1_ps(id);
-        /* round to nearest even (MXCSR default); saturate to int16 */
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
-        _mm256_storeu_si256((__m256i *)(q + i), _mm512_cvtsepi32_epi16(q0));
-        _mm256_storeu_si256((__m256i *)(q + i + 16), _mm512_cvtsepi32_epi16(q1));
-        d[b] = amax / 32767.0f;
     }
 }
+
+/* ---- packed activations (q8 / q4 weights) ------------------------------
+ * X is quantized once per call per 32-block and stored in tiles of tokens
+ * so that a tile's data for one block is contiguous. Tiles hold GEMM_TT
+ * tokens, except that a remainder of 1..GEMM_TT/2 tokens is merged with the
+ * last full tile and the two are split evenly (tile_at): a micro-kernel on
+ * 1-3 tokens has too few independent accumulators to keep the dot-product
+ * units busy. With nb = ceil(in/32) blocks, tile g = tokens [s, s + T),
+ * token s + l, block b: cell = s*nb + b*T + l, and
+ *   q8 (int16, dx = absmax/32767):
+ *     xg  dword cell*16 + p = int16 pair (x[32b + 2p], x[32b + 2p + 1]),
+ *         p = 0..15;
+ *   q4 (int8, dx = absmax/127, as quant_task in matmul.c):
+ *     xg  dword cell*8 + c = 4 int8 (byte m = 0..3)
+ *         x[32b + 8(c & 3) + 2m + (c >> 2)], c = 0..7: the order in which
+ *         the nibble panel holds the weights (decode_panel4);
+ *     sxg int32 cell = -8 * sum of the block's q;
+ *   dxg float cell = dx of the block. */
+
+static int tile_count(int n) { return (n + GEMM_TT - 1) / GEMM_TT; }
+
+/* First token s and size T of tile g of n tokens (see above). */
+static void tile_at(int n, int g, int *s, int *T) {
+    int q = n / GEMM_TT, r = n % GEMM_TT;
+    *s = g * GEMM_TT;
+    *T = n - *s < GEMM_TT ? n - *s : GEMM_TT;
+    if (r == 0 || r > GEMM_TT / 2 || q == 0 || g < q - 1) return;
+    int a = (GEMM_TT + r + 1) / 2; /* tiles q-1 and q share GEMM_TT + r tokens */
+    if (g == q - 1) {
+        *T = a;
+    } else {
+        *s = (q - 1) * GEMM_TT + a;
+        *T = GEMM_TT + r - a;
+    }
+}
+
+size_t mm_gemm_act_bytes(const mm_act *a, bool q4) {
+    size_t per_blk = (q4 ? 32 + 4 : 64) + 4; /* x, (sx), dx per token and block */
+    return (size_t)a->n * a->nb * per_blk;
+}
+
+int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
+    size_t cells = (size_t)a->n * a->nb; /* token-blocks */
+    uint8_t *p = buf;
+    a->xg = (int32_t *)p;
+    p += cells * (q4 ? 32 : 64);
+    a->dxg = (float *)p;
+    p += cells * 4;
+    a->sxg = q4 ? (int32_t *)p : NULL;
+    return tile_count(a->n);
+}
+
+/* q4: int16 lane o = 4c + m of a block's quads takes x[8(c&3) + 2m + (c>>2)] */
+static const int16_t quad_src[32] __attribute__((aligned(64))) = {
+    0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+    1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g) {
+    const uint64_t in = a->in, nb = a->nb;
+    const int steps = q4 ? 8 : 16; /* dwords per token and block */
+    int s0, T;
+    tile_at(a->n, g, &s0, &T);
+    int32_t *xg = a->xg + (size_t)s0 * nb * (size_t)steps;
+    float *dg = a->dxg + (size_t)s0 * nb;
+    int32_t *sg = q4 ? a->sxg + (size_t)s0 * nb : NULL;
+    const __m512i perm = _mm512_load_si512(quad_src);
+    for (int l = 0; l < T; l++) {
+        const float *x = X + (size_t)(s0 + l) * in;
+        for (uint64_t b = 0; b < nb; b++) {
+            size_t cell = b * (uint64_t)T + (uint64_t)l;
+            int32_t *xb = xg + cell * (size_t)steps;
+            uint64_t i = b * 32, left = in - i;
+            if (left > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
+            if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
+            __mmask16 m0 = rmask0(left), m1 = rmask1(left);
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, x + i), v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
+            if (col) {
+                v0 = _mm512_mul_ps(v0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, col + 2 * i)));
+                v1 = _mm512_mul_ps(v1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, col + 2 * i + 32)));
+            }
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            float qmax = q4 ? 127.0f : 32767.0f;
+            __m512 vid = _mm512_set1_ps(amax > 0.0f ? qmax / amax : 0.0f);
+            /* round to nearest even (MXCSR default); |q| <= qmax */
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+            __m512i q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)),
+                                             _mm512_cvtsepi32_epi16(q1), 1);
+            if (q4) {
+                __m256i q8 = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
+                _mm256_store_si256((__m256i *)xb, q8);
+                sg[cell] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            } else {
+                _mm512_store_si512(xb, q16);
+            }
+            dg[cell] = amax / qmax;
+        }
+    }
+}
+
+/* ---- q8 weights: int16 pairs, vpdpwssd ---------------------------------
+ * The panel holds the int8 weights sign-extended to int16, as pairs
+ * (k = 2p, 2p+1) of 32 rows: pan[p*32 + row] is one dword. Per 32-block the
+ * micro-kernel runs 16 pair steps into int32 accumulators
+ * (|sum| <= 32 * 127 * 32767 < 2^31), then adds them times the token's dx
+ * into f32 accumulators; the row scale is applied once at the end:
+ * 6 tokens x 32 rows = 12 int32 + 12 f32 zmm. */
 
 /* Inputs [k, k+32) of one panel row as 32 int16 (lanes past m zero). */
-AI __m512i dec32_i16(const prow *pr, uint64_t k, __mmask32 m, size_t stride, const int q4) {
-    if (!q4) return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, pr->w + k));
-    __m128i v = _mm_loadu_si128((const __m128i *)(pr->w + (k / 32) * stride));
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
-    __m256i e = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-    return _mm512_sub_epi16(_mm512_cvtepu8_epi16(e), _mm512_set1_epi16(8));
+AI __m512i dec32_i16(const prow *pr, uint64_t k, __mmask32 m) {
+    return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, pr->w + k));
 }
 
 /* Panel rows [0, 32) x inputs [k0, k0+kc) as int16 pairs (see above); the
  * last block is zero-padded. 16 rows x 16 pairs = a 16x16 dword transpose. */
-AI void decode_panel16(const prow *pr, uint64_t k0, uint64_t kc, size_t stride, int32_t *pan,
-                       const int q4) {
+static void decode_panel8(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan) {
     for (uint64_t kk = 0; kk < kc; kk += 32) {
         uint64_t left = kc - kk;
         __mmask32 m = left >= 32 ? 0xFFFFFFFFu : (1u << left) - 1;
@@ -235,8 +339,7 @@ AI void decode_panel16(const prow *pr, uint64_t k0, uint64_t kc, size_t stride, 
             __m512 v[16];
             for (int i = 0; i < 16; i++) {
                 const prow *p = &pr[16 * h + i];
-                v[i] = p->live ? _mm512_castsi512_ps(dec32_i16(p, k0 + kk, m, stride, q4))
-                               : _mm512_setzero_ps();
+                v[i] = p->live ? _mm512_castsi512_ps(dec32_i16(p, k0 + kk, m)) : _mm512_setzero_ps();
             }
             tr16(v);
             for (int i = 0; i < 16; i++)
@@ -251,25 +354,23 @@ AI __m512i dpwssd(__m512i acc, __m512i a, __m512i b, const int vnni) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
 }
 
-AI void ukern16(const int32_t *pan, uint64_t nblk, const int16_t *xq, uint64_t ldq, const float *dx,
-                uint64_t ldd, const float *sc, __m512 ws0, __m512 ws1, const int T, float *y,
-                size_t ldy, __mmask16 m0, __mmask16 m1, int first, const int q4, const int vnni) {
-    __m512 acc[GEMM_NT16][2];
+/* T tokens of one packed tile x 32 rows over nblk blocks. */
+AI void ukern_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const float *dx, __m512 ws0,
+                 __m512 ws1, const int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1,
+                 int first, const int vnni) {
+    __m512 acc[GEMM_TT][2];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     for (uint64_t b = 0; b < nblk; b++) {
-        const int32_t *pb = pan + b * 16 * GEMM_MR;
-        const int16_t *xb = xq + b * 32;
-        __m512i ia[GEMM_NT16][2];
+        const int32_t *pb = pan + b * 16 * GEMM_MR, *xb = xq + b * (uint64_t)T * 16;
+        __m512i ia[GEMM_TT][2];
         {
             __m512i w0 = _mm512_load_si512(pb), w1 = _mm512_load_si512(pb + 16);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                int32_t xv;
-                memcpy(&xv, xb + (uint64_t)t * ldq, 4);
-                __m512i xb4 = _mm512_set1_epi32(xv);
-                ia[t][0] = _mm512_madd_epi16(xb4, w0);
-                ia[t][1] = _mm512_madd_epi16(xb4, w1);
+                __m512i xv = _mm512_set1_epi32(xb[t * 16]);
+                ia[t][0] = _mm512_madd_epi16(xv, w0);
+                ia[t][1] = _mm512_madd_epi16(xv, w1);
             }
         }
 #pragma GCC unroll 16
@@ -277,33 +378,23 @@ AI void ukern16(const int32_t *pan, uint64_t nblk, const int16_t *xq, uint64_t l
             __m512i w0 = _mm512_load_si512(pb + p * GEMM_MR), w1 = _mm512_load_si512(pb + p * GEMM_MR + 16);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
-                int32_t xv;
-                memcpy(&xv, xb + (uint64_t)t * ldq + 2 * p, 4);
-                __m512i xb4 = _mm512_set1_epi32(xv);
-                ia[t][0] = dpwssd(ia[t][0], xb4, w0, vnni);
-                ia[t][1] = dpwssd(ia[t][1], xb4, w1, vnni);
+                __m512i xv = _mm512_set1_epi32(xb[t * 16 + p]);
+                ia[t][0] = dpwssd(ia[t][0], xv, w0, vnni);
+                ia[t][1] = dpwssd(ia[t][1], xv, w1, vnni);
             }
-        }
-        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-        if (q4) {
-            s0 = _mm512_load_ps(sc + b * GEMM_MR);
-            s1 = _mm512_load_ps(sc + b * GEMM_MR + 16);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            __m512 d = _mm512_set1_ps(dx[(uint64_t)t * ldd + b]);
-            __m512 f0 = q4 ? _mm512_mul_ps(s0, d) : d, f1 = q4 ? _mm512_mul_ps(s1, d) : d;
-            acc[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][0]), f0, acc[t][0]);
-            acc[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), f1, acc[t][1]);
+            __m512 d = _mm512_set1_ps(dx[b * (uint64_t)T + (uint64_t)t]);
+            acc[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][0]), d, acc[t][0]);
+            acc[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), d, acc[t][1]);
         }
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         float *yt = y + (size_t)t * ldy;
-        if (!q4) {
-            acc[t][0] = _mm512_mul_ps(acc[t][0], ws0);
-            acc[t][1] = _mm512_mul_ps(acc[t][1], ws1);
-        }
+        acc[t][0] = _mm512_mul_ps(acc[t][0], ws0);
+        acc[t][1] = _mm512_mul_ps(acc[t][1], ws1);
         if (!first) {
             acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_maskz_loadu_ps(m0, yt));
             acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_maskz_loadu_ps(m1, yt + 16));
@@ -313,112 +404,322 @@ AI void ukern16(const int32_t *pan, uint64_t nblk, const int16_t *xq, uint64_t l
     }
 }
 
-#define UK16(T) ukern16(pan, nblk, xq, ldq, dx, nb, sc, ws0, ws1, T, y, ldy, m0, m1, first, q4, vnni)
+#define UK8(T) ukern_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first, vnni)
 
-/* One 32-row panel [r0, r0 + nr) over all tokens, int16 path. */
-AI void panel16(mm_job *j, prow *pr, uint64_t r0, uint64_t nr, size_t stride, int32_t *pan,
-                float *sc, const int q4, const int vnni) {
-    const uint64_t in = j->in, nb = (in + 31) / 32, ldq = nb * 32;
-    size_t ldy = (size_t)j->ldy;
-    __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
-    __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+/* Inputs [k0, k0 + GEMM_KC) of the 32-row panel [r0, r0 + nr) over all
+ * tokens, q8 weights; prefetches the chunk at input nk of the panel at rn. */
+AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
+                 uint64_t nk, const int vnni) {
+    const uint64_t in = j->in, nb = (in + 31) / 32;
+    const size_t ldy = (size_t)j->ldy;
+    const __mmask16 m0 = rmask0(nr), m1 = rmask1(nr);
+    const int ntiles = tile_count(j->n);
+    int32_t pan[GEMM_KC / 2 * GEMM_MR] __attribute__((aligned(64)));
     float wsf[GEMM_MR] __attribute__((aligned(64)));
     for (int i = 0; i < GEMM_MR; i++) wsf[i] = pr[i].live ? pr[i].ws : 0.0f;
-    __m512 ws0 = _mm512_load_ps(wsf), ws1 = _mm512_load_ps(wsf + 16);
-    for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC) {
-        uint64_t kc = in - k0 < GEMM_KC ? in - k0 : GEMM_KC, nblk = (kc + 31) / 32;
-        if (q4) chunk_scales(j, pr, r0, k0, kc);
-        if (q4)
-            for (uint64_t b = 0; b < nblk; b++)
-                for (int i = 0; i < GEMM_MR; i++) sc[b * GEMM_MR + (uint64_t)i] = pr[i].live ? pr[i].dw[b] : 0.0f;
-        decode_panel16(pr, k0, kc, stride, pan, q4);
-        int first = k0 == 0;
-        for (int t0 = 0; t0 < j->n; t0 += GEMM_NT16) {
-            const int16_t *xq = j->a->x16 + (size_t)t0 * ldq + k0;
-            const float *dx = j->a->dx16 + (size_t)t0 * nb + k0 / 32;
-            float *y = j->Y + (size_t)t0 * ldy + r0;
-            switch (j->n - t0 >= GEMM_NT16 ? GEMM_NT16 : j->n - t0) {
-            case 6: UK16(6); break;
-            case 5: UK16(5); break;
-            case 4: UK16(4); break;
-            case 3: UK16(3); break;
-            case 2: UK16(2); break;
-            default: UK16(1); break;
-            }
+    const __m512 ws0 = _mm512_load_ps(wsf), ws1 = _mm512_load_ps(wsf + 16);
+    uint64_t kc = in - k0 < GEMM_KC ? in - k0 : GEMM_KC, nblk = (kc + 31) / 32;
+    decode_panel8(pr, k0, kc, pan);
+    int first = k0 == 0;
+    const uint8_t *nx[GEMM_MR];
+    for (int i = 0; i < GEMM_MR; i++) {
+        uint64_t wr = j->row0 + rn + (uint64_t)i;
+        nx[i] = wr < j->rows ? (const uint8_t *)mm_q8_row(j->W, in, wr) + nk : NULL;
+    }
+    size_t nlen = in - nk < GEMM_KC ? in - nk : GEMM_KC;
+    for (int g = 0; g < ntiles; g++) {
+        int t0, T;
+        tile_at(j->n, g, &t0, &T);
+        prefetch_rows(nx, nlen, NULL, 0, g, ntiles);
+        size_t cell = (size_t)t0 * nb + k0 / 32 * (uint64_t)T; /* tile g, block k0/32 */
+        const int32_t *xq = j->a->xg + cell * 16;
+        const float *dx = j->a->dxg + cell;
+        float *y = j->Y + (size_t)t0 * ldy + r0;
+        switch (T) {
+        case 6: UK8(6); break;
+        case 5: UK8(5); break;
+        case 4: UK8(4); break;
+        case 3: UK8(3); break;
+        case 2: UK8(2); break;
+        default: UK8(1); break;
         }
     }
 }
 
-#define UK(T) ukern(pan, kc, x, in, T, y, ldy, m0, m1, first)
+/* ---- q4 weights: unsigned nibbles x int8 X, vpdpbusd -------------------
+ * A block's 16 nibble bytes hold element 2i in the low and 2i+1 in the high
+ * nibble of byte i. The panel keeps them as bytes 0..15 in k-quads: for
+ * block b of the chunk, quad c = 0..7 of row r is the dword
+ * pan[(b*8 + c)*32 + r], bytes m = 0..3 = element 8(c & 3) + 2m + (c >> 2),
+ * i.e. quad c < 4 is the low nibbles of source dword c, quad c + 4 its high
+ * nibbles (X is packed in the same order). Decoding is then a 16x16 dword
+ * transpose of 16 rows x 4 blocks of raw nibble bytes followed by an and /
+ * shift per vector. Per block the micro-kernel starts each int32 lane at
+ * -8 * sum(q) of the token (so after the 8 quad steps it holds
+ * sum (nibble - 8) * q exactly, |sum| <= 32 * 15 * 127), then adds it
+ * times (block scale of the row) * dx of the token into f32 accumulators:
+ * 6 tokens x 32 rows = 12 int32 + 12 f32 zmm. */
+
+/* Panel rows [0, 32) x blocks [b0, b0+nblk) (see above). */
+static void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t stride, int32_t *pan) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (uint64_t g = 0; g < nblk; g += 4) {
+        uint64_t nv = nblk - g < 4 ? nblk - g : 4; /* blocks of this group */
+        for (int h = 0; h < GEMM_MR / 16; h++) {
+            __m512 v[16];
+            for (int i = 0; i < 16; i++) {
+                const prow *p = &pr[16 * h + i];
+                __m512i z = _mm512_setzero_si512();
+                if (p->live) {
+                    const uint8_t *src = p->w + (b0 + g) * stride;
+                    if (stride == 16) {
+                        z = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * nv)) - 1), src);
+                    } else { /* q4_tiled: scale bytes between the blocks */
+                        z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)src));
+                        if (nv > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(src + stride)), 1);
+                        if (nv > 2) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(src + 2 * stride)), 2);
+                        if (nv > 3) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(src + 3 * stride)), 3);
+                    }
+                }
+                v[i] = _mm512_castsi512_ps(z);
+            }
+            tr16(v); /* v[4*bb + c] = source dword c of block g+bb, 16 rows */
+            for (uint64_t bb = 0; bb < nv; bb++)
+                for (int c = 0; c < 4; c++) {
+                    __m512i s = _mm512_castps_si512(v[4 * bb + (uint64_t)c]);
+                    int32_t *q = pan + ((g + bb) * 8 + (uint64_t)c) * GEMM_MR + 16 * h;
+                    _mm512_store_si512(q, _mm512_and_si512(s, m4));
+                    _mm512_store_si512(q + 4 * GEMM_MR, _mm512_and_si512(_mm512_srli_epi32(s, 4), m4));
+                }
+        }
+    }
+}
+
+/* q4tp: scales of blocks [b0, b0+16) of one row (lanes >= cnt undefined).
+ * b0 % 16 == 0, so the row's 5-bit codes start on a byte (16 codes = 10
+ * bytes): lane i takes bytes 5i/8 and 5i/8 + 1 of them (vpshufb on the 16
+ * bytes broadcast to every 128-bit lane), shifts right by 5i % 8, and looks
+ * the code up in the row's 32-entry ladder (vpermt2ps). */
+AI __m512 q4tp_scales16(const prow *p, uint64_t b0, uint64_t cnt) {
+    static const int8_t pick[64] __attribute__((aligned(64))) = {
+        0, 1, -1, -1, 0, 1, -1, -1, 1, 2, -1, -1, 1, 2, -1, -1,
+        2, 3, -1, -1, 3, 4, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1,
+        5, 6, -1, -1, 5, 6, -1, -1, 6, 7, -1, -1, 6, 7, -1, -1,
+        7, 8, -1, -1, 8, 9, -1, -1, 8, 9, -1, -1, 9, 10, -1, -1};
+    uint64_t nbytes = (5 * cnt + 7) / 8;
+    __m128i raw = _mm_maskz_loadu_epi8((__mmask16)((1u << nbytes) - 1), p->codes + b0 / 8 * 5);
+    __m512i w = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), _mm512_load_si512(pick));
+    const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);
+    w = _mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(31));
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(p->t), w, _mm512_loadu_ps(p->t + 16));
+}
+
+/* Block scales of blocks [b0, b0+cnt) of the panel rows: sc[b*32 + row]
+ * (b0 % 16 == 0, cnt <= 16): 16 rows x 16 blocks at a time, transposed. */
+static void q4_scales(const mm_job *j, const prow *pr, uint64_t r0, uint64_t b0, uint64_t cnt,
+                      float *sc) {
+    const cmf_tensor *W = j->W;
+    const uint64_t nb = j->in / 32;
+    const __mmask16 m = (__mmask16)((1u << cnt) - 1);
+    for (int h = 0; h < GEMM_MR / 16; h++) {
+        __m512 v[16];
+        for (int i = 0; i < 16; i++) {
+            const prow *p = &pr[16 * h + i];
+            uint64_t wr = j->row0 + r0 + (uint64_t)(16 * h + i);
+            if (!p->live) {
+                v[i] = _mm512_setzero_ps();
+            } else if (W->dtype == CMF_DT_Q4TP) {
+                v[i] = q4tp_scales16(p, b0, cnt);
+            } else if (W->dtype == CMF_DT_Q4_BLOCK) { /* f16 [rows][nb] after the nibbles */
+                const uint8_t *f = (const uint8_t *)W->data + 16 * nb * j->rows + 2 * (nb * wr + b0);
+                v[i] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, f));
+            } else { /* q4_tiled: f16 scale in front of each block's nibbles */
+                float dw[16] = {0};
+                x86_q4_scales(W, j->rows, nb, wr, b0, cnt, dw);
+                v[i] = _mm512_loadu_ps(dw);
+            }
+        }
+        tr16(v);
+        for (uint64_t b = 0; b < cnt; b++) _mm512_store_ps(sc + b * GEMM_MR + 16 * h, v[b]);
+    }
+}
+
+/* u8 x s8 quads into int32 lanes: vpdpbusd, or (level avx512 without VNNI)
+ * vpmaddubsw + vpmaddwd + vpaddd (no saturation: 2 * 15 * 127 < 2^15) */
+AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s, const int vnni) {
+    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+}
+
+/* T tokens of one packed tile x 32 rows over nblk blocks. */
+AI void ukern_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32_t *xq,
+                 const float *dx, const int32_t *sx, const int T, float *y, size_t ldy,
+                 __mmask16 m0, __mmask16 m1, int first, const int vnni) {
+    __m512 acc[GEMM_TT][2];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+    for (uint64_t b = 0; b < nblk; b++) {
+        const int32_t *pb = pan + b * 8 * GEMM_MR, *xb = xq + b * (uint64_t)T * 8;
+        __m512i ia[GEMM_TT][2];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) ia[t][0] = ia[t][1] = _mm512_set1_epi32(sx[b * (uint64_t)T + (uint64_t)t]);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m512i w0 = _mm512_load_si512(pb + c * GEMM_MR), w1 = _mm512_load_si512(pb + c * GEMM_MR + 16);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                __m512i xv = _mm512_set1_epi32(xb[t * 8 + c]);
+                ia[t][0] = dpbusd(ia[t][0], w0, xv, vnni);
+                ia[t][1] = dpbusd(ia[t][1], w1, xv, vnni);
+            }
+        }
+        __m512 s0 = _mm512_load_ps(sc + b * GEMM_MR), s1 = _mm512_load_ps(sc + b * GEMM_MR + 16);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 d = _mm512_set1_ps(dx[b * (uint64_t)T + (uint64_t)t]);
+            acc[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][0]), _mm512_mul_ps(s0, d), acc[t][0]);
+            acc[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), _mm512_mul_ps(s1, d), acc[t][1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * ldy;
+        if (!first) {
+            acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_maskz_loadu_ps(m0, yt));
+            acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_maskz_loadu_ps(m1, yt + 16));
+        }
+        _mm512_mask_storeu_ps(yt, m0, acc[t][0]);
+        _mm512_mask_storeu_ps(yt + 16, m1, acc[t][1]);
+    }
+}
+
+#define UK4(T) ukern_q4(pan, sc, nblk, xq, dx, sx, T, y, ldy, m0, m1, first, vnni)
+
+/* Inputs [k0, k0 + GEMM_KC4) of the 32-row panel [r0, r0 + nr) over all
+ * tokens, q4 weights (in % 32 == 0); prefetches the chunk at input nk of
+ * the panel at rn. */
+AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
+                 uint64_t nk, size_t stride, const int vnni) {
+    const uint64_t in = j->in, nb = in / 32;
+    const size_t ldy = (size_t)j->ldy;
+    const __mmask16 m0 = rmask0(nr), m1 = rmask1(nr);
+    const int ntiles = tile_count(j->n);
+    int32_t pan[GEMM_KC4 / 4 * GEMM_MR] __attribute__((aligned(64)));
+    float sc[GEMM_KC4] __attribute__((aligned(64))); /* (KC4/32) blocks x 32 rows */
+    uint64_t kb = k0 / 32, nblk = nb - kb < GEMM_KC4 / 32 ? nb - kb : GEMM_KC4 / 32;
+    q4_scales(j, pr, r0, kb, nblk, sc);
+    decode_panel4(pr, kb, nblk, stride, pan);
+    int first = k0 == 0;
+    const uint8_t *nx[GEMM_MR], *ns[GEMM_MR];
+    uint64_t nkb = nk / 32, ncnt = nb - nkb < GEMM_KC4 / 32 ? nb - nkb : GEMM_KC4 / 32;
+    const uint8_t *wd = j->W->data;
+    for (int i = 0; i < GEMM_MR; i++) {
+        uint64_t wr = j->row0 + rn + (uint64_t)i;
+        size_t st;
+        nx[i] = wr < j->rows ? mm_q4_nibbles(j->W, nb, wr, &st) + nkb * stride : NULL;
+        ns[i] = NULL; /* q4_tiled: the scales sit between the nibbles */
+        if (wr < j->rows && j->W->dtype == CMF_DT_Q4TP) /* codes, as q4tp_ladder */
+            ns[i] = wd + j->rows * nb * 16 + 4 * j->rows + (nb * 5 + 7) / 8 * wr + nkb / 8 * 5;
+        else if (wr < j->rows && j->W->dtype == CMF_DT_Q4_BLOCK)
+            ns[i] = wd + 16 * nb * j->rows + 2 * (nb * wr + nkb);
+    }
+    size_t nlen = ncnt * stride, slen = j->W->dtype == CMF_DT_Q4TP ? (5 * ncnt + 7) / 8 : 2 * ncnt;
+    for (int g = 0; g < ntiles; g++) {
+        int t0, T;
+        tile_at(j->n, g, &t0, &T);
+        prefetch_rows(nx, nlen, ns, slen, g, ntiles);
+        size_t cell = (size_t)t0 * nb + kb * (uint64_t)T; /* tile g, block kb */
+        const int32_t *xq = j->a->xg + cell * 8, *sx = j->a->sxg + cell;
+        const float *dx = j->a->dxg + cell;
+        float *y = j->Y + (size_t)t0 * ldy + r0;
+        switch (T) {
+        case 6: UK4(6); break;
+        case 5: UK4(5); break;
+        case 4: UK4(4); break;
+        case 3: UK4(3); break;
+        case 2: UK4(2); break;
+        default: UK4(1); break;
+        }
+    }
+}
+
+/* Rows [rb, re) (at most GEMM_GP panels), integer paths: K chunk outer,
+ * panels inner, so the task's panels reuse each chunk of packed X from L2
+ * (X of a down projection, 128 tokens x 5632 int16, exceeds a core's L2). */
+AI void task_int(mm_job *j, prow pr[][GEMM_MR], uint64_t rb, uint64_t re, size_t stride,
+                 const int q4, const int vnni) {
+    const uint64_t in = j->in, kc = q4 ? GEMM_KC4 : GEMM_KC;
+    const int np = (int)((re - rb + GEMM_MR - 1) / GEMM_MR);
+    for (uint64_t k0 = 0; k0 < in; k0 += kc)
+        for (int p = 0; p < np; p++) {
+            uint64_t r0 = rb + (uint64_t)p * GEMM_MR, nr = re - r0 < GEMM_MR ? re - r0 : GEMM_MR;
+            /* next: the same chunk of the next panel, else the next chunk of
+             * the first, else (likely the next task) the panel at re */
+            uint64_t rn = r0 + GEMM_MR, nk = k0;
+            if (p + 1 == np) {
+                rn = k0 + kc < in ? rb : re;
+                nk = k0 + kc < in ? k0 + kc : 0;
+            }
+            if (q4) chunk_q4(j, pr[p], r0, nr, k0, rn, nk, stride, vnni);
+            else chunk_q8(j, pr[p], r0, nr, k0, rn, nk, vnni);
+        }
+}
+
+/* ---- entry -------------------------------------------------------------- */
+
+/* q4tp: the ladder of row wr into t[32] (as x86_q4tp_ladder, with exp2 from
+ * the pool's f16 table when there is one: same bits, no libm call per row);
+ * returns the row's code slice. */
+static const uint8_t *q4tp_ladder(const mm_job *j, uint64_t nb, uint64_t wr, float t[32]) {
+    const cmf_tensor *W = j->W;
+    uint64_t cb;
+    if (!j->exp2_f16) return x86_q4tp_ladder(W, j->rows, nb, wr, t, &cb);
+    const uint8_t *b = W->data, *ls = b + j->rows * nb * 16 + 4 * wr;
+    uint16_t lo, step;
+    memcpy(&lo, ls, 2);
+    memcpy(&step, ls + 2, 2);
+    float m = j->exp2_f16[step];
+    t[0] = j->exp2_f16[lo];
+    for (int c = 1; c < 32; c++) t[c] = t[c - 1] * m;
+    cb = (nb * 5 + 7) / 8;
+    return b + j->rows * nb * 16 + 4 * j->rows + cb * wr;
+}
 
 void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
     const cmf_tensor *W = j->W;
     const cmf_dtype dt = W->dtype;
     const uint64_t in = j->in, nb = (in + 31) / 32;
+    const bool q8 = dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F;
     const bool q4 = dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
-    const uint8_t *col = dt == CMF_DT_Q8_2F ? (const uint8_t *)W->data + j->rows * in + 2 * j->rows : NULL;
-    float pan[GEMM_KC * GEMM_MR] __attribute__((aligned(64)));
-    prow pr[GEMM_MR];
-    float sc[GEMM_KC] __attribute__((aligned(64))); /* (KC/32) blocks x 32 rows */
-    size_t ldy = (size_t)j->ldy;
     const int vnni = cmf_cpu_level_get() == CMF_CPU_AVX512VNNI;
-    for (uint64_t r0 = rb; r0 < re; r0 += GEMM_MR) {
-        uint64_t nr = re - r0 < GEMM_MR ? re - r0 : GEMM_MR;
-        __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
-        __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+    prow pr[GEMM_GP][GEMM_MR];
+    for (uint64_t tb = rb; tb < re; tb += GEMM_GP * GEMM_MR) { /* GEMM_GP panels at a time */
+        uint64_t te = re - tb < GEMM_GP * GEMM_MR ? re : tb + GEMM_GP * GEMM_MR;
         size_t stride = 16;
-        for (int i = 0; i < GEMM_MR; i++) {
-            prow *p = &pr[i];
-            p->live = (uint64_t)i < nr;
+        for (uint64_t r = tb; r < tb + GEMM_GP * GEMM_MR; r++) {
+            prow *p = &pr[(r - tb) / GEMM_MR][(r - tb) % GEMM_MR];
+            p->live = r < te;
             if (!p->live) continue;
-            uint64_t wr = j->row0 + r0 + (uint64_t)i;
-            if (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F) {
+            uint64_t wr = j->row0 + r;
+            if (q8) {
                 p->w = (const uint8_t *)mm_q8_row(W, in, wr);
                 p->ws = x86_h2f((const uint8_t *)W->data + j->rows * in + 2 * wr);
             } else if (q4) {
                 p->w = mm_q4_nibbles(W, nb, wr, &stride);
-                if (dt == CMF_DT_Q4TP) {
-                    uint64_t cb;
-                    p->codes = x86_q4tp_ladder(W, j->rows, nb, wr, p->t, &cb);
-                }
+                if (dt == CMF_DT_Q4TP) p->codes = q4tp_ladder(j, nb, wr, p->t);
             } else {
                 p->w = (const uint8_t *)W->data + wr * in * (dt == CMF_DT_F32 ? 4 : 2);
             }
         }
-        if (j->a->x16) { /* q8 / q4: int16 path */
-            int32_t *p16 = (int32_t *)pan;
-            if (vnni) {
-                if (q4) panel16(j, pr, r0, nr, stride, p16, sc, 1, 1);
-                else panel16(j, pr, r0, nr, stride, p16, sc, 0, 1);
-            } else {
-                if (q4) panel16(j, pr, r0, nr, stride, p16, sc, 1, 0);
-                else panel16(j, pr, r0, nr, stride, p16, sc, 0, 0);
-            }
-            continue;
-        }
-        for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC) {
-            uint64_t kc = in - k0 < GEMM_KC ? in - k0 : GEMM_KC;
-            if (q4) chunk_scales(j, pr, r0, k0, kc);
-            decode_panel(j, pr, k0, kc, stride, col, pan);
-            int first = k0 == 0;
-            for (int t0 = 0; t0 < j->n; t0 += GEMM_NT) {
-                const float *x = j->a->x + (size_t)t0 * in + k0;
-                float *y = j->Y + (size_t)t0 * ldy + r0;
-                switch (j->n - t0 >= GEMM_NT ? GEMM_NT : j->n - t0) {
-                case 12: UK(12); break;
-                case 11: UK(11); break;
-                case 10: UK(10); break;
-                case 9: UK(9); break;
-                case 8: UK(8); break;
-                case 7: UK(7); break;
-                case 6: UK(6); break;
-                case 5: UK(5); break;
-                case 4: UK(4); break;
-                case 3: UK(3); break;
-                case 2: UK(2); break;
-                default: UK(1); break;
-                }
-            }
+        if (q4) {
+            if (vnni) task_int(j, pr, tb, te, stride, 1, 1);
+            else task_int(j, pr, tb, te, stride, 1, 0);
+        } else if (q8) {
+            if (vnni) task_int(j, pr, tb, te, stride, 0, 1);
+            else task_int(j, pr, tb, te, stride, 0, 0);
+        } else {
+            for (uint64_t r0 = tb; r0 < te; r0 += GEMM_MR)
+                panel_fp(j, pr[(r0 - tb) / GEMM_MR], r0, te - r0 < GEMM_MR ? te - r0 : GEMM_MR);
         }
     }
 }

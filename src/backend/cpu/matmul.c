@@ -1,5 +1,5 @@
 /*
- * matmul.c — cmf_cpu_matmul: argument checks, kernel choice by dtype and
+ * matmul.c — cmf_cpu_matmul(_parts): argument checks, kernel choice by dtype and
  * CPU level, int8 activation quantization, and the split of output rows
  * over the thread pool.
  *
@@ -9,10 +9,14 @@
  * threads take chunks dynamically. Activation quantization (see
  * matmul_int.h) runs once per call, one token per task, into the pool's
  * matmul buffer, so steady-state calls allocate nothing.
+ * cmf_cpu_matmul_parts runs several products of one X (q/k/v, gate/up) with
+ * one quantization and one pool job whose tasks are the chunks of all parts.
  *
  * Prefill at the AVX-512 levels (n >= MM_GEMM_MIN_N, every fast dtype):
- * the blocked GEMM of gemm_avx512.c instead, one 32-row panel per task;
- * q8/q4 weights get int16 activations (mm_gemm_quant_avx512) instead.
+ * the blocked GEMM of gemm_avx512.c instead, tasks of whole 32-row panels
+ * (up to MM_GEMM_ROWS rows, at least 4 tasks per thread); its q8 weights
+ * get int16 and q4 weights int8 activations, packed in token tiles by
+ * mm_gemm_quant_avx512 (one tile per task).
  */
 #include "backend/cpu/matmul_int.h"
 
@@ -105,7 +109,7 @@ typedef struct quant_ctx {
     const float *X;
     const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
     mm_act *a;
-    int layout;  /* 0 natural, 1 per-block even/odd, 2 pair-interleaved (matmul_int.h) */
+    int layout;  /* 0 natural, 1 per-block even/odd, 2 quad-interleaved (matmul_int.h) */
     bool expand;
     bool off128; /* store q + 128 as u8 (AVX-512 VNNI q8 kernel: x is vpdpbusd's u8 side) */
 } quant_ctx;
@@ -145,7 +149,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
             int8_t qv = (int8_t)(c->off128 ? (uint8_t)(qi + 128) : qi);
             if (c->layout == 0) qb[i] = qv;
             else if (c->layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
-            else q[64 * (size_t)(b / 2) + (i & 1) * 32 + (b & 1) * 16 + (i >> 1)] = qv;
+            else q[128 * (size_t)(b / 4) + (i & 1) * 64 + (b & 3) * 16 + (i >> 1)] = qv;
             if (q2b) { /* residual in units of d/256: (u - q) * 256 is exact */
                 int r = (int)(((u - (float)qi) * 256.0f + 12582912.0f) - 12582912.0f);
                 r = r > 127 ? 127 : r < -127 ? -127 : r;
@@ -155,27 +159,31 @@ static void quant_task(void *vctx, int t, int n_tasks) {
         if (q2b) dd *= 1.0f / 256.0f; /* kernels combine (dot(q) << 8) + dot(q2) */
         d[b] = dd;
         s[b] = sum;
-        if (c->expand) { /* the 8 int32 lanes vpdpbusd leaves for this block */
-            float *de = a->de + ((size_t)t * a->np + b / 2) * 16;
-            int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16;
-            for (int l = 0; l < 16; l++) {
-                int lb = c->layout == 2 ? (l >> 2) & 1 : l >> 3;
-                if (lb != (int)(b & 1)) continue;
+        if (c->expand && c->layout == 0) { /* q8: int32 lanes 8(b&1) .. +7 of pair b/2 */
+            float *de = a->de + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
+            int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
+            for (int l = 0; l < 8; l++) {
                 de[l] = dd;
                 se[l] = -sum;
+            }
+        } else if (c->expand) { /* q4: lanes 4(b&3) .. +3 of quad b/4; 4 x -2*sum = -8*sum */
+            float *de = a->de + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
+            int32_t *se = a->se + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
+            for (int l = 0; l < 4; l++) {
+                de[l] = dd;
+                se[l] = -2 * sum;
             }
         }
     }
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* int16 activations of the AVX-512 GEMM path, one token per task */
+/* packed activations of the AVX-512 GEMM path, one token tile per task
+ * (layout 1: q4 weights, int8; else q8 weights, int16) */
 static void quant16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    mm_act *a = c->a;
-    mm_gemm_quant_avx512(c->X + (size_t)t * a->in, c->col, a->in,
-                         a->x16 + (size_t)t * a->nb * 32, a->dx16 + (size_t)t * a->nb);
+    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == 1, t);
 }
 #endif
 
@@ -201,18 +209,24 @@ static cmf_status check_payload(const cmf_tensor *W, uint64_t rows, uint64_t in,
     return CMF_OK;
 }
 
+/* The pool tasks of one call: part i owns tasks [first[i], first[i+1]),
+ * each a chunk of chunk[i] output rows of jobs[i]. */
 typedef struct run_ctx {
-    mm_job *job;
+    mm_job *jobs;
     mm_kernel_fn fn;
-    uint64_t chunk, nrows;
+    int nparts;
+    uint64_t chunk[CMF_CPU_MM_MAX_PARTS], nrows[CMF_CPU_MM_MAX_PARTS];
+    int first[CMF_CPU_MM_MAX_PARTS + 1];
 } run_ctx;
 
 static void rows_task(void *vctx, int task, int n_tasks) {
     (void)n_tasks;
     run_ctx *c = vctx;
-    uint64_t rb = (uint64_t)task * c->chunk;
-    uint64_t re = rb + c->chunk < c->nrows ? rb + c->chunk : c->nrows;
-    c->fn(c->job, rb, re);
+    int i = 0;
+    while (task >= c->first[i + 1]) i++;
+    uint64_t rb = (uint64_t)(task - c->first[i]) * c->chunk[i];
+    uint64_t re = rb + c->chunk[i] < c->nrows[i] ? rb + c->chunk[i] : c->nrows[i];
+    c->fn(&c->jobs[i], rb, re);
 }
 
 static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
@@ -235,30 +249,73 @@ static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
     }
 }
 
-cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
-                          const float *X, int n, float *Y, int ldy, cmf_error *err) {
-    if (!W || !X || !Y || !W->data)
-        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL tensor, X or Y");
+/* Argument checks of one product (messages name fn and the tensor). */
+static cmf_status check_part(const cmf_cpu_mm_part *pt, int n, const char *fn, uint64_t *rows_out,
+                             uint64_t *in_out, cmf_error *err) {
+    const cmf_tensor *W = pt->W;
+    if (!W || !pt->Y || !W->data) return cmf_error_set(err, CMF_ERR_ARG, "%s: NULL tensor or Y", fn);
     const char *nm = W->name ? W->name : "(unnamed)";
     if (W->ndim < 1 || W->ndim > CMF_MAX_DIMS)
-        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': ndim %u", nm, W->ndim);
+        return cmf_error_set(err, CMF_ERR_ARG, "%s: tensor '%s': ndim %u", fn, nm, W->ndim);
     uint64_t in = W->shape[W->ndim - 1];
     if (in == 0 || W->nelem == 0 || W->nelem % in != 0)
-        return cmf_error_set(err, CMF_ERR_FORMAT, "cmf_cpu_matmul: tensor '%s': bad shape", nm);
+        return cmf_error_set(err, CMF_ERR_FORMAT, "%s: tensor '%s': bad shape", fn, nm);
     uint64_t rows = W->nelem / in;
-    if (n < 1) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': n = %d", nm, n);
-    if (nrows == 0) return CMF_OK;
-    if (row0 > rows || nrows > rows - row0)
-        return cmf_error_set(err, CMF_ERR_ARG,
-                             "cmf_cpu_matmul: tensor '%s': rows [%llu, %llu) outside [0, %llu)", nm,
-                             (unsigned long long)row0, (unsigned long long)(row0 + nrows),
-                             (unsigned long long)rows);
-    if (ldy < 0 || (uint64_t)ldy < nrows)
-        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: tensor '%s': ldy %d < nrows %llu",
-                             nm, ldy, (unsigned long long)nrows);
+    if (n < 1) return cmf_error_set(err, CMF_ERR_ARG, "%s: tensor '%s': n = %d", fn, nm, n);
+    if (pt->row0 > rows || pt->nrows > rows - pt->row0)
+        return cmf_error_set(err, CMF_ERR_ARG, "%s: tensor '%s': rows [%llu, %llu) outside [0, %llu)",
+                             fn, nm, (unsigned long long)pt->row0,
+                             (unsigned long long)(pt->row0 + pt->nrows), (unsigned long long)rows);
+    if (pt->ldy < 0 || (uint64_t)pt->ldy < pt->nrows)
+        return cmf_error_set(err, CMF_ERR_ARG, "%s: tensor '%s': ldy %d < nrows %llu", fn, nm,
+                             pt->ldy, (unsigned long long)pt->nrows);
+    *rows_out = rows;
+    *in_out = in;
+    return check_payload(W, rows, in, nm, fn, err);
+}
+
+/* Parts that can share one activation quantization and one pool job: the
+ * same input width, kernel family and (q8_2f) the same column factors. */
+static bool can_share(const cmf_cpu_mm_part *parts, int nparts, uint64_t in) {
+    const cmf_tensor *W0 = parts[0].W;
+    for (int i = 1; i < nparts; i++) {
+        const cmf_tensor *W = parts[i].W;
+        if (W->shape[W->ndim - 1] != in || family(W->dtype, in) != family(W0->dtype, in)) return false;
+        if ((W->dtype == CMF_DT_Q8_2F || W0->dtype == CMF_DT_Q8_2F) && W != W0) return false;
+    }
+    return true;
+}
+
+cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
+                          const float *X, int n, float *Y, int ldy, cmf_error *err) {
+    cmf_cpu_mm_part part = {W, row0, nrows, Y, ldy};
+    return cmf_cpu_matmul_parts(p, &part, 1, X, n, err);
+}
+
+cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                                const float *X, int n, cmf_error *err) {
+    if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts or %d parts", nparts);
+    uint64_t rows_of[CMF_CPU_MM_MAX_PARTS], in = 0;
+    for (int i = 0; i < nparts; i++) {
+        cmf_status st = check_part(&parts[i], n, "cmf_cpu_matmul", &rows_of[i], &in, err);
+        if (st != CMF_OK) return st;
+    }
+    bool empty = true;
+    for (int i = 0; i < nparts; i++) empty = empty && parts[i].nrows == 0;
+    if (empty) return CMF_OK;
+    if (nparts > 1 && !can_share(parts, nparts, in)) {
+        for (int i = 0; i < nparts; i++) {
+            cmf_status st = cmf_cpu_matmul_parts(p, &parts[i], 1, X, n, err);
+            if (st != CMF_OK) return st;
+        }
+        return CMF_OK;
+    }
+    /* the first part's tensor decides kernel and quantization for all */
+    const cmf_tensor *W = parts[0].W;
+    const char *nm = W->name ? W->name : "(unnamed)";
+    uint64_t rows = rows_of[0];
     int fam = family(W->dtype, in);
-    cmf_status st = check_payload(W, rows, in, nm, "cmf_cpu_matmul", err);
-    if (st != CMF_OK) return st;
 
     cmf_cpu_level lv = cmf_cpu_level_get();
     mm_kernel_fn fn = pick(fam, lv);
@@ -282,6 +339,10 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool expand = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
         bool resid = fam == FAM_Q8; /* second int8 plane: 16-bit-quality X for q8 weights */
+        if (expand && fam == FAM_Q4) { /* quads of blocks: a whole number of pairs */
+            act.np = (act.np + 1) & ~1u;
+            act.qstride = (size_t)act.np * 64;
+        }
         size_t np = act.np, per_tok = np * 64 * (resid ? 2 : 1) + np * 16 + (expand ? np * 128 : 0);
         size_t bytes = per_tok * (size_t)n;
         void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
@@ -315,58 +376,77 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
     if (gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
         if (in > (1u << 30))
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
-        size_t bytes = ((size_t)act.nb * 64 + (size_t)act.nb * 4) * (size_t)n;
+        bool q4 = fam == FAM_Q4;
+        size_t bytes = mm_gemm_act_bytes(&act, q4);
         void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
         if (!p && posix_memalign(&heap, 64, bytes) == 0) buf = heap;
         if (!buf)
             return cmf_error_set(err, CMF_ERR_NOMEM,
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
-        act.x16 = buf;
-        act.dx16 = (float *)((uint8_t *)buf + (size_t)act.nb * 64 * (size_t)n);
-        quant_ctx qc = {X, NULL, &act, 0, false, false};
+        int tiles = mm_gemm_act_bind(&act, buf, q4);
+        quant_ctx qc = {X, NULL, &act, q4 ? 1 : 0, false, false};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
-        cmf_cpu_pool_run(p, quant16_task, &qc, n);
+        cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
     }
 #endif
 
-    mm_job job;
-    job.W = W;
-    job.rows = rows;
-    job.in = in;
-    job.row0 = row0;
-    job.Y = Y;
-    job.ldy = ldy;
-    job.n = n;
-    job.a = &act;
-    job.exp2_f16 = cmf_cpu_pool_exp2_table(p);
-    atomic_init(&job.failed, 0);
-
+    mm_job jobs[CMF_CPU_MM_MAX_PARTS];
+    run_ctx rc;
+    memset(&rc, 0, sizeof rc);
+    rc.jobs = jobs;
+    rc.fn = fn;
+    rc.nparts = nparts;
     int threads = cmf_cpu_pool_threads(p);
-    uint64_t row_bytes = W->nbytes / rows + 1;
-    uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);
-    uint64_t max_rows = (64u << 10) / row_bytes;
-    if (chunk > max_rows) chunk = max_rows;
-    chunk = (chunk + 3) & ~(uint64_t)3;
-    if (chunk < 4) chunk = 4;
-    if (gemm) chunk = 32; /* one 32-row panel per task (gemm_avx512.c) */
-    uint64_t ntasks = (nrows + chunk - 1) / chunk;
-    if (ntasks > 0xFFFFFF) { /* the pool claims at most 2^24 - 1 tasks per job */
-        chunk = ((nrows + 0xFFFFFE) / 0xFFFFFF + 3) & ~(uint64_t)3;
-        ntasks = (nrows + chunk - 1) / chunk;
+    uint64_t total = 0;
+    for (int i = 0; i < nparts; i++) {
+        mm_job *job = &jobs[i];
+        const cmf_tensor *Wi = parts[i].W;
+        uint64_t nrows = parts[i].nrows;
+        job->W = Wi;
+        job->rows = rows_of[i];
+        job->in = in;
+        job->row0 = parts[i].row0;
+        job->Y = parts[i].Y;
+        job->ldy = parts[i].ldy;
+        job->n = n;
+        job->a = &act;
+        job->exp2_f16 = cmf_cpu_pool_exp2_table(p);
+        atomic_init(&job->failed, 0);
+        uint64_t row_bytes = Wi->nbytes / rows_of[i] + 1;
+        uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);
+        uint64_t max_rows = (64u << 10) / row_bytes;
+        if (chunk > max_rows) chunk = max_rows;
+        chunk = (chunk + 3) & ~(uint64_t)3;
+        if (chunk < 4) chunk = 4;
+        if (gemm) { /* whole 32-row panels, up to MM_GEMM_ROWS while >= 4 tasks per thread */
+            chunk = nrows / ((uint64_t)threads * 4) & ~(uint64_t)31;
+            chunk = chunk > MM_GEMM_ROWS ? MM_GEMM_ROWS : chunk < 32 ? 32 : chunk;
+        }
+        uint64_t ntasks = (nrows + chunk - 1) / chunk;
+        if (ntasks > 0x3FFFFF) { /* the pool claims at most 2^24 - 1 tasks per job */
+            chunk = ((nrows + 0x3FFFFE) / 0x3FFFFF + 3) & ~(uint64_t)3;
+            ntasks = (nrows + chunk - 1) / chunk;
+        }
+        rc.chunk[i] = chunk;
+        rc.nrows[i] = nrows;
+        rc.first[i] = (int)total;
+        total += ntasks;
     }
-    run_ctx rc = {&job, fn, chunk, nrows};
-    cmf_cpu_pool_run(p, rows_task, &rc, (int)ntasks);
+    rc.first[nparts] = (int)total;
+    cmf_cpu_pool_run(p, rows_task, &rc, (int)total);
     free(heap);
-    if (atomic_load(&job.failed)) {
+    for (int i = 0; i < nparts; i++) {
+        if (!atomic_load(&jobs[i].failed)) continue;
         /* redo one decode to get the message */
+        const cmf_tensor *Wi = parts[i].W;
         float tmp[32];
         cmf_error e2;
         memset(&e2, 0, sizeof e2);
-        mm_ref_decode(W, rows, in, row0, 0, in < 32 ? in : 32, tmp, &e2);
+        mm_ref_decode(Wi, rows_of[i], in, parts[i].row0, 0, in < 32 ? in : 32, tmp, &e2);
         return cmf_error_set(err, e2.status ? e2.status : CMF_ERR_FORMAT,
-                             "cmf_cpu_matmul: tensor '%s': decode failed: %s", nm,
-                             e2.status ? e2.msg : "payload inconsistent");
+                             "cmf_cpu_matmul: tensor '%s': decode failed: %s",
+                             Wi->name ? Wi->name : "(unnamed)", e2.status ? e2.msg : "payload inconsistent");
     }
     return CMF_OK;
 }

@@ -14,10 +14,11 @@
  *     vpdpbusd(x, w) starts from -128*sum(w) (computed once per weight
  *     vector, shared by the token tile); without VNNI the sign trick of
  *     llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs exact.
- *  q4 (q4_block/q4_tiled/q4tp): 2 blocks of 16 nibble bytes unpacked to
- *     [lo0 lo1 hi0 hi1] (u8 0..15, 256-bit ops) against X pair-interleaved
- *     (see matmul_int.h); the -8 offset is folded into the int32 accumulator's
- *     start value (-sum(qx) per lane), scales dw*dx applied per block.
+ *  q4 (q4_block/q4_tiled/q4tp): 4 blocks (64 nibble bytes, one load) split
+ *     into low and high nibbles (u8 0..15) against X quad-interleaved (see
+ *     matmul_int.h), both dotted into one int32 vector whose 128-bit lane L
+ *     is block L; the -8 offset is folded into the accumulator's start
+ *     value (-2*sum(qx) per lane), scales dw*dx applied per lane.
  * VNNI: vpdpbusd; without it maddubs + madd (no saturation: |u8| <= 128,
  * |s8| <= 127, pair sums < 2^15).
  */
@@ -34,6 +35,11 @@
 #ifndef MM_PF
 #define MM_PF 1
 #endif
+#ifndef MM_PF_ROWS
+#define MM_PF_ROWS 2
+#endif
+/* the same offset MM_PF_ROWS rows ahead (rows of `rowbytes` bytes) */
+#define MM_PREFETCH(p, rowbytes) _mm_prefetch((p) + MM_PF_ROWS * (rowbytes), _MM_HINT_T0)
 #define AI static inline __attribute__((always_inline))
 
 AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s, const int vnni) {
@@ -95,12 +101,55 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- q8 ----------------------------------------------------------------- */
 
+/* One 64-input pair p of rows w[0..R) x tokens [t0, t0+T) into acc[k][t]. */
+AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, const int R,
+                const int T, const int vnni, __m512 acc[2][8]) {
+    const mm_act *a = j->a;
+    uint64_t in = j->in, i = (uint64_t)p * 64;
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i wv[2], aw[2], corr[2];
+    __mmask64 neg[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < R; k++) {
+        if (i + 64 <= in) {
+            if (MM_PF) MM_PREFETCH((const char *)(w[k] + i), in);
+            wv[k] = _mm512_loadu_si512(w[k] + i);
+        } else {
+            __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
+            wv[k] = _mm512_maskz_loadu_epi8(m, w[k] + i);
+        }
+        if (vnni) { /* x arrives as u8 q+128: sum (q+128)*w - 128*sum(w) */
+            corr[k] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wv[k]));
+        } else {
+            aw[k] = _mm512_abs_epi8(wv[k]);
+            neg[k] = _mm512_movepi8_mask(wv[k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + i);
+        __m512i xv2 = _mm512_load_si512(a->q2 + (size_t)(t0 + t) * a->qstride + i);
+        __m512 de = _mm512_load_ps(a->de + ((size_t)(t0 + t) * a->np + p) * 16);
+#pragma GCC unroll 4
+        for (int k = 0; k < R; k++) {
+            __m512i ip, ip2;
+            if (vnni) {
+                ip = _mm512_dpbusd_epi32(corr[k], xv, wv[k]);
+                ip2 = _mm512_dpbusd_epi32(corr[k], xv2, wv[k]);
+            } else {
+                ip = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
+                ip2 = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);
+            }
+            ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
+            acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), de, acc[k][t]);
+        }
+    }
+}
+
 /* Rows [r, r+R) x tokens [t0, t0+T): R*T independent accumulators (two rows
  * for decode break the FMA dependency chain and share each X load). */
 AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni) {
-    const mm_act *a = j->a;
     uint64_t in = j->in;
-    const __m512i zero = _mm512_setzero_si512();
     const int8_t *w[2];
     __m512 acc[2][8];
 #pragma GCC unroll 4
@@ -109,46 +158,7 @@ AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[k][t] = _mm512_setzero_ps();
     }
-    for (uint32_t p = 0; p < a->np; p++) {
-        uint64_t i = (uint64_t)p * 64;
-        __m512i wv[2], aw[2], corr[2];
-        __mmask64 neg[2];
-#pragma GCC unroll 4
-        for (int k = 0; k < R; k++) {
-            if (i + 64 <= in) {
-                if (MM_PF) _mm_prefetch((const char *)(w[k] + i) + 2 * in, _MM_HINT_T0);
-                wv[k] = _mm512_loadu_si512(w[k] + i);
-            } else {
-                __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
-                wv[k] = _mm512_maskz_loadu_epi8(m, w[k] + i);
-            }
-            if (vnni) { /* x arrives as u8 q+128: sum (q+128)*w - 128*sum(w) */
-                corr[k] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wv[k]));
-            } else {
-                aw[k] = _mm512_abs_epi8(wv[k]);
-                neg[k] = _mm512_movepi8_mask(wv[k]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + i);
-            __m512i xv2 = _mm512_load_si512(a->q2 + (size_t)(t0 + t) * a->qstride + i);
-            __m512 de = _mm512_load_ps(a->de + ((size_t)(t0 + t) * a->np + p) * 16);
-#pragma GCC unroll 4
-            for (int k = 0; k < R; k++) {
-                __m512i ip, ip2;
-                if (vnni) {
-                    ip = _mm512_dpbusd_epi32(corr[k], xv, wv[k]);
-                    ip2 = _mm512_dpbusd_epi32(corr[k], xv2, wv[k]);
-                } else {
-                    ip = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
-                    ip2 = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);
-                }
-                ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
-                acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), de, acc[k][t]);
-            }
-        }
-    }
+    for (uint32_t p = 0; p < j->a->np; p++) q8_step(j, w, p, t0, R, T, vnni, acc);
 #pragma GCC unroll 4
     for (int k = 0; k < R; k++) {
         uint64_t wr = j->row0 + r + (uint64_t)k;
@@ -167,17 +177,25 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- q4 ----------------------------------------------------------------- */
 
-/* Two 16-byte nibble blocks b0 (at p0), b1 (at p1, NULL: zero) -> the
- * 64 u8 values [b0 lo | b1 lo | b0 hi | b1 hi], matching X's
- * pair-interleaved layout (low nibble = even element). */
-AI __m512i q4_unpack2(const uint8_t *p0, const uint8_t *p1) {
-    __m256i v;
-    if (p1 == p0 + 16) v = _mm256_loadu_si256((const __m256i *)p0);
-    else if (p1) v = _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
-    else v = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p0));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+/* Four blocks of 16 nibble bytes starting at p (consecutive blocks `stride`
+ * bytes apart; `live` of them exist, the rest read as zero and are never
+ * loaded) -> lo = the low nibbles (even elements) and hi = the high nibbles
+ * (odd elements) as u8 0..15, 128-bit lane L = block L, matching X's
+ * quad-interleaved layout (matmul_int.h). */
+AI void q4_unpack4(const uint8_t *p, size_t stride, uint64_t live, __m512i *lo, __m512i *hi) {
+    __m512i v;
+    if (stride == 16) {
+        v = live >= 4 ? _mm512_loadu_si512(p)
+                      : _mm512_maskz_loadu_epi8((__mmask64)(~0ull >> (64 - 16 * live)), p);
+    } else { /* q4_tiled: an 18-byte tile per block, scale first */
+        v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)p));
+        if (live > 1) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + stride)), 1);
+        if (live > 2) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * stride)), 2);
+        if (live > 3) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 3);
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    *lo = _mm512_and_si512(v, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 }
 
 /* In-register transpose of a 16x16 float matrix (r[i] = row i). */
@@ -279,20 +297,55 @@ AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t 
     return _mm512_load_ps(t);
 }
 
-/* vpermps indices: pair p of a 16-block group -> the q4 lane pattern
- * (lanes 0-3, 8-11: block 2p; lanes 4-7, 12-15: block 2p+1) */
-#define PIDX(a, b) {a, a, a, a, b, b, b, b, a, a, a, a, b, b, b, b}
-static const int32_t k_pair_idx[8][16] __attribute__((aligned(64))) = {
-    PIDX(0, 1), PIDX(2, 3), PIDX(4, 5), PIDX(6, 7), PIDX(8, 9), PIDX(10, 11), PIDX(12, 13),
-    PIDX(14, 15)};
-#undef PIDX
+/* vpermps indices: quad q of a 16-block group -> one block scale per
+ * 128-bit lane (lane L: block 4q + L) */
+#define QIDX(a) {a, a, a, a, a + 1, a + 1, a + 1, a + 1, a + 2, a + 2, a + 2, a + 2, a + 3, a + 3, a + 3, a + 3}
+static const int32_t k_quad_idx[4][16] __attribute__((aligned(64))) = {QIDX(0), QIDX(4), QIDX(8),
+                                                                       QIDX(12)};
+#undef QIDX
 
-/* Rows [r, r+R) x tokens [t0, t0+T), as q8_rows. `lad` holds the q4tp
- * ladders of the 16-row batch containing r (r - batch start = lk). */
+/* One quad (blocks b .. b+3, b = g + q) of rows [0, R) x tokens [t0, t0+T):
+ * per row and token two vpdpbusd (low nibbles x even elements, high nibbles
+ * x odd elements) into one int32 vector whose 128-bit lane L holds block
+ * b+L, started from -2*sum(qx) per dword (4 dwords = the block's
+ * -8*sum(qx)), then one f32 FMA with dw*dx per lane into acc[k][t].
+ * dw16[k]: the scales of row k's 16-block group g. */
+AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint64_t g, uint64_t q,
+                const __m512 *dw16, int t0, const int R, const int T, const int vnni,
+                __m512 acc[2][8]) {
+    const mm_act *a = j->a;
+    uint64_t nb = a->nb, b = g + q, c = b / 4;
+    __m512i lo[2], hi[2];
+    __m512 dwv[2];
+    __m512i qidx = _mm512_load_si512(k_quad_idx[q >> 2]);
+#pragma GCC unroll 4
+    for (int k = 0; k < R; k++) {
+        const uint8_t *p0 = nib[k] + b * stride;
+        if (MM_PF) MM_PREFETCH((const char *)p0, nb * stride);
+        q4_unpack4(p0, stride, nb - b, &lo[k], &hi[k]);
+        dwv[k] = _mm512_permutexvar_ps(qidx, dw16[k]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        size_t tc = ((size_t)(t0 + t) * a->np + c) * 16;
+        const int8_t *xq = a->q + (size_t)(t0 + t) * a->qstride + 128 * c;
+        __m512i xe = _mm512_load_si512(xq), xo = _mm512_load_si512(xq + 64);
+        __m512i se = _mm512_load_si512(a->se + tc);
+        __m512 de = _mm512_load_ps(a->de + tc);
+#pragma GCC unroll 4
+        for (int k = 0; k < R; k++) {
+            __m512i ip = dpbusd(dpbusd(se, lo[k], xe, vnni), hi[k], xo, vnni);
+            acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
+        }
+    }
+}
+
+/* Rows [r, r+R) x tokens [t0, t0+T), as q8_rows, four blocks (128 inputs,
+ * 64 nibble bytes) per step. `lad` holds the q4tp ladders of the 16-row
+ * batch containing r (r - batch start = lk). */
 AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni,
                 const float *lad, int lk) {
-    const mm_act *a = j->a;
-    uint64_t nb = a->nb;
+    uint64_t nb = j->a->nb;
     const bool tp = j->W->dtype == CMF_DT_Q4TP;
     __m512 tlo[2], thi[2], acc[2][8];
     const uint8_t *nib[2];
@@ -308,37 +361,13 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[k][t] = _mm512_setzero_ps();
     }
-    for (uint64_t g = 0; g < nb; g += 16) { /* groups of 16 blocks = 8 pairs */
+    for (uint64_t g = 0; g < nb; g += 16) { /* groups of 16 blocks = 4 quads */
         uint64_t cnt = nb - g < 16 ? nb - g : 16;
         __m512 dw16[2];
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++)
             dw16[k] = q4_scales16(j->W, j->rows, nb, j->row0 + r + (uint64_t)k, g, cnt, tlo[k], thi[k]);
-        for (uint64_t q = 0; q < cnt; q += 2) {
-            uint64_t b = g + q, p = b / 2;
-            __m512i wv[2];
-            __m512 dwv[2];
-            __m512i pidx = _mm512_load_si512(k_pair_idx[q >> 1]);
-#pragma GCC unroll 4
-            for (int k = 0; k < R; k++) {
-                const uint8_t *p0 = nib[k] + b * stride;
-                if (MM_PF && (q & 3) == 0) _mm_prefetch((const char *)p0 + 2 * nb * stride, _MM_HINT_T0);
-                wv[k] = q4_unpack2(p0, b + 1 < nb ? p0 + stride : NULL);
-                dwv[k] = _mm512_permutexvar_ps(pidx, dw16[k]);
-            }
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                size_t tp2 = (size_t)(t0 + t) * a->np + p;
-                __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + 64 * p);
-                __m512i se = _mm512_load_si512(a->se + tp2 * 16);
-                __m512 de = _mm512_load_ps(a->de + tp2 * 16);
-#pragma GCC unroll 4
-                for (int k = 0; k < R; k++) {
-                    __m512i ip = dpbusd(se, wv[k], xv, vnni);
-                    acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
-                }
-            }
-        }
+        for (uint64_t q = 0; q < cnt; q += 4) q4_step(j, nib, stride, g, q, dw16, t0, R, T, vnni, acc);
     }
 #pragma GCC unroll 4
     for (int k = 0; k < R; k++)

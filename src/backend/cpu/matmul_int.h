@@ -18,9 +18,11 @@
  *                        [x0 x2 .. x30 | x1 x3 .. x31] so the low nibbles
  *                        (even elements) meet the first 16 bytes and the
  *                        high nibbles the last 16; for q4 at the AVX-512
- *                        levels each PAIR of blocks b0, b1 is interleaved
- *                        [b0 even | b1 even | b0 odd | b1 odd] (16 bytes each)
- *                        to match 32 nibble bytes unpacked as [lo | hi];
+ *                        levels each QUAD of blocks b0..b3 (128 bytes; np is
+ *                        rounded up to even so quads are whole) is stored
+ *                        [b0 even | b1 even | b2 even | b3 even | b0 odd |
+ *                        .. | b3 odd] (16 bytes each) to match 64 nibble
+ *                        bytes unpacked as lo (64 B) and hi (64 B);
  *   q2 int8  [n][np*64]  q8 weights only: the residual of q in units of
  *                        d/256, q2 = round((x/d - q) * 256) (same layout and
  *                        u8 offset as q), so x = d/256 * (256 q + q2) to
@@ -30,11 +32,13 @@
  *   d  float [n][np*2]   block scales (0 for padding blocks; for q8 weights
  *                        already divided by 256);
  *   s  int32 [n][np*2]   sum of q over the block (for the q4 offset 8);
- *   de float [n][np*16]  AVX-512 only: per pair, d of the block each int32
- *                        lane of vpdpbusd belongs to: q8 lanes 0-7 block 2p,
- *                        8-15 block 2p+1; q4 lanes 0-3 and 8-11 block 2p,
- *                        4-7 and 12-15 block 2p+1;
- *   se int32 [n][np*16]  AVX-512 only: -s expanded the same way.
+ *   de float [n][np*16]  AVX-512 only: d of the block each int32 lane of
+ *                        vpdpbusd belongs to; q8: 16 lanes per pair p, lanes
+ *                        0-7 block 2p, 8-15 block 2p+1; q4: 16 lanes per quad
+ *                        c (the first np/2 entries), lanes 4L..4L+3 block 4c+L;
+ *   se int32 [n][np*16]  AVX-512 only, the int32 start value per lane: q8
+ *                        -s (unused by the VNNI kernel); q4 -2s per lane,
+ *                        so the 4 lanes of a block add up to -8s.
  */
 #ifndef CMF_CPU_MATMUL_INT_H
 #define CMF_CPU_MATMUL_INT_H
@@ -56,10 +60,12 @@ typedef struct mm_act {
     float *de;
     int32_t *se;
     const float *x; /* the caller's float X [n][in] */
-    /* AVX-512 GEMM path, q8/q4 weights: X as int16 per 32-block,
-     * x = dx16 * x16 (dx16 = absmax/32767), [n][nb*32] and [n][nb] */
-    int16_t *x16;
-    float *dx16;
+    /* AVX-512 GEMM path, q8/q4 weights: X quantized per 32-block (q8
+     * weights int16, q4 weights int8) and packed in tiles of tokens; layout
+     * in gemm_avx512.c, set by mm_gemm_act_bind */
+    int32_t *xg;  /* quantized X, one dword per token and k-step */
+    float *dxg;   /* scale per token and block */
+    int32_t *sxg; /* q4: -8 * sum of q per token and block; else NULL */
 } mm_act;
 
 typedef struct mm_job {
@@ -127,13 +133,21 @@ void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 /* gemm_avx512.c: prefill path of the AVX-512 levels for every fast dtype
  * (n >= MM_GEMM_MIN_N): float X, weights decoded once per call into 32-row
- * panels (matmul.c gives it chunks of 32 rows). */
+ * panels (matmul.c gives it chunks of whole panels, at most MM_GEMM_ROWS
+ * rows). */
 void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re);
-/* Quantize one token x[in] (times the q8_2f column factors col, or NULL)
- * to int16 per 32-block for mm_gemm_avx512: q[nb*32], d[nb]. */
-void mm_gemm_quant_avx512(const float *x, const uint8_t *col, uint64_t in, int16_t *q, float *d);
+/* Packed X of mm_gemm_avx512 (q4: q4-family weights, else q8): bytes of
+ * the buffer for a->n tokens and a->nb blocks; bind points a->xg, dxg, sxg
+ * into buf (64-byte aligned) and returns the number of token tiles; quant
+ * fills tile g from X[n][in] (times the q8_2f column factors col, or NULL). */
+size_t mm_gemm_act_bytes(const mm_act *a, bool q4);
+int mm_gemm_act_bind(mm_act *a, void *buf, bool q4);
+void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g);
 #endif
 #define MM_GEMM_MIN_N 16
+/* Most output rows per task of mm_gemm_avx512 (whole 32-row panels; the
+ * panels of a task share each chunk of X from L2) */
+#define MM_GEMM_ROWS 128
 #if defined(__aarch64__)
 void mm_fp_neon(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q8_neon(mm_job *j, uint64_t rb, uint64_t re);

@@ -39,6 +39,16 @@ static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0,
     return cmf_cpu_matmul(pool_of(b), W, row0, n_rows, X, (int)n, Y, (int)ldy, err);
 }
 
+static cmf_status cpu_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
+                                   const float *X, uint32_t n, cmf_error *err) {
+    cmf_cpu_mm_part pp[CMF_CPU_MM_MAX_PARTS];
+    if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
+        return cmf_error_set(err, CMF_ERR_ARG, "cpu matmul_parts: %u parts", n_parts);
+    for (uint32_t i = 0; i < n_parts; i++)
+        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy};
+    return cmf_cpu_matmul_parts(pool_of(b), pp, (int)n_parts, X, (int)n, err);
+}
+
 static cmf_status cpu_get_rows(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
                                float *out, cmf_error *err) {
     (void)b;
@@ -135,11 +145,21 @@ static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n
 
 /* ---- attention --------------------------------------------------------- */
 
+/* Tokens are cut into tiles of up to ATT_TILE consecutive tokens that read
+ * the same sequence (same KV view); a task is one (tile, KV head) pair, so
+ * each K/V row of the tile's key range is read and converted once for all
+ * the tile's tokens and the `group` query heads sharing the KV head (GQA).
+ * Many small tasks, claimed dynamically, also balance the causal triangle
+ * (later tokens attend to more keys). */
+#define ATT_TILE 16
+
 typedef struct {
     const cmf_attn_args *a;
-    float *scratch;   /* per task: [group][max_kv] scores, then a [head_dim] row */
-    size_t per_task;  /* floats of scratch per task */
-    uint32_t max_kv;
+    const cmf_cpu_vec *vec;
+    cmf_cpu_pool *pool;
+    const uint32_t *tile0; /* [n_tiles + 1] first token of each tile */
+    uint32_t n_tiles;
+    uint32_t max_kv;       /* longest key range of one token */
 } attn_ctx;
 
 static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_t p, uint32_t kv_dim,
@@ -149,109 +169,126 @@ static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_
     return v->f16 ? (const void *)((const uint16_t *)base + e) : (const void *)((const float *)base + e);
 }
 
-/* IEEE half -> float: normal numbers by re-biasing the exponent
- * (15 -> 127: + 112 << 10 before the shift), zero/subnormal/inf/NaN by
- * the exact reference conversion. */
-static inline float h2f(uint16_t h) {
-    uint32_t e = h & 0x7c00u;
-    if (e == 0 || e == 0x7c00u) return cmf_f16_to_f32(h);
-    uint32_t u = ((uint32_t)(h & 0x8000u) << 16) | (((uint32_t)(h & 0x7fffu) + 0x1c000u) << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* A K or V row as float32: f32 rows are used in place, f16 rows are
- * converted once into buf (shared by every query head of the group). */
-static inline const float *row_f32(const void *src, bool f16, uint32_t d, float *buf) {
+ * converted once into buf (shared by the whole tile). */
+static inline const float *row_f32(const cmf_cpu_vec *vec, const void *src, bool f16, uint32_t d,
+                                   float *buf) {
     if (!f16) return src;
-    const uint16_t *h = src;
-    for (uint32_t j = 0; j < d; j++) buf[j] = h2f(h[j]);
+    vec->f16_to_f32(buf, src, d);
     return buf;
 }
 
-/* q·k over d dims; four partial sums let the compiler vectorise. */
-static inline float dot(const float *q, const float *k, uint32_t d) {
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    uint32_t j = 0;
-    for (; j + 4 <= d; j += 4) {
-        s0 += q[j] * k[j];
-        s1 += q[j + 1] * k[j + 1];
-        s2 += q[j + 2] * k[j + 2];
-        s3 += q[j + 3] * k[j + 3];
-    }
-    for (; j < d; j++) s0 += q[j] * k[j];
-    return (s0 + s1) + (s2 + s3);
+/* Key range [*beg, *end) of token t: causal up to its position, limited to
+ * the last `window` keys for sliding-window layers. */
+static inline void key_range(const cmf_attn_args *a, uint32_t t, uint32_t *beg, uint32_t *end) {
+    *end = (uint32_t)a->pos[t] + 1;
+    *beg = a->window && *end > a->window ? *end - a->window : 0;
 }
 
-/* Task `task` handles (token, kv head) pairs [lo, hi) of n_tok·n_kv_head;
- * for each, the `group` query heads sharing that KV head (GQA) walk the
- * keys together, so each cached row is read (and converted) once:
- *   s[g][p] = softcap(q_g·k_p·scale), p in the causal/sliding range
- *   o_g = Σ_p softmax(s[g])[p] · v_p                                    */
-static void attn_task(void *vctx, int task, int n_tasks) {
+/* Task = (tile, KV head kvh). For each token t of the tile and query head
+ * g of the group, over the keys p of t's range:
+ *   s[t][g][p] = softcap(q_tg·k_p·scale)
+ *   o_tg = Σ_p softmax(s[t][g])[p] · v_p
+ * Scratch (per thread): scores [tile][group][max_kv], then a [head_dim] row. */
+static void attn_task(void *vctx, int task, int n_tasks, int thread) {
+    (void)n_tasks;
     attn_ctx *c = vctx;
     const cmf_attn_args *a = c->a;
-    uint32_t total = a->n_tok * a->n_kv_head, lo, hi;
-    chunk(task, n_tasks, total, &lo, &hi);
+    const cmf_cpu_vec *vec = c->vec;
+    uint32_t tile = (uint32_t)task / a->n_kv_head, kvh = (uint32_t)task % a->n_kv_head;
+    uint32_t t0 = c->tile0[tile], t1 = c->tile0[tile + 1];
     uint32_t d = a->head_dim, kv_dim = a->n_kv_head * d, group = a->n_head / a->n_kv_head;
-    float *sc = c->scratch + (size_t)task * c->per_task;
-    float *row = sc + (size_t)group * c->max_kv;
-    for (uint32_t tk = lo; tk < hi; tk++) {
-        uint32_t t = tk / a->n_kv_head, kvh = tk % a->n_kv_head;
-        const cmf_kv_view *v = &a->views[t];
-        const float *q = a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
-        float *o = a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
-        uint32_t p_end = (uint32_t)a->pos[t] + 1; /* keys 0 .. pos */
-        uint32_t p_beg = 0;
-        if (a->window && p_end > a->window) p_beg = p_end - a->window;
-        uint32_t np = p_end - p_beg;
-        /* scores */
-        for (uint32_t p = p_beg; p < p_end; p++) {
-            const float *k = row_f32(kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d, row);
+    float *sc = cmf_cpu_pool_scratch(c->pool, thread, 0); /* grown before the job */
+    float *row = sc + (size_t)ATT_TILE * group * c->max_kv;
+    const cmf_kv_view *v = &a->views[t0]; /* one sequence per tile */
+    uint32_t kb = UINT32_MAX, ke = 0;       /* union of the tile's key ranges */
+    for (uint32_t t = t0; t < t1; t++) {
+        uint32_t b, e;
+        key_range(a, t, &b, &e);
+        kb = b < kb ? b : kb;
+        ke = e > ke ? e : ke;
+    }
+    /* scores */
+    for (uint32_t p = kb; p < ke; p++) {
+        const float *k = row_f32(vec, kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d, row);
+        for (uint32_t t = t0; t < t1; t++) {
+            uint32_t b, e;
+            key_range(a, t, &b, &e);
+            if (p < b || p >= e) continue;
+            const float *q = a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
+            float *st = sc + (size_t)(t - t0) * group * c->max_kv + (p - b);
             for (uint32_t g = 0; g < group; g++) {
-                float s = dot(q + (size_t)g * d, k, d) * a->scale;
+                float s = vec->dot(q + (size_t)g * d, k, d) * a->scale;
                 if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
-                sc[(size_t)g * np + (p - p_beg)] = s;
-            }
-        }
-        /* softmax per query head, normalised in place */
-        for (uint32_t g = 0; g < group; g++) {
-            float *s = sc + (size_t)g * np, mx = -INFINITY, sum = 0.0f;
-            for (uint32_t i = 0; i < np; i++) mx = s[i] > mx ? s[i] : mx;
-            for (uint32_t i = 0; i < np; i++) sum += (s[i] = expf(s[i] - mx));
-            float inv = 1.0f / sum;
-            for (uint32_t i = 0; i < np; i++) s[i] *= inv;
-        }
-        /* weighted sum of values */
-        memset(o, 0, (size_t)group * d * sizeof(float));
-        for (uint32_t p = p_beg; p < p_end; p++) {
-            const float *vr = row_f32(kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d, row);
-            for (uint32_t g = 0; g < group; g++) {
-                float w = sc[(size_t)g * np + (p - p_beg)], *og = o + (size_t)g * d;
-                for (uint32_t j = 0; j < d; j++) og[j] += w * vr[j];
+                st[(size_t)g * c->max_kv] = s;
             }
         }
     }
+    /* softmax per (token, query head), normalised in place */
+    for (uint32_t t = t0; t < t1; t++) {
+        uint32_t b, e;
+        key_range(a, t, &b, &e);
+        for (uint32_t g = 0; g < group; g++) {
+            float *s = sc + ((size_t)(t - t0) * group + g) * c->max_kv, mx = -INFINITY, sum = 0.0f;
+            for (uint32_t i = 0; i < e - b; i++) mx = s[i] > mx ? s[i] : mx;
+            for (uint32_t i = 0; i < e - b; i++) sum += (s[i] = expf(s[i] - mx));
+            float inv = 1.0f / sum;
+            for (uint32_t i = 0; i < e - b; i++) s[i] *= inv;
+        }
+        memset(a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d, 0,
+               (size_t)group * d * sizeof(float));
+    }
+    /* weighted sum of values */
+    for (uint32_t p = kb; p < ke; p++) {
+        const float *vr = row_f32(vec, kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d, row);
+        for (uint32_t t = t0; t < t1; t++) {
+            uint32_t b, e;
+            key_range(a, t, &b, &e);
+            if (p < b || p >= e) continue;
+            float *o = a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
+            const float *st = sc + (size_t)(t - t0) * group * c->max_kv + (p - b);
+            for (uint32_t g = 0; g < group; g++) vec->axpy(o + (size_t)g * d, st[(size_t)g * c->max_kv], vr, d);
+        }
+    }
+}
+
+static bool same_view(const cmf_kv_view *x, const cmf_kv_view *y) {
+    return x->pages == y->pages && x->k_base == y->k_base && x->v_base == y->v_base &&
+           x->page_size == y->page_size && x->page_stride == y->page_stride && x->f16 == y->f16;
 }
 
 static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
     if (a->n_kv_head == 0 || a->n_head % a->n_kv_head)
         return cmf_error_set(err, CMF_ERR_ARG, "attention: %u heads not a multiple of %u kv heads",
                              a->n_head, a->n_kv_head);
+    if (a->n_tok == 0) return CMF_OK;
     uint32_t max_kv = 1;
     for (uint32_t t = 0; t < a->n_tok; t++)
         if ((uint32_t)a->pos[t] + 1 > max_kv) max_kv = (uint32_t)a->pos[t] + 1;
-    uint32_t total = a->n_tok * a->n_kv_head, group = a->n_head / a->n_kv_head;
+    if (a->window && max_kv > a->window) max_kv = a->window;
+    uint32_t group = a->n_head / a->n_kv_head;
+    uint32_t *tile0 = malloc(((size_t)a->n_tok + 1) * sizeof *tile0);
+    if (!tile0) return cmf_error_set(err, CMF_ERR_NOMEM, "attention: %u tokens", a->n_tok);
+    uint32_t n_tiles = 0;
+    for (uint32_t t = 0; t < a->n_tok; t++)
+        if (t == 0 || t - tile0[n_tiles - 1] == ATT_TILE || !same_view(&a->views[t], &a->views[t - 1]))
+            tile0[n_tiles++] = t;
+    tile0[n_tiles] = a->n_tok;
+    cmf_cpu_pool *pool = pool_of(b);
+    attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_level_get()), pool, tile0, n_tiles, max_kv};
+    size_t bytes = ((size_t)ATT_TILE * group * max_kv + a->head_dim) * sizeof(float);
+    for (int t = 0; t < cmf_cpu_pool_threads(pool); t++)
+        if (!cmf_cpu_pool_scratch(pool, t, bytes)) {
+            free(tile0);
+            return cmf_error_set(err, CMF_ERR_NOMEM, "attention: scratch of %u scores", max_kv);
+        }
     /* small jobs (decode at short context) are cheaper than a pool wake-up */
     uint64_t work = (uint64_t)a->n_tok * a->n_head * max_kv * a->head_dim;
-    int n_tasks = work < 65536 ? 1 : n_tasks_for(b, total);
-    attn_ctx c = {a, NULL, (size_t)group * max_kv + a->head_dim, max_kv};
-    c.scratch = malloc((size_t)n_tasks * c.per_task * sizeof(float));
-    if (!c.scratch) return cmf_error_set(err, CMF_ERR_NOMEM, "attention: scratch of %u scores", max_kv);
-    if (n_tasks == 1) attn_task(&c, 0, 1);
-    else cmf_cpu_pool_run(pool_of(b), attn_task, &c, n_tasks);
-    free(c.scratch);
+    int n_tasks = (int)(n_tiles * a->n_kv_head);
+    if (work < 65536)
+        for (int t = 0; t < n_tasks; t++) attn_task(&c, t, n_tasks, 0);
+    else cmf_cpu_pool_run_t(pool, attn_task, &c, n_tasks);
+    free(tile0);
     return CMF_OK;
 }
 
@@ -342,6 +379,7 @@ static const cmf_backend_ops cpu_ops = {
     .alloc = cpu_alloc,
     .release = cpu_release,
     .matmul = cpu_matmul,
+    .matmul_parts = cpu_matmul_parts,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

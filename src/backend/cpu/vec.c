@@ -1,0 +1,61 @@
+/*
+ * vec.c — small float-vector primitives of the CPU backend: rows of the
+ * f16 KV cache to float, dot products and y += a*x, the inner loops of
+ * attention (ops_cpu.c). Chosen by CPU level like the matmul kernels: the
+ * x86 SIMD levels use the AVX2 + FMA + F16C versions of vec_avx2.c, every
+ * other level (and CMF_CPU=ref) the plain C below.
+ */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vec_int.h"
+
+#include <string.h>
+
+/* IEEE half -> float: normal numbers by re-biasing the exponent
+ * (15 -> 127: + 112 << 10 before the shift), zero/subnormal/inf/NaN by
+ * the exact reference conversion. */
+static void f16_to_f32_c(float *dst, const uint16_t *src, size_t n) {
+    for (size_t j = 0; j < n; j++) {
+        uint16_t h = src[j];
+        uint32_t e = h & 0x7c00u;
+        if (e == 0 || e == 0x7c00u) {
+            dst[j] = cmf_f16_to_f32(h);
+            continue;
+        }
+        uint32_t u = ((uint32_t)(h & 0x8000u) << 16) | (((uint32_t)(h & 0x7fffu) + 0x1c000u) << 13);
+        memcpy(&dst[j], &u, 4);
+    }
+}
+
+/* four partial sums, combined as (s0 + s1) + (s2 + s3) */
+static float dot_c(const float *a, const float *b, size_t n) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        s0 += a[j] * b[j];
+        s1 += a[j + 1] * b[j + 1];
+        s2 += a[j + 2] * b[j + 2];
+        s3 += a[j + 3] * b[j + 3];
+    }
+    for (; j < n; j++) s0 += a[j] * b[j];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static void axpy_c(float *y, float a, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) y[j] += a * x[j];
+}
+
+static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c, axpy_c};
+#if defined(__x86_64__) || defined(__i386__)
+static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2, vec_axpy_avx2};
+#endif
+
+const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l) {
+    switch (l) {
+#if defined(__x86_64__) || defined(__i386__)
+    case CMF_CPU_AVX2:
+    case CMF_CPU_AVX512:
+    case CMF_CPU_AVX512VNNI: return &vec_avx2;
+#endif
+    default: return &vec_c;
+    }
+}

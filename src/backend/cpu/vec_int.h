@@ -1,0 +1,18 @@
+/*
+ * vec_int.h — internal contract between vec.c (dispatch, plain C) and the
+ * per-ISA versions of the vector primitives (vec_avx2.c). Not a public
+ * header; the API is cmf_cpu_vec in cpu.h.
+ */
+#ifndef CMF_CPU_VEC_INT_H
+#define CMF_CPU_VEC_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+void vec_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
+float vec_dot_avx2(const float *a, const float *b, size_t n);
+void vec_axpy_avx2(float *y, float a, const float *x, size_t n);
+#endif
+
+#endif /* CMF_CPU_VEC_INT_H */
