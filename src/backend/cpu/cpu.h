@@ -63,11 +63,23 @@ cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l);
  *   f16_to_f32: dst[i] = src[i] as float (IEEE half, exact), i < n;
  *   dot:        sum a[i]*b[i] (float accumulation; the order, hence the
  *               last bits, depends on the level);
- *   axpy:       y[i] += a*x[i]. */
+ *   axpy:       y[i] += a*x[i];
+ *   dotn:       s[r*lds] = dot(Q + r*ldq, k, d) for r < nq (one key against
+ *               nq query rows);
+ *   axpyn:      O + r*ldo += w[r*ldw] * v (d floats) for r < no (one value
+ *               row into no output rows);
+ *   exp_sum:    s[i] = exp(s[i] - mx) for i < n (exp(-inf) = 0), returns
+ *               the sum (softmax); relative error ~2e-7 at the SIMD level;
+ *   silu_mul:   out[i] = silu(g[i]) * u[i] = g/(1 + exp(-g)) * u (SwiGLU);
+ *               out may alias g or u. */
 typedef struct cmf_cpu_vec {
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
     float (*dot)(const float *a, const float *b, size_t n);
     void (*axpy)(float *y, float a, const float *x, size_t n);
+    void (*dotn)(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s, size_t lds);
+    void (*axpyn)(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v, size_t d);
+    float (*exp_sum)(float *s, size_t n, float mx);
+    void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
 } cmf_cpu_vec;
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l);
 

@@ -159,7 +159,7 @@ typedef struct {
     cmf_cpu_pool *pool;
     const uint32_t *tile0; /* [n_tiles + 1] first token of each tile */
     uint32_t n_tiles;
-    uint32_t max_kv;       /* longest key range of one token */
+    uint32_t max_span;     /* longest key range of one tile (union of its tokens') */
 } attn_ctx;
 
 static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_t p, uint32_t kv_dim,
@@ -185,11 +185,15 @@ static inline void key_range(const cmf_attn_args *a, uint32_t t, uint32_t *beg, 
     *beg = a->window && *end > a->window ? *end - a->window : 0;
 }
 
-/* Task = (tile, KV head kvh). For each token t of the tile and query head
- * g of the group, over the keys p of t's range:
- *   s[t][g][p] = softcap(q_tg·k_p·scale)
- *   o_tg = Σ_p softmax(s[t][g])[p] · v_p
- * Scratch (per thread): scores [tile][group][max_kv], then a [head_dim] row. */
+/* Task = (tile, KV head kvh). The tile's R = tokens x group query rows are
+ * gathered into Qs [R][d]; over the keys p of the union [kb, ke) of their
+ * ranges:
+ *   S[r][p - kb] = softcap(q_r·k_p·scale), -inf outside row r's own range
+ *   O_r = Σ_p softmax(S[r])[p] · v_p          (accumulated in Os [R][d])
+ * so every K/V row is read and converted once per tile, and the products
+ * run as one-key-against-R-rows SIMD loops (cmf_cpu_vec dotn / axpyn).
+ * Scratch (per thread, see attn_scratch_floats): Qs, Os, S [R][ke - kb],
+ * then one [d] row. */
 static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     (void)n_tasks;
     attn_ctx *c = vctx;
@@ -198,8 +202,7 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     uint32_t tile = (uint32_t)task / a->n_kv_head, kvh = (uint32_t)task % a->n_kv_head;
     uint32_t t0 = c->tile0[tile], t1 = c->tile0[tile + 1];
     uint32_t d = a->head_dim, kv_dim = a->n_kv_head * d, group = a->n_head / a->n_kv_head;
-    float *sc = cmf_cpu_pool_scratch(c->pool, thread, 0); /* grown before the job */
-    float *row = sc + (size_t)ATT_TILE * group * c->max_kv;
+    uint32_t R = (t1 - t0) * group;
     const cmf_kv_view *v = &a->views[t0]; /* one sequence per tile */
     uint32_t kb = UINT32_MAX, ke = 0;       /* union of the tile's key ranges */
     for (uint32_t t = t0; t < t1; t++) {
@@ -208,48 +211,46 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
         kb = b < kb ? b : kb;
         ke = e > ke ? e : ke;
     }
+    size_t nk = ke - kb;
+    float *Qs = cmf_cpu_pool_scratch(c->pool, thread, 0); /* grown before the job */
+    float *Os = Qs + (size_t)ATT_TILE * group * d;
+    float *S = Os + (size_t)ATT_TILE * group * d;
+    float *row = S + (size_t)ATT_TILE * group * c->max_span;
+    for (uint32_t t = t0; t < t1; t++)
+        memcpy(Qs + (size_t)(t - t0) * group * d, a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d,
+               (size_t)group * d * sizeof(float));
+    memset(Os, 0, (size_t)R * d * sizeof(float));
     /* scores */
     for (uint32_t p = kb; p < ke; p++) {
         const float *k = row_f32(vec, kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d, row);
-        for (uint32_t t = t0; t < t1; t++) {
-            uint32_t b, e;
-            key_range(a, t, &b, &e);
-            if (p < b || p >= e) continue;
-            const float *q = a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
-            float *st = sc + (size_t)(t - t0) * group * c->max_kv + (p - b);
-            for (uint32_t g = 0; g < group; g++) {
-                float s = vec->dot(q + (size_t)g * d, k, d) * a->scale;
-                if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
-                st[(size_t)g * c->max_kv] = s;
-            }
-        }
+        vec->dotn(k, Qs, d, R, d, S + (p - kb), nk);
     }
-    /* softmax per (token, query head), normalised in place */
+    /* scale, softcap, mask, softmax per row, normalised in place */
     for (uint32_t t = t0; t < t1; t++) {
         uint32_t b, e;
         key_range(a, t, &b, &e);
         for (uint32_t g = 0; g < group; g++) {
-            float *s = sc + ((size_t)(t - t0) * group + g) * c->max_kv, mx = -INFINITY, sum = 0.0f;
-            for (uint32_t i = 0; i < e - b; i++) mx = s[i] > mx ? s[i] : mx;
-            for (uint32_t i = 0; i < e - b; i++) sum += (s[i] = expf(s[i] - mx));
+            float *s = S + ((size_t)(t - t0) * group + g) * nk, mx = -INFINITY, sum = 0.0f;
+            for (size_t i = 0; i < nk; i++) {
+                float x = s[i] * a->scale;
+                if (a->softcap > 0.0f) x = a->softcap * tanhf(x / a->softcap);
+                if (kb + i < b || kb + i >= e) x = -INFINITY;
+                s[i] = x;
+                mx = x > mx ? x : mx;
+            }
+            sum = vec->exp_sum(s, nk, mx);
             float inv = 1.0f / sum;
-            for (uint32_t i = 0; i < e - b; i++) s[i] *= inv;
+            for (size_t i = 0; i < nk; i++) s[i] *= inv;
         }
-        memset(a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d, 0,
-               (size_t)group * d * sizeof(float));
     }
     /* weighted sum of values */
     for (uint32_t p = kb; p < ke; p++) {
         const float *vr = row_f32(vec, kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d, row);
-        for (uint32_t t = t0; t < t1; t++) {
-            uint32_t b, e;
-            key_range(a, t, &b, &e);
-            if (p < b || p >= e) continue;
-            float *o = a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d;
-            const float *st = sc + (size_t)(t - t0) * group * c->max_kv + (p - b);
-            for (uint32_t g = 0; g < group; g++) vec->axpy(o + (size_t)g * d, st[(size_t)g * c->max_kv], vr, d);
-        }
+        vec->axpyn(Os, d, R, S + (p - kb), nk, vr, d);
     }
+    for (uint32_t t = t0; t < t1; t++)
+        memcpy(a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d, Os + (size_t)(t - t0) * group * d,
+               (size_t)group * d * sizeof(float));
 }
 
 static bool same_view(const cmf_kv_view *x, const cmf_kv_view *y) {
@@ -262,25 +263,33 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
         return cmf_error_set(err, CMF_ERR_ARG, "attention: %u heads not a multiple of %u kv heads",
                              a->n_head, a->n_kv_head);
     if (a->n_tok == 0) return CMF_OK;
-    uint32_t max_kv = 1;
-    for (uint32_t t = 0; t < a->n_tok; t++)
-        if ((uint32_t)a->pos[t] + 1 > max_kv) max_kv = (uint32_t)a->pos[t] + 1;
-    if (a->window && max_kv > a->window) max_kv = a->window;
     uint32_t group = a->n_head / a->n_kv_head;
     uint32_t *tile0 = malloc(((size_t)a->n_tok + 1) * sizeof *tile0);
     if (!tile0) return cmf_error_set(err, CMF_ERR_NOMEM, "attention: %u tokens", a->n_tok);
-    uint32_t n_tiles = 0;
+    uint32_t n_tiles = 0, max_span = 1, max_kv = 1;
     for (uint32_t t = 0; t < a->n_tok; t++)
         if (t == 0 || t - tile0[n_tiles - 1] == ATT_TILE || !same_view(&a->views[t], &a->views[t - 1]))
             tile0[n_tiles++] = t;
     tile0[n_tiles] = a->n_tok;
+    for (uint32_t i = 0; i < n_tiles; i++) {
+        uint32_t kb = UINT32_MAX, ke = 0;
+        for (uint32_t t = tile0[i]; t < tile0[i + 1]; t++) {
+            uint32_t b, e;
+            key_range(a, t, &b, &e);
+            kb = b < kb ? b : kb;
+            ke = e > ke ? e : ke;
+            max_kv = e - b > max_kv ? e - b : max_kv;
+        }
+        max_span = ke - kb > max_span ? ke - kb : max_span;
+    }
     cmf_cpu_pool *pool = pool_of(b);
-    attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_level_get()), pool, tile0, n_tiles, max_kv};
-    size_t bytes = ((size_t)ATT_TILE * group * max_kv + a->head_dim) * sizeof(float);
+    attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_level_get()), pool, tile0, n_tiles, max_span};
+    size_t rows = (size_t)ATT_TILE * group;
+    size_t bytes = (rows * (2 * (size_t)a->head_dim + max_span) + a->head_dim) * sizeof(float);
     for (int t = 0; t < cmf_cpu_pool_threads(pool); t++)
         if (!cmf_cpu_pool_scratch(pool, t, bytes)) {
             free(tile0);
-            return cmf_error_set(err, CMF_ERR_NOMEM, "attention: scratch of %u scores", max_kv);
+            return cmf_error_set(err, CMF_ERR_NOMEM, "attention: scratch of %u scores", max_span);
         }
     /* small jobs (decode at short context) are cheaper than a pool wake-up */
     uint64_t work = (uint64_t)a->n_tok * a->n_head * max_kv * a->head_dim;
@@ -318,6 +327,13 @@ static void glu_task(void *vctx, int task, int n_tasks) {
     glu_ctx *c = vctx;
     uint32_t lo, hi;
     chunk(task, n_tasks, c->n, &lo, &hi);
+    if (c->act == CMF_ACT_SILU) { /* SwiGLU: the vector path */
+        const cmf_cpu_vec *vec = cmf_cpu_vec_for(cmf_cpu_level_get());
+        for (uint32_t i = lo; i < hi; i++)
+            vec->silu_mul(c->out + (size_t)i * c->ld_out, c->gate + (size_t)i * c->ld_in,
+                          c->up + (size_t)i * c->ld_in, c->dim);
+        return;
+    }
     for (uint32_t i = lo; i < hi; i++)
         for (uint32_t j = 0; j < c->dim; j++)
             c->out[(size_t)i * c->ld_out + j] =

@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec_int.h"
 
+#include <math.h>
 #include <string.h>
 
 /* IEEE half -> float: normal numbers by re-biasing the exponent
@@ -44,9 +45,30 @@ static void axpy_c(float *y, float a, const float *x, size_t n) {
     for (size_t j = 0; j < n; j++) y[j] += a * x[j];
 }
 
-static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c, axpy_c};
+static void dotn_c(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s,
+                   size_t lds) {
+    for (size_t r = 0; r < nq; r++) s[r * lds] = dot_c(Q + r * ldq, k, d);
+}
+
+static void axpyn_c(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v,
+                    size_t d) {
+    for (size_t r = 0; r < no; r++) axpy_c(O + r * ldo, w[r * ldw], v, d);
+}
+
+static float exp_sum_c(float *s, size_t n, float mx) {
+    float sum = 0.0f;
+    for (size_t i = 0; i < n; i++) sum += (s[i] = expf(s[i] - mx));
+    return sum;
+}
+
+static void silu_mul_c(float *out, const float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c, axpy_c, dotn_c, axpyn_c, exp_sum_c, silu_mul_c};
 #if defined(__x86_64__) || defined(__i386__)
-static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2, vec_axpy_avx2};
+static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2, vec_axpy_avx2, vec_dotn_avx2,
+                                     vec_axpyn_avx2, vec_exp_sum_avx2, vec_silu_mul_avx2};
 #endif
 
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l) {

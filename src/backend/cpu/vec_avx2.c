@@ -3,11 +3,16 @@
  * vec.c (compiled with -mavx2 -mfma -mf16c; chosen at run time). The f16
  * conversion is vcvtph2ps (exact for every half value, as the reference);
  * dot sums in two 8-lane accumulators, so its rounding differs from the
- * plain C order by float rounding only.
+ * plain C order by float rounding only. exp8 is a vector expf: range
+ * reduction x = k·ln2 + r with ln2 split in two parts (Cody-Waite), a
+ * degree-6 Taylor/minimax-style polynomial for e^r on |r| <= ln2/2 and 2^k
+ * added to the exponent (the Cephes expf scheme); relative error about
+ * 2e-7, inputs below -87.3 give 0 and above 88.7 are clamped.
  */
 #include "backend/cpu/vec_int.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 void vec_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n) {
     size_t j = 0;
@@ -42,4 +47,97 @@ void vec_axpy_avx2(float *y, float a, const float *x, size_t n) {
     for (; j + 8 <= n; j += 8)
         _mm256_storeu_ps(y + j, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
     for (; j < n; j++) y[j] += a * x[j];
+}
+
+/* Eight query rows at a time: each 8-float chunk of k is loaded once and
+ * FMA'd into 8 row accumulators, then one horizontal-add tree turns the 8
+ * accumulators into the 8 dot products. */
+void vec_dotn_avx2(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s,
+                   size_t lds) {
+    size_t r = 0, d8 = d & ~(size_t)7;
+    for (; r + 8 <= nq; r += 8) {
+        __m256 acc[8];
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        for (size_t j = 0; j < d8; j += 8) {
+            __m256 kj = _mm256_loadu_ps(k + j);
+            for (int i = 0; i < 8; i++)
+                acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(Q + (r + (size_t)i) * ldq + j), kj, acc[i]);
+        }
+        __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]), h23 = _mm256_hadd_ps(acc[2], acc[3]);
+        __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]), h67 = _mm256_hadd_ps(acc[6], acc[7]);
+        __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+        /* lanes: [0 1 2 3 | 0 1 2 3] halves of rows 0-3 and 4-7 */
+        __m256 lo = _mm256_permute2f128_ps(h0123, h4567, 0x20);
+        __m256 hi = _mm256_permute2f128_ps(h0123, h4567, 0x31);
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
+        for (int i = 0; i < 8; i++) {
+            float t = out[i];
+            for (size_t j = d8; j < d; j++) t += Q[(r + (size_t)i) * ldq + j] * k[j];
+            s[(r + (size_t)i) * lds] = t;
+        }
+    }
+    for (; r < nq; r++) s[r * lds] = vec_dot_avx2(Q + r * ldq, k, d);
+}
+
+void vec_axpyn_avx2(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v,
+                    size_t d) {
+    for (size_t r = 0; r < no; r++) {
+        float wr = w[r * ldw];
+        if (wr != 0.0f) vec_axpy_avx2(O + r * ldo, wr, v, d);
+    }
+}
+
+static inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.7f), lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+float vec_exp_sum_avx2(float *s, size_t n, float mx) {
+    __m256 m = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
+        _mm256_storeu_ps(s + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float t[8], sum = 0.0f;
+    _mm256_storeu_ps(t, acc);
+    for (int i = 0; i < 8; i++) sum += t[i];
+    if (j < n) { /* tail through the same vector code, masked */
+        float buf[8];
+        size_t rem = n - j;
+        for (size_t i = 0; i < 8; i++) buf[i] = i < rem ? s[j + i] : -INFINITY;
+        _mm256_storeu_ps(buf, exp8(_mm256_sub_ps(_mm256_loadu_ps(buf), m)));
+        for (size_t i = 0; i < rem; i++) {
+            s[j + i] = buf[i];
+            sum += buf[i];
+        }
+    }
+    return sum;
+}
+
+void vec_silu_mul_avx2(float *out, const float *g, const float *u, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(g + j);
+        __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x))));
+        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_loadu_ps(u + j)));
+    }
+    for (; j < n; j++) out[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }

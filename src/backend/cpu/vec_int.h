@@ -13,6 +13,12 @@
 void vec_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
 float vec_dot_avx2(const float *a, const float *b, size_t n);
 void vec_axpy_avx2(float *y, float a, const float *x, size_t n);
+void vec_dotn_avx2(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s,
+                   size_t lds);
+void vec_axpyn_avx2(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v,
+                    size_t d);
+float vec_exp_sum_avx2(float *s, size_t n, float mx);
+void vec_silu_mul_avx2(float *out, const float *g, const float *u, size_t n);
 #endif
 
 #endif /* CMF_CPU_VEC_INT_H */
