@@ -111,7 +111,6 @@ typedef struct quant_ctx {
     mm_act *a;
     int layout;  /* 0 natural, 1 per-block even/odd, 2 quad-interleaved (matmul_int.h) */
     bool expand;
-    bool off128; /* store q + 128 as u8 (AVX-512 VNNI q8 kernel: x is vpdpbusd's u8 side) */
 } quant_ctx;
 
 /* Quantize token t: per block of 32, d = absmax/127, q = round(x/d). */
@@ -146,14 +145,14 @@ static void quant_task(void *vctx, int t, int n_tasks) {
             int qi = (int)((u + 12582912.0f) - 12582912.0f);
             qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
             sum += (int32_t)qi;
-            int8_t qv = (int8_t)(c->off128 ? (uint8_t)(qi + 128) : qi);
+            int8_t qv = (int8_t)qi;
             if (c->layout == 0) qb[i] = qv;
             else if (c->layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
             else q[128 * (size_t)(b / 4) + (i & 1) * 64 + (b & 3) * 16 + (i >> 1)] = qv;
             if (q2b) { /* residual in units of d/256: (u - q) * 256 is exact */
                 int r = (int)(((u - (float)qi) * 256.0f + 12582912.0f) - 12582912.0f);
                 r = r > 127 ? 127 : r < -127 ? -127 : r;
-                q2b[i] = (int8_t)(c->off128 ? (uint8_t)(r + 128) : r);
+                q2b[i] = (int8_t)r;
             }
         }
         if (q2b) dd *= 1.0f / 256.0f; /* kernels combine (dot(q) << 8) + dot(q2) */
@@ -162,9 +161,14 @@ static void quant_task(void *vctx, int t, int n_tasks) {
         if (c->expand && c->layout == 0) { /* q8: int32 lanes 8(b&1) .. +7 of pair b/2 */
             float *de = a->de + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
             int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
-            for (int l = 0; l < 8; l++) {
+            for (int l = 0; l < 8; l++) { /* lane l sums inputs 4l .. 4l+3 of the block */
+                int32_t sq = 0, sq2 = 0;
+                for (int i = 4 * l; i < 4 * l + 4; i++) {
+                    sq += qb[i];
+                    sq2 += q2b ? q2b[i] : 0;
+                }
                 de[l] = dd;
-                se[l] = -sum;
+                se[l] = -128 * (256 * sq + sq2);
             }
         } else if (c->expand) { /* q4: lanes 4(b&3) .. +3 of quad b/4; 4 x -2*sum = -8*sum */
             float *de = a->de + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
@@ -367,8 +371,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
         act.d = (float *)bp;
         bp += np * 8 * (size_t)n;
         act.s = (int32_t *)bp;
-        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4 ? (expand ? 2 : 1) : 0, expand,
-                        fam == FAM_Q8 && lv == CMF_CPU_AVX512VNNI};
+        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4 ? (expand ? 2 : 1) : 0, expand};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
     }
@@ -385,7 +388,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         int tiles = mm_gemm_act_bind(&act, buf, q4);
-        quant_ctx qc = {X, NULL, &act, q4 ? 1 : 0, false, false};
+        quant_ctx qc = {X, NULL, &act, q4 ? 1 : 0, false};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
     }

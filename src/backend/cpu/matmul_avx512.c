@@ -10,9 +10,11 @@
  *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector, dotted with
  *     X's two int8 planes (q and residual q2, matmul_int.h) combined as
  *     (ip << 8) + ip2, int32 lanes (8 per block) to f32, times the block
- *     scale of X (expanded "de" lanes), row scale at the end. VNNI: X is stored as u8 q+128 and
- *     vpdpbusd(x, w) starts from -128*sum(w) (computed once per weight
- *     vector, shared by the token tile); without VNNI the sign trick of
+ *     scale of X (expanded "de" lanes), row scale at the end. VNNI:
+ *     vpdpbusd(w + 128 as u8, x as s8) (one xor per weight vector, shared
+ *     by the token tile), the excess 128 * (256 sum q + sum q2) per lane
+ *     removed by the start value "se" computed with the activations: two
+ *     vpdpbusd per 64 weights and token; without VNNI the sign trick of
  *     llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs exact.
  *  q4 (q4_block/q4_tiled/q4tp): 4 blocks (64 nibble bytes, one load) split
  *     into low and high nibbles (u8 0..15) against X quad-interleaved (see
@@ -107,7 +109,7 @@ AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, con
     const mm_act *a = j->a;
     uint64_t in = j->in, i = (uint64_t)p * 64;
     const __m512i zero = _mm512_setzero_si512();
-    __m512i wv[2], aw[2], corr[2];
+    __m512i wv[2], aw[2], wu[2];
     __mmask64 neg[2];
 #pragma GCC unroll 4
     for (int k = 0; k < R; k++) {
@@ -118,8 +120,8 @@ AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, con
             __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
             wv[k] = _mm512_maskz_loadu_epi8(m, w[k] + i);
         }
-        if (vnni) { /* x arrives as u8 q+128: sum (q+128)*w - 128*sum(w) */
-            corr[k] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8((char)0x80), wv[k]));
+        if (vnni) { /* w + 128 as the u8 side; se removes 128 * sum(x) per lane */
+            wu[k] = _mm512_xor_si512(wv[k], _mm512_set1_epi8((char)0x80));
         } else {
             aw[k] = _mm512_abs_epi8(wv[k]);
             neg[k] = _mm512_movepi8_mask(wv[k]);
@@ -130,12 +132,13 @@ AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, con
         __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + i);
         __m512i xv2 = _mm512_load_si512(a->q2 + (size_t)(t0 + t) * a->qstride + i);
         __m512 de = _mm512_load_ps(a->de + ((size_t)(t0 + t) * a->np + p) * 16);
+        __m512i se = vnni ? _mm512_load_si512(a->se + ((size_t)(t0 + t) * a->np + p) * 16) : zero;
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++) {
             __m512i ip, ip2;
             if (vnni) {
-                ip = _mm512_dpbusd_epi32(corr[k], xv, wv[k]);
-                ip2 = _mm512_dpbusd_epi32(corr[k], xv2, wv[k]);
+                ip = _mm512_dpbusd_epi32(zero, wu[k], xv);
+                ip2 = _mm512_dpbusd_epi32(se, wu[k], xv2);
             } else {
                 ip = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
                 ip2 = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);

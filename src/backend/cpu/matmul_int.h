@@ -12,8 +12,7 @@
  * following llama.cpp's Q8_0 activation scheme (ggml-quants.c,
  * quantize_row_q8_0): per block d = absmax/127, q = round(x/d) (int8 for
  * q4 weights; int8 plus an int8 residual plane for q8 weights):
- *   q  int8  [n][np*64]  natural order for q8 weights (AVX-512 VNNI level:
- *                        stored as u8 q + 128, see matmul_avx512.c); for q4
+ *   q  int8  [n][np*64]  natural order for q8 weights; for q4
  *                        weights (AVX2, NEON) each block is permuted to
  *                        [x0 x2 .. x30 | x1 x3 .. x31] so the low nibbles
  *                        (even elements) meet the first 16 bytes and the
@@ -24,8 +23,8 @@
  *                        .. | b3 odd] (16 bytes each) to match 64 nibble
  *                        bytes unpacked as lo (64 B) and hi (64 B);
  *   q2 int8  [n][np*64]  q8 weights only: the residual of q in units of
- *                        d/256, q2 = round((x/d - q) * 256) (same layout and
- *                        u8 offset as q), so x = d/256 * (256 q + q2) to
+ *                        d/256, q2 = round((x/d - q) * 256) (same layout as
+ *                        q), so x = d/256 * (256 q + q2) to
  *                        ~16-bit precision: the parity tests need it (plain
  *                        int8 X moved argmax on the q8 checkpoints). Kernels
  *                        compute (dot(w, q) << 8) + dot(w, q2);
@@ -37,8 +36,10 @@
  *                        0-7 block 2p, 8-15 block 2p+1; q4: 16 lanes per quad
  *                        c (the first np/2 entries), lanes 4L..4L+3 block 4c+L;
  *   se int32 [n][np*16]  AVX-512 only, the int32 start value per lane: q8
- *                        -s (unused by the VNNI kernel); q4 -2s per lane,
- *                        so the 4 lanes of a block add up to -8s.
+ *                        -128 * (256 * sum q + sum q2) over the lane's 4
+ *                        inputs (the VNNI kernel dots w + 128 as u8, see
+ *                        matmul_avx512.c); q4 -2s per lane, so the 4 lanes
+ *                        of a block add up to -8s.
  */
 #ifndef CMF_CPU_MATMUL_INT_H
 #define CMF_CPU_MATMUL_INT_H
