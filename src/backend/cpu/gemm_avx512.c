@@ -158,6 +158,23 @@ static void decode_panel(cmf_dtype dt, const prow *pr, uint64_t k0, uint64_t kc,
 }
 
 /* Tokens [t0, t0+T) x the panel's 32 rows over kc inputs starting at x. */
+/* Tokens [0, T) of a micro-kernel tile into Y (rows of stride ldy, the
+ * panel's 32 rows masked by m0/m1): the first K chunk stores acc, later
+ * chunks add to what is there. */
+AI void store_acc(__m512 (*acc)[2], const int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1,
+                  int first) {
+#pragma GCC unroll 12
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * ldy;
+        if (!first) {
+            acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_maskz_loadu_ps(m0, yt));
+            acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_maskz_loadu_ps(m1, yt + 16));
+        }
+        _mm512_mask_storeu_ps(yt, m0, acc[t][0]);
+        _mm512_mask_storeu_ps(yt + 16, m1, acc[t][1]);
+    }
+}
+
 AI void ukern(const float *pan, uint64_t kc, const float *x, uint64_t ldx, const int T, float *y,
               size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     __m512 acc[GEMM_NT][2];
@@ -172,16 +189,7 @@ AI void ukern(const float *pan, uint64_t kc, const float *x, uint64_t ldx, const
             acc[t][1] = _mm512_fmadd_ps(xb, w1, acc[t][1]);
         }
     }
-#pragma GCC unroll 12
-    for (int t = 0; t < T; t++) {
-        float *yt = y + (size_t)t * ldy;
-        if (!first) {
-            acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_maskz_loadu_ps(m0, yt));
-            acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_maskz_loadu_ps(m1, yt + 16));
-        }
-        _mm512_mask_storeu_ps(yt, m0, acc[t][0]);
-        _mm512_mask_storeu_ps(yt + 16, m1, acc[t][1]);
-    }
+    store_acc(acc, T, y, ldy, m0, m1, first);
 }
 
 #define UK(T) ukern(pan, kc, x, in, T, y, ldy, m0, m1, first)
@@ -391,17 +399,11 @@ AI void ukern_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const flo
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        float *yt = y + (size_t)t * ldy;
+    for (int t = 0; t < T; t++) { /* the rows' q8 scales */
         acc[t][0] = _mm512_mul_ps(acc[t][0], ws0);
         acc[t][1] = _mm512_mul_ps(acc[t][1], ws1);
-        if (!first) {
-            acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_maskz_loadu_ps(m0, yt));
-            acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_maskz_loadu_ps(m1, yt + 16));
-        }
-        _mm512_mask_storeu_ps(yt, m0, acc[t][0]);
-        _mm512_mask_storeu_ps(yt + 16, m1, acc[t][1]);
     }
+    store_acc(acc, T, y, ldy, m0, m1, first);
 }
 
 #define UK8(T) ukern_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first, vnni)
@@ -581,16 +583,7 @@ AI void ukern_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32
             acc[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), _mm512_mul_ps(s1, d), acc[t][1]);
         }
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        float *yt = y + (size_t)t * ldy;
-        if (!first) {
-            acc[t][0] = _mm512_add_ps(acc[t][0], _mm512_maskz_loadu_ps(m0, yt));
-            acc[t][1] = _mm512_add_ps(acc[t][1], _mm512_maskz_loadu_ps(m1, yt + 16));
-        }
-        _mm512_mask_storeu_ps(yt, m0, acc[t][0]);
-        _mm512_mask_storeu_ps(yt + 16, m1, acc[t][1]);
-    }
+    store_acc(acc, T, y, ldy, m0, m1, first);
 }
 
 #define UK4(T) ukern_q4(pan, sc, nblk, xq, dx, sx, T, y, ldy, m0, m1, first, vnni)
