@@ -285,6 +285,9 @@ def main():
     a = ap.parse_args()
 
     cfg = json.load(open(os.path.join(a.hf_dir, "config.json")))
+    if cfg.get("model_type", "llama") != "llama" or cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]) * cfg["num_attention_heads"] != cfg["hidden_size"]:
+        sys.exit("gguf_write.py: %s: only plain llama checkpoints (model_type 'llama', head_dim = hidden/heads) "
+                 "are supported, this is '%s'" % (a.hf_dir, cfg.get("model_type")))
     st = SafeTensors(os.path.join(a.hf_dir, "model.safetensors"))
     h, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     n_head = cfg["num_attention_heads"]

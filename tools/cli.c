@@ -116,3 +116,13 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
     }
     return true;
 }
+
+void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx) {
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    if (info.n_ctx_train > 0 && n_ctx > (long)info.n_ctx_train)
+        fprintf(stderr,
+                "cmf %s: warning: a context of %ld tokens exceeds the %u the model was trained on "
+                "(max_position_embeddings); output quality may degrade past it\n",
+                cmd, n_ctx, info.n_ctx_train);
+}

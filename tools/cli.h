@@ -58,4 +58,8 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
 /* True for "-h"/"--help". */
 bool cli_is_help(const char *arg);
 
+/* Warn on stderr when n_ctx tokens exceed the model's training context
+ * (llama.cpp warns the same way); never an error. */
+void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx);
+
 #endif /* CMF_CLI_H */

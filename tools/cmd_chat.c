@@ -380,6 +380,7 @@ int cmd_chat(int argc, char **argv) {
     if (cmf_tokenizer_load_json(tj, tl, &tok, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cmf_model_params mp = {.n_threads = (int)o.threads};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    cli_warn_ctx("chat", model, o.n_ctx);
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     if (!collect_eos(f, tok, cli_chat_template_source(f, NULL), &eos, stops, &n_stops)) { fprintf(stderr, "cmf chat: out of memory\n"); goto done; }

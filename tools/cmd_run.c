@@ -173,6 +173,7 @@ int cmd_logits(int argc, char **argv) {
     float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
     if (!pos || !want || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
     for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
+    cli_warn_ctx(cmd, m, (long)n);
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
@@ -251,6 +252,7 @@ int cmd_ppl(int argc, char **argv) {
     logits = malloc((size_t)nb * info.n_vocab * sizeof(float));
     if (!pos || !want || !logits) { fprintf(stderr, "cmf ppl: out of memory\n"); goto done; }
     memset(want, 1, (size_t)nb);
+    cli_warn_ctx(cmd, m, ctx);
     cmf_kv_params kp = {.n_ctx = (uint32_t)ctx, .n_seq_max = 1, .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     double nll = 0.0, t0 = now_s();
@@ -447,6 +449,7 @@ int cmd_run(int argc, char **argv) {
 
     cmf_session_params sp = {0};
     sp.n_ctx = (uint32_t)ctx;
+    cli_warn_ctx(cmd, m, ctx);
     sp.kv_type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16;
     sp.sampler = cmf_sampler_default_params();
     sp.sampler.temp = (float)temp;

@@ -4,7 +4,10 @@
  */
 #include "cli.h"
 
+#include "../src/backend/cpu/cpu.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct command {
@@ -59,6 +62,17 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("cmf %s\n", CMF_VERSION_STRING);
         return CLI_EXIT_OK;
+    }
+    /* CMF_CPU forces a kernel level (src/backend/cpu/cpu.h); a name that is
+     * misspelt or beyond this CPU falls back silently there, so say it here */
+    const char *want = getenv("CMF_CPU");
+    if (want && *want) {
+        const char *got = cmf_cpu_level_name(cmf_cpu_level_get());
+        if (strcmp(want, got) != 0)
+            fprintf(stderr,
+                    "cmf: warning: CMF_CPU=%s is not a kernel level this CPU runs (ref, avx2, avx512, "
+                    "avx512vnni, neon, neondot); using %s\n",
+                    want, got);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
