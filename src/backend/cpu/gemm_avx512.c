@@ -49,6 +49,7 @@
  * count (threaded results are bit-identical).
  */
 #include "backend/cpu/matmul_int.h"
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/matmul_x86.h"
 
 #include <immintrin.h>
@@ -62,35 +63,6 @@
 #define GEMM_NT 12   /* tokens per fp micro-kernel tile */
 #define GEMM_TT 6    /* tokens per tile of packed X and per integer micro-kernel */
 #define GEMM_GP (MM_GEMM_ROWS / GEMM_MR) /* panels run together (K chunk outer) */
-
-/* In-register transpose of a 16x16 float matrix (r[i] = row i). */
-AI void tr16(__m512 r[16]) {
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-    }
-}
 
 /* Per-row decode state of the panel (rows past the range are "dead": 0). */
 typedef struct prow {
@@ -151,7 +123,7 @@ static void decode_panel(cmf_dtype dt, const prow *pr, uint64_t k0, uint64_t kc,
                 const prow *p = &pr[16 * h + i];
                 v[i] = p->live ? dec16(dt, p, k, m) : _mm512_setzero_ps();
             }
-            tr16(v);
+            mm_tr16(v);
             for (int i = 0; i < 16; i++) _mm512_store_ps(pan + (kk + (uint64_t)i) * GEMM_MR + 16 * h, v[i]);
         }
     }
@@ -349,7 +321,7 @@ static void decode_panel8(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan
                 const prow *p = &pr[16 * h + i];
                 v[i] = p->live ? _mm512_castsi512_ps(dec32_i16(p, k0 + kk, m)) : _mm512_setzero_ps();
             }
-            tr16(v);
+            mm_tr16(v);
             for (int i = 0; i < 16; i++)
                 _mm512_store_si512(pan + (kk / 2 + (uint64_t)i) * GEMM_MR + 16 * h, _mm512_castps_si512(v[i]));
         }
@@ -485,7 +457,7 @@ static void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t str
                 }
                 v[i] = _mm512_castsi512_ps(z);
             }
-            tr16(v); /* v[4*bb + c] = source dword c of block g+bb, 16 rows */
+            mm_tr16(v); /* v[4*bb + c] = source dword c of block g+bb, 16 rows */
             for (uint64_t bb = 0; bb < nv; bb++)
                 for (int c = 0; c < 4; c++) {
                     __m512i s = _mm512_castps_si512(v[4 * bb + (uint64_t)c]);
@@ -541,7 +513,7 @@ static void q4_scales(const mm_job *j, const prow *pr, uint64_t r0, uint64_t b0,
                 v[i] = _mm512_loadu_ps(dw);
             }
         }
-        tr16(v);
+        mm_tr16(v);
         for (uint64_t b = 0; b < cnt; b++) _mm512_store_ps(sc + b * GEMM_MR + 16 * h, v[b]);
     }
 }

@@ -253,6 +253,14 @@ static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
     }
 }
 
+/* The quantized-activation buffer of a call: the pool's (kept between
+ * calls), or without a pool a heap block returned in *heap (freed by the
+ * caller). NULL when out of memory. */
+static void *act_buffer(cmf_cpu_pool *p, size_t bytes, void **heap) {
+    if (p) return cmf_cpu_pool_mm_buffer(p, bytes);
+    return posix_memalign(heap, 64, bytes) == 0 ? *heap : NULL;
+}
+
 /* Argument checks of one product (messages name fn and the tensor). */
 static cmf_status check_part(const cmf_cpu_mm_part *pt, int n, const char *fn, uint64_t *rows_out,
                              uint64_t *in_out, cmf_error *err) {
@@ -349,8 +357,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
         }
         size_t np = act.np, per_tok = np * 64 * (resid ? 2 : 1) + np * 16 + (expand ? np * 128 : 0);
         size_t bytes = per_tok * (size_t)n;
-        void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
-        if (!p && posix_memalign(&heap, 64, bytes) == 0) buf = heap;
+        void *buf = act_buffer(p, bytes, &heap);
         if (!buf)
             return cmf_error_set(err, CMF_ERR_NOMEM,
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
@@ -381,8 +388,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool q4 = fam == FAM_Q4;
         size_t bytes = mm_gemm_act_bytes(&act, q4);
-        void *buf = p ? cmf_cpu_pool_mm_buffer(p, bytes) : NULL;
-        if (!p && posix_memalign(&heap, 64, bytes) == 0) buf = heap;
+        void *buf = act_buffer(p, bytes, &heap);
         if (!buf)
             return cmf_error_set(err, CMF_ERR_NOMEM,
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,

@@ -25,6 +25,7 @@
  * |s8| <= 127, pair sums < 2^15).
  */
 #include "backend/cpu/matmul_int.h"
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/matmul_x86.h"
 
 #include <immintrin.h>
@@ -201,35 +202,6 @@ AI void q4_unpack4(const uint8_t *p, size_t stride, uint64_t live, __m512i *lo, 
     *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 }
 
-/* In-register transpose of a 16x16 float matrix (r[i] = row i). */
-AI void transpose16(__m512 r[16]) {
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-    }
-}
-
 /* q4tp ladders (spec §4) of up to 16 rows [r, r+nr) at once, one row per
  * lane so the 31 dependent multiplies of each ladder overlap, then
  * transposed to row-major: lad[k*32 + c] = t_c of row r+k. exp2 from the
@@ -252,8 +224,8 @@ static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint
     for (int c = 1; c < 16; c++) lo16[c] = _mm512_mul_ps(lo16[c - 1], mv);
     hi16[0] = _mm512_mul_ps(lo16[15], mv);
     for (int c = 1; c < 16; c++) hi16[c] = _mm512_mul_ps(hi16[c - 1], mv);
-    transpose16(lo16);
-    transpose16(hi16);
+    mm_tr16(lo16);
+    mm_tr16(hi16);
     for (int k = 0; k < 16; k++) {
         _mm512_store_ps(lad + 32 * k, lo16[k]);
         _mm512_store_ps(lad + 32 * k + 16, hi16[k]);
