@@ -378,6 +378,18 @@ AI void ukern_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const flo
     store_acc(acc, T, y, ldy, m0, m1, first);
 }
 
+/* Call K(T) with T as a compile-time constant, 1 <= T <= GEMM_TT (6), so
+ * each tile size gets its own fully unrolled micro-kernel. */
+#define TILE_CALL(T, K)                                                         \
+    switch (T) {                                                                \
+    case 6: K(6); break;                                                        \
+    case 5: K(5); break;                                                        \
+    case 4: K(4); break;                                                        \
+    case 3: K(3); break;                                                        \
+    case 2: K(2); break;                                                        \
+    default: K(1); break;                                                       \
+    }
+
 #define UK8(T) ukern_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first, vnni)
 
 /* Inputs [k0, k0 + GEMM_KC) of the 32-row panel [r0, r0 + nr) over all
@@ -409,14 +421,7 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         const int32_t *xq = j->a->xg + cell * 16;
         const float *dx = j->a->dxg + cell;
         float *y = j->Y + (size_t)t0 * ldy + r0;
-        switch (T) {
-        case 6: UK8(6); break;
-        case 5: UK8(5); break;
-        case 4: UK8(4); break;
-        case 3: UK8(3); break;
-        case 2: UK8(2); break;
-        default: UK8(1); break;
-        }
+        TILE_CALL(T, UK8);
     }
 }
 
@@ -597,14 +602,7 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         const int32_t *xq = j->a->xg + cell * 8, *sx = j->a->sxg + cell;
         const float *dx = j->a->dxg + cell;
         float *y = j->Y + (size_t)t0 * ldy + r0;
-        switch (T) {
-        case 6: UK4(6); break;
-        case 5: UK4(5); break;
-        case 4: UK4(4); break;
-        case 3: UK4(3); break;
-        case 2: UK4(2); break;
-        default: UK4(1); break;
-        }
+        TILE_CALL(T, UK4);
     }
 }
 
