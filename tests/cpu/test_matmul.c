@@ -328,6 +328,72 @@ out:
     for (int i = 0; i < 5; i++) unbuild(&w[i]);
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* The AVX-512 activation quantizer against the portable one, byte for byte
+ * on every plane (q, q2, d, s, de, se), odd lengths and q8_2f column factors
+ * included. */
+static void test_quant(void) {
+    cmf_cpu_level was = cmf_cpu_level_get();
+    if (was != CMF_CPU_AVX512 && was != CMF_CPU_AVX512VNNI) {
+        fprintf(stderr, "test_quant: no AVX-512 here, skipped\n");
+        return;
+    }
+    static const uint64_t ins[] = {1, 5, 31, 32, 33, 64, 100, 129, 2048, 2049, 5632};
+    for (size_t k = 0; k < sizeof ins / sizeof ins[0]; k++)
+        for (int q4 = 0; q4 < 2; q4++)
+            for (int use_col = 0; use_col < 2; use_col++) {
+                uint64_t in = ins[k];
+                const int n = 2;
+                mm_act a[2];
+                void *buf[2];
+                float *X = malloc(sizeof(float) * in * n);
+                uint16_t *col = malloc(2 * in);
+                CHECK(X && col, "alloc");
+                if (!X || !col) {
+                    free(X);
+                    free(col);
+                    return;
+                }
+                for (uint64_t i = 0; i < in * n; i++) /* a few outliers, some exact zeros */
+                    X[i] = i % 97 == 3 ? 40.0f * frand() : i % 13 == 0 ? 0.0f : frand();
+                for (uint64_t i = 0; i < in; i++) col[i] = cmf_f32_to_f16(0.5f + (float)urand());
+                for (int v = 0; v < 2; v++) {
+                    memset(&a[v], 0, sizeof a[v]);
+                    a[v].n = n;
+                    a[v].in = in;
+                    a[v].nb = (uint32_t)((in + 31) / 32);
+                    a[v].np = (a[v].nb + 1) / 2;
+                    if (q4) a[v].np = (a[v].np + 1) & ~1u;
+                    a[v].qstride = (size_t)a[v].np * 64;
+                    size_t np = a[v].np, bytes = (size_t)n * np * (64 * 2 + 64 * 2 + 16);
+                    buf[v] = calloc(1, bytes);
+                    CHECK(buf[v] != NULL, "alloc");
+                    if (!buf[v]) return;
+                    uint8_t *bp = buf[v];
+                    a[v].q = (int8_t *)bp;
+                    a[v].q2 = q4 ? NULL : (int8_t *)(bp + np * 64 * n);
+                    a[v].de = (float *)(bp + np * 128 * n);
+                    a[v].se = (int32_t *)(bp + np * 192 * n);
+                    a[v].d = (float *)(bp + np * 256 * n);
+                    a[v].s = (int32_t *)(bp + np * 264 * n);
+                    for (int t = 0; t < n; t++) {
+                        const uint8_t *c = use_col ? (const uint8_t *)col : NULL;
+                        if (v == 0) mm_quant_ref(&a[v], X, c, q4 ? 2 : 0, true, t);
+                        else mm_quant_avx512(&a[v], X, c, q4, t);
+                    }
+                }
+                size_t np = a[0].np;
+                CHECK(memcmp(buf[0], buf[1], (size_t)n * np * (64 * 2 + 64 * 2 + 16)) == 0,
+                      "quantized activations differ: in %llu, %s, col %d", (unsigned long long)in,
+                      q4 ? "q4" : "q8", use_col);
+                free(buf[0]);
+                free(buf[1]);
+                free(X);
+                free(col);
+            }
+}
+#endif
+
 int main(void) {
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
     fprintf(stderr, "cpu level %s, features 0x%x, physical cores %d\n",
@@ -369,6 +435,9 @@ int main(void) {
      * one-thread comparison then cut tasks differently */
     run_case(CMF_DT_Q4TP, 1000, 640, 37, 3, 990, pool);
     run_case(CMF_DT_Q8_ROW, 700, 352, 21, 0, 700, pool);
+#if defined(__x86_64__) || defined(__i386__)
+    test_quant();
+#endif
     test_errors();
     test_parts(pool);
     cmf_cpu_pool_free(pool);

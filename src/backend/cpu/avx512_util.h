@@ -37,4 +37,36 @@ static inline __attribute__((always_inline)) void mm_tr16(__m512 r[16]) {
     }
 }
 
+/* Lane masks of a 32-input block with nr inputs left: lanes [0, 16) and
+ * [16, 32) (inputs at or past nr masked off). */
+static inline __attribute__((always_inline)) __mmask16 mm_rmask0(uint64_t nr) {
+    return (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+}
+static inline __attribute__((always_inline)) __mmask16 mm_rmask1(uint64_t nr) {
+    return (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+}
+
+/* Activation block x[i, i+32) of a row of `in` floats as two vectors (zero
+ * past the end), times the f16 column factors col[i..] when col is not NULL
+ * (q8_2f); returns max |x| over the block. */
+static inline __attribute__((always_inline)) float mm_load_block32(const float *x, const uint8_t *col,
+                                                                   uint64_t i, uint64_t in,
+                                                                   __m512 *v0, __m512 *v1) {
+    uint64_t left = i < in ? in - i : 0;
+    __mmask16 m0 = mm_rmask0(left), m1 = mm_rmask1(left);
+    *v0 = _mm512_maskz_loadu_ps(m0, x + i);
+    *v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
+    if (col) {
+        *v0 = _mm512_mul_ps(*v0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, col + 2 * i)));
+        *v1 = _mm512_mul_ps(*v1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, col + 2 * i + 32)));
+    }
+    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(*v0), _mm512_abs_ps(*v1)));
+}
+
+/* vpermw indices: the 32 int16 of a block -> even elements, then odd (the
+ * low/high nibble order of the q4 kernels) */
+static const int16_t mm_even_odd16[32] __attribute__((aligned(64), unused)) = {
+    0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+    1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
 #endif /* CMF_CPU_AVX512_UTIL_H */

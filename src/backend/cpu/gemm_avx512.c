@@ -74,10 +74,6 @@ typedef struct prow {
 } prow;
 
 /* Masks of the two zmm of a panel's outputs for nr live rows. */
-AI __mmask16 rmask0(uint64_t nr) { return (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1); }
-AI __mmask16 rmask1(uint64_t nr) {
-    return (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
-}
 
 /* Weight bytes of the next K chunk (or of the next panel's first chunk) are
  * prefetched while the token tiles of this chunk run: the decode would
@@ -170,7 +166,7 @@ AI void ukern(const float *pan, uint64_t kc, const float *x, uint64_t ldx, const
 static void panel_fp(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr) {
     const uint64_t in = j->in;
     const size_t ldy = (size_t)j->ldy;
-    const __mmask16 m0 = rmask0(nr), m1 = rmask1(nr);
+    const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
     float pan[GEMM_KC * GEMM_MR] __attribute__((aligned(64)));
     for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC) {
         uint64_t kc = in - k0 < GEMM_KC ? in - k0 : GEMM_KC;
@@ -248,11 +244,6 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     return tile_count(a->n);
 }
 
-/* q4: int16 lane o = 4c + m of a block's quads takes x[8(c&3) + 2m + (c>>2)] */
-static const int16_t quad_src[32] __attribute__((aligned(64))) = {
-    0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
-    1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g) {
     const uint64_t in = a->in, nb = a->nb;
     const int steps = q4 ? 8 : 16; /* dwords per token and block */
@@ -261,7 +252,7 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     int32_t *xg = a->xg + (size_t)s0 * nb * (size_t)steps;
     float *dg = a->dxg + (size_t)s0 * nb;
     int32_t *sg = q4 ? a->sxg + (size_t)s0 * nb : NULL;
-    const __m512i perm = _mm512_load_si512(quad_src);
+    const __m512i perm = _mm512_load_si512(mm_even_odd16);
     for (int l = 0; l < T; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
         for (uint64_t b = 0; b < nb; b++) {
@@ -270,13 +261,8 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
             uint64_t i = b * 32, left = in - i;
             if (left > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
             if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
-            __mmask16 m0 = rmask0(left), m1 = rmask1(left);
-            __m512 v0 = _mm512_maskz_loadu_ps(m0, x + i), v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
-            if (col) {
-                v0 = _mm512_mul_ps(v0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, col + 2 * i)));
-                v1 = _mm512_mul_ps(v1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, col + 2 * i + 32)));
-            }
-            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            __m512 v0, v1;
+            float amax = mm_load_block32(x, col, i, in, &v0, &v1);
             float qmax = q4 ? 127.0f : 32767.0f;
             __m512 vid = _mm512_set1_ps(amax > 0.0f ? qmax / amax : 0.0f);
             /* round to nearest even (MXCSR default); |q| <= qmax */
@@ -398,7 +384,7 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
                  uint64_t nk, const int vnni) {
     const uint64_t in = j->in, nb = (in + 31) / 32;
     const size_t ldy = (size_t)j->ldy;
-    const __mmask16 m0 = rmask0(nr), m1 = rmask1(nr);
+    const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
     const int ntiles = tile_count(j->n);
     int32_t pan[GEMM_KC / 2 * GEMM_MR] __attribute__((aligned(64)));
     float wsf[GEMM_MR] __attribute__((aligned(64)));
@@ -572,7 +558,7 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
                  uint64_t nk, size_t stride, const int vnni) {
     const uint64_t in = j->in, nb = in / 32;
     const size_t ldy = (size_t)j->ldy;
-    const __mmask16 m0 = rmask0(nr), m1 = rmask1(nr);
+    const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
     const int ntiles = tile_count(j->n);
     int32_t pan[GEMM_KC4 / 4 * GEMM_MR] __attribute__((aligned(64)));
     float sc[GEMM_KC4] __attribute__((aligned(64))); /* (KC4/32) blocks x 32 rows */

@@ -114,11 +114,9 @@ typedef struct quant_ctx {
 } quant_ctx;
 
 /* Quantize token t: per block of 32, d = absmax/127, q = round(x/d). */
-static void quant_task(void *vctx, int t, int n_tasks) {
-    (void)n_tasks;
-    quant_ctx *c = vctx;
-    mm_act *a = c->a;
-    const float *x = c->X + (size_t)t * a->in;
+void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, bool expand,
+                  int t) {
+    const float *x = X + (size_t)t * a->in;
     int8_t *q = a->q + (size_t)t * a->qstride;
     float *d = a->d + (size_t)t * a->np * 2;
     int32_t *s = a->s + (size_t)t * a->np * 2;
@@ -129,7 +127,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
         for (int i = 0; i < 32; i++) {
             uint64_t k = i0 + (uint64_t)i;
             float xv = k < a->in ? x[k] : 0.0f;
-            if (c->col && k < a->in) xv *= cmf_f16_to_f32(rd16(c->col + 2 * k));
+            if (col && k < a->in) xv *= cmf_f16_to_f32(rd16(col + 2 * k));
             v[i] = xv;
             float av = fabsf(xv);
             amax = av > amax ? av : amax;
@@ -146,8 +144,8 @@ static void quant_task(void *vctx, int t, int n_tasks) {
             qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
             sum += (int32_t)qi;
             int8_t qv = (int8_t)qi;
-            if (c->layout == 0) qb[i] = qv;
-            else if (c->layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
+            if (layout == 0) qb[i] = qv;
+            else if (layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
             else q[128 * (size_t)(b / 4) + (i & 1) * 64 + (b & 3) * 16 + (i >> 1)] = qv;
             if (q2b) { /* residual in units of d/256: (u - q) * 256 is exact */
                 int r = (int)(((u - (float)qi) * 256.0f + 12582912.0f) - 12582912.0f);
@@ -158,7 +156,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
         if (q2b) dd *= 1.0f / 256.0f; /* kernels combine (dot(q) << 8) + dot(q2) */
         d[b] = dd;
         s[b] = sum;
-        if (c->expand && c->layout == 0) { /* q8: int32 lanes 8(b&1) .. +7 of pair b/2 */
+        if (expand && layout == 0) { /* q8: int32 lanes 8(b&1) .. +7 of pair b/2 */
             float *de = a->de + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
             int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
             for (int l = 0; l < 8; l++) { /* lane l sums inputs 4l .. 4l+3 of the block */
@@ -170,7 +168,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
                 de[l] = dd;
                 se[l] = -128 * (256 * sq + sq2);
             }
-        } else if (c->expand) { /* q4: lanes 4(b&3) .. +3 of quad b/4; 4 x -2*sum = -8*sum */
+        } else if (expand) { /* q4: lanes 4(b&3) .. +3 of quad b/4; 4 x -2*sum = -8*sum */
             float *de = a->de + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
             int32_t *se = a->se + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
             for (int l = 0; l < 4; l++) {
@@ -179,6 +177,18 @@ static void quant_task(void *vctx, int t, int n_tasks) {
             }
         }
     }
+}
+
+static void quant_task(void *vctx, int t, int n_tasks) {
+    (void)n_tasks;
+    quant_ctx *c = vctx;
+#if defined(__x86_64__) || defined(__i386__)
+    if (c->expand) { /* the AVX-512 levels: vectorized, same bits */
+        mm_quant_avx512(c->a, c->X, c->col, c->layout == 2, t);
+        return;
+    }
+#endif
+    mm_quant_ref(c->a, c->X, c->col, c->layout, c->expand, t);
 }
 
 #if defined(__x86_64__) || defined(__i386__)

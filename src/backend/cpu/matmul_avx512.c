@@ -3,8 +3,11 @@
  * -mavx512f/bw/vl/dq/vnni; chosen at run time by cpu_features.c).
  *
  * Every kernel computes a tile of T tokens (<= 8 for the integer kernels,
- * <= 4 for fp) against one or two weight rows at a time, so each weight vector is loaded (and unpacked) once per T tokens:
- * decode (T = 1) streams the weights once, prefill reuses them 4x from L1.
+ * <= 4 for fp) against one or two weight rows at a time, so each weight
+ * vector is loaded (and unpacked) once per T tokens. Decode (T = 1) has its
+ * own integer row loops (q8_dot1, q4_dot1): one row at a time in memory
+ * order, X pointers walked directly, two accumulators; the activations are
+ * quantized here too (mm_quant_avx512).
  *
  *  fp (f32/f16/bf16): 16 weights per vector converted to f32, FMA with X.
  *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector, dotted with
@@ -106,7 +109,7 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* One 64-input pair p of rows w[0..R) x tokens [t0, t0+T) into acc[k][t]. */
 AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, const int R,
-                const int T, const int vnni, __m512 acc[2][8]) {
+                const int T, const int vnni, __m512 (*acc)[8]) {
     const mm_act *a = j->a;
     uint64_t in = j->in, i = (uint64_t)p * 64;
     const __m512i zero = _mm512_setzero_si512();
@@ -173,10 +176,73 @@ AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
     }
 }
 
+/* One 64-input pair of a decode row (q8_step's arithmetic for R = T = 1):
+ * wv the weights, xq/xq2/se/de the token's X at that pair. */
+AI __m512 q8_pair1(__m512 acc, __m512i wv, const int8_t *xq, const int8_t *xq2, const int32_t *se,
+                   const float *de, const int vnni) {
+    __m512i ip, ip2;
+    const __m512i zero = _mm512_setzero_si512();
+    if (vnni) {
+        __m512i wu = _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80));
+        ip = _mm512_dpbusd_epi32(zero, wu, _mm512_load_si512(xq));
+        ip2 = _mm512_dpbusd_epi32(_mm512_load_si512(se), wu, _mm512_load_si512(xq2));
+    } else {
+        __m512i aw = _mm512_abs_epi8(wv), xv = _mm512_load_si512(xq), xv2 = _mm512_load_si512(xq2);
+        __mmask64 neg = _mm512_movepi8_mask(wv);
+        ip = dpbusd(zero, aw, _mm512_mask_sub_epi8(xv, neg, zero, xv), 0);
+        ip2 = dpbusd(zero, aw, _mm512_mask_sub_epi8(xv2, neg, zero, xv2), 0);
+    }
+    ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_load_ps(de), acc);
+}
+
+/* Decode (one token t0) of q8 row w: the X pointers walked directly (no
+ * per-step index arithmetic through mm_act), pairs alternating between two
+ * accumulators (the FMA latency chain). */
+AI float q8_dot1(const mm_job *j, const int8_t *w, int t0, const int vnni) {
+    const mm_act *a = j->a;
+    const uint64_t in = j->in, np = a->np, full = in / 64;
+    const int8_t *xq = a->q + (size_t)t0 * a->qstride, *xq2 = a->q2 + (size_t)t0 * a->qstride;
+    const float *de = a->de + (size_t)t0 * np * 16;
+    const int32_t *se = a->se + (size_t)t0 * np * 16;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    uint64_t p = 0;
+    for (; p + 2 <= full; p += 2) {
+        if (MM_PF) {
+            MM_PREFETCH((const char *)(w + 64 * p), in);
+            MM_PREFETCH((const char *)(w + 64 * p + 64), in);
+        }
+        acc0 = q8_pair1(acc0, _mm512_loadu_si512(w + 64 * p), xq + 64 * p, xq2 + 64 * p,
+                        se + 16 * p, de + 16 * p, vnni);
+        acc1 = q8_pair1(acc1, _mm512_loadu_si512(w + 64 * p + 64), xq + 64 * p + 64,
+                        xq2 + 64 * p + 64, se + 16 * p + 16, de + 16 * p + 16, vnni);
+    }
+    for (; p < np; p++) { /* the last pairs, masked past in (np * 64 >= in) */
+        uint64_t i = 64 * p, left = in > i ? in - i : 0;
+        __mmask64 m = left >= 64 ? ~0ull : (__mmask64)(~0ull >> (64 - left));
+        acc0 = q8_pair1(acc0, _mm512_maskz_loadu_epi8(m, w + i), xq + i, xq2 + i, se + 16 * p,
+                        de + 16 * p, vnni);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* Two rows at a time share each X load when T > 1; decode (T = 1) takes one
+ * row at a time so W is read in memory order, one stream the hardware
+ * prefetcher follows (two interleaved rows read 15-25 % slower from DRAM,
+ * bench/matmul_bench, Zen 5). */
 AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
     uint64_t r = rb;
-    for (; r + 2 <= re; r += 2) q8_rows(j, r, t0, 2, T, vnni);
-    if (r < re) q8_rows(j, r, t0, 1, T, vnni);
+    if (T == 1) {
+        for (; r < re; r++) {
+            uint64_t wr = j->row0 + r;
+            float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * j->in + 2 * wr);
+            j->Y[(size_t)t0 * j->ldy + r] = q8_dot1(j, mm_q8_row(j->W, j->in, wr), t0, vnni) * ws;
+        }
+        return;
+    }
+    if (T > 1)
+        for (; r + 2 <= re; r += 2) q8_rows(j, r, t0, 2, T, vnni);
+    for (; r < re; r++) q8_rows(j, r, t0, 1, T, vnni);
 }
 
 /* ---- q4 ----------------------------------------------------------------- */
@@ -232,6 +298,17 @@ static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint
     }
 }
 
+/* q4tp code i of a 16-code group (bits 5i .. 5i+4 of 10 bytes): pshufb
+ * indices putting bytes 5i/8 and 5i/8 + 1 into dword lane i (the others
+ * zero), and the shift (5i mod 8) that brings the code to bit 0. */
+#define CB(i) (char)((5 * (i)) / 8), (char)((5 * (i)) / 8 + 1), (char)0x80, (char)0x80
+static const char k_code_bytes[64] __attribute__((aligned(64))) = {
+    CB(0), CB(1), CB(2), CB(3), CB(4), CB(5), CB(6), CB(7),
+    CB(8), CB(9), CB(10), CB(11), CB(12), CB(13), CB(14), CB(15)};
+#undef CB
+static const int32_t k_code_shift[16] __attribute__((aligned(64))) = {0, 5, 2, 7, 4, 1, 6, 3,
+                                                                      0, 5, 2, 7, 4, 1, 6, 3};
+
 /* Scales of the (up to) 16 blocks [g, g+cnt) of row r (g a multiple of
  * 16), lanes >= cnt zero. q4tp: the row's ladder is (tlo, thi); the 16
  * codes (80 bits = 10 bytes at byte 10*g/16 of the row's code slice) are
@@ -242,25 +319,16 @@ AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t 
     const uint8_t *base = W->data;
     if (W->dtype == CMF_DT_Q4TP) {
         uint64_t cb = (nb * 5 + 7) / 8, byte = 10 * (g / 16);
-        const uint8_t *codes = base + rows * nb * 16 + 4 * rows + cb * r;
-        uint64_t w0, w1;
-        /* Bytes past the row's slice belong to the next row's codes and only
-         * reach lanes >= cnt (masked below); only the payload end is a limit. */
-        if (codes + byte + 13 <= base + W->nbytes) {
-            memcpy(&w0, codes + byte, 8);
-            memcpy(&w1, codes + byte + 5, 8);
-        } else { /* end of the payload: never read past it */
-            uint8_t tmp[16] = {0};
-            memcpy(tmp, codes + byte, cb - byte);
-            memcpy(&w0, tmp, 8);
-            memcpy(&w1, tmp + 5, 8);
-        }
-        const __m512i sh = _mm512_set_epi64(35, 30, 25, 20, 15, 10, 5, 0);
-        __m256i c0 = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(_mm512_set1_epi64((long long)w0), sh));
-        __m256i c1 = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(_mm512_set1_epi64((long long)w1), sh));
-        __m512i c = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1),
+        const uint8_t *codes = base + rows * nb * 16 + 4 * rows + cb * r + byte;
+        /* the group's ceil(5 cnt / 8) code bytes (a masked load never reads
+         * past them), in every 128-bit lane; dword lane i gathers the two
+         * bytes holding code i, then shifts it down */
+        uint64_t nbytes = (5 * cnt + 7) / 8;
+        __m128i b16 = _mm_maskz_loadu_epi8((__mmask16)((1u << nbytes) - 1), codes);
+        __m512i two = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(b16), _mm512_load_si512(k_code_bytes));
+        __m512i c = _mm512_and_si512(_mm512_srlv_epi32(two, _mm512_load_si512(k_code_shift)),
                                      _mm512_set1_epi32(31));
-        return _mm512_maskz_mov_ps(live, _mm512_permutex2var_ps(tlo, c, thi));
+        return _mm512_maskz_permutex2var_ps(live, tlo, c, thi);
     }
     if (W->dtype == CMF_DT_Q4_BLOCK) {
         const uint8_t *sc = base + 16 * nb * rows + 2 * (nb * r + g);
@@ -287,7 +355,7 @@ static const int32_t k_quad_idx[4][16] __attribute__((aligned(64))) = {QIDX(0), 
  * dw16[k]: the scales of row k's 16-block group g. */
 AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint64_t g, uint64_t q,
                 const __m512 *dw16, int t0, const int R, const int T, const int vnni,
-                __m512 acc[2][8]) {
+                __m512 (*acc)[8]) {
     const mm_act *a = j->a;
     uint64_t nb = a->nb, b = g + q, c = b / 4;
     __m512i lo[2], hi[2];
@@ -313,6 +381,55 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
             acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
         }
     }
+}
+
+/* Decode (one token t0) of one q4-family row: q4_step's arithmetic with the
+ * X pointers walked directly, the 4 quad-scale indices in registers, quads
+ * alternating between two accumulators. tiled: q4_tiled (18-byte blocks). */
+AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, const int vnni,
+                 const int tiled) {
+    const mm_act *a = j->a;
+    const uint64_t nb = a->nb;
+    size_t stride;
+    const uint8_t *nib = mm_q4_nibbles(j->W, nb, wr, &stride);
+    const size_t st = tiled ? 18 : 16;
+    const int8_t *xq = a->q + (size_t)t0 * a->qstride;
+    const float *de = a->de + (size_t)t0 * a->np * 16;
+    const int32_t *se = a->se + (size_t)t0 * a->np * 16;
+    const __m512i qi0 = _mm512_load_si512(k_quad_idx[0]), qi1 = _mm512_load_si512(k_quad_idx[1]);
+    const __m512i qi2 = _mm512_load_si512(k_quad_idx[2]), qi3 = _mm512_load_si512(k_quad_idx[3]);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    /* quad c = b/4 of blocks b..b+3 (live of them), scale lanes dwv */
+#define Q4_DOT1_STEP(k, b, live, dwv)                                                        \
+    do {                                                                                     \
+        const uint8_t *p0_ = nib + (b) * st;                                                 \
+        if (MM_PF) MM_PREFETCH((const char *)p0_, nb * st);                                  \
+        __m512i lo_, hi_;                                                                    \
+        q4_unpack4(p0_, st, (live), &lo_, &hi_);                                             \
+        size_t c_ = (b) / 4;                                                                 \
+        __m512i ip_ = dpbusd(dpbusd(_mm512_load_si512(se + 16 * c_), lo_,                    \
+                                    _mm512_load_si512(xq + 128 * c_), vnni),                 \
+                             hi_, _mm512_load_si512(xq + 128 * c_ + 64), vnni);              \
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_),                                    \
+                                 _mm512_mul_ps((dwv), _mm512_load_ps(de + 16 * c_)), acc[k]); \
+    } while (0)
+    for (uint64_t g = 0; g < nb; g += 16) {
+        uint64_t cnt = nb - g < 16 ? nb - g : 16;
+        __m512 dw16 = q4_scales16(j->W, j->rows, nb, wr, g, cnt, tlo, thi);
+        if (cnt == 16) {
+            Q4_DOT1_STEP(0, g, 4, _mm512_permutexvar_ps(qi0, dw16));
+            Q4_DOT1_STEP(1, g + 4, 4, _mm512_permutexvar_ps(qi1, dw16));
+            Q4_DOT1_STEP(0, g + 8, 4, _mm512_permutexvar_ps(qi2, dw16));
+            Q4_DOT1_STEP(1, g + 12, 4, _mm512_permutexvar_ps(qi3, dw16));
+        } else {
+            for (uint64_t q = 0; q < cnt; q += 4)
+                Q4_DOT1_STEP(0, g + q, cnt - q,
+                             _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dw16));
+        }
+    }
+#undef Q4_DOT1_STEP
+    (void)stride;
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 }
 
 /* Rows [r, r+R) x tokens [t0, t0+T), as q8_rows, four blocks (128 inputs,
@@ -358,8 +475,82 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         uint64_t be = re - bs < 16 ? re : bs + 16;
         if (tp) q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + bs, (int)(be - bs), j->exp2_f16, lad);
         uint64_t r = bs;
+        if (T == 1) { /* decode: one row at a time, in memory order (see q8_tile) */
+            for (; r < be; r++) {
+                __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
+                if (tp) {
+                    tlo = _mm512_load_ps(lad + 32 * (r - bs));
+                    thi = _mm512_load_ps(lad + 32 * (r - bs) + 16);
+                }
+                uint64_t wr = j->row0 + r;
+                j->Y[(size_t)t0 * j->ldy + r] = j->W->dtype == CMF_DT_Q4_TILED
+                                                    ? q4_dot1(j, wr, tlo, thi, t0, vnni, 1)
+                                                    : q4_dot1(j, wr, tlo, thi, t0, vnni, 0);
+            }
+            continue;
+        }
         for (; r + 2 <= be; r += 2) q4_rows(j, r, t0, 2, T, vnni, lad, (int)(r - bs));
         if (r < be) q4_rows(j, r, t0, 1, T, vnni, lad, (int)(r - bs));
+    }
+}
+
+/* ---- activation quantization ------------------------------------------- */
+
+/* Token t of X into the AVX-512 decode layouts (matmul_int.h): q8 weights
+ * (q4 false) natural order with the residual plane q2, q4 weights
+ * quad-interleaved; d, s, de and se as described there. Bit-identical to
+ * matmul.c's portable quant_task: the same float products, round to nearest
+ * even (vcvtps2dq under the default MXCSR = the 1.5*2^23 trick there). */
+void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int t) {
+    const uint64_t in = a->in;
+    const float *x = X + (size_t)t * in;
+    int8_t *q = a->q + (size_t)t * a->qstride;
+    int8_t *q2 = q4 ? NULL : a->q2 + (size_t)t * a->qstride;
+    float *d = a->d + (size_t)t * a->np * 2, *de = a->de + (size_t)t * a->np * 16;
+    int32_t *s = a->s + (size_t)t * a->np * 2, *se = a->se + (size_t)t * a->np * 16;
+    const __m512i perm = _mm512_load_si512(mm_even_odd16), lim = _mm512_set1_epi32(127);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (uint32_t b = 0; b < 2 * a->np; b++) {
+        __m512 v0, v1;
+        float amax = mm_load_block32(x, col, (uint64_t)b * 32, in, &v0, &v1);
+        float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        __m512 vid = _mm512_set1_ps(id), u0 = _mm512_mul_ps(v0, vid), u1 = _mm512_mul_ps(v1, vid);
+        __m512i q0 = _mm512_cvtps_epi32(u0), q1 = _mm512_cvtps_epi32(u1); /* |q| <= 127 */
+        int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        __m512i q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)),
+                                         _mm512_cvtepi32_epi16(q1), 1);
+        if (q4) { /* quad b/4: evens at 16(b&3), odds 64 bytes later; 4 lanes of -2*sum */
+            __m256i eo = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
+            int8_t *qq = q + 128 * (size_t)(b / 4) + 16 * (b & 3);
+            _mm_storeu_si128((__m128i *)qq, _mm256_castsi256_si128(eo));
+            _mm_storeu_si128((__m128i *)(qq + 64), _mm256_extracti128_si256(eo, 1));
+            size_t l0 = (size_t)(b / 4) * 16 + 4 * (b & 3);
+            _mm_storeu_ps(de + l0, _mm_set1_ps(dd));
+            _mm_storeu_si128((__m128i *)(se + l0), _mm_set1_epi32(-2 * sum));
+        } else { /* residual in units of d/256: (u - q) * 256 is exact, clamped to +-127 */
+            __m512i r0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(u0, _mm512_cvtepi32_ps(q0)),
+                                                          _mm512_set1_ps(256.0f)));
+            __m512i r1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(u1, _mm512_cvtepi32_ps(q1)),
+                                                          _mm512_set1_ps(256.0f)));
+            r0 = _mm512_max_epi32(_mm512_min_epi32(r0, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+            r1 = _mm512_max_epi32(_mm512_min_epi32(r1, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
+            __m256i qb = _mm512_cvtepi16_epi8(q16);
+            __m256i rb = _mm512_cvtepi16_epi8(_mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm512_cvtepi32_epi16(r0)), _mm512_cvtepi32_epi16(r1), 1));
+            _mm256_storeu_si256((__m256i *)(q + 32 * (size_t)b), qb);
+            _mm256_storeu_si256((__m256i *)(q2 + 32 * (size_t)b), rb);
+            /* lane l of the block's 8: -128 * (256 * sum q + sum q2) over inputs 4l..4l+3 */
+            __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qb), ones16);
+            __m256i sq2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, rb), ones16);
+            __m256i e = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                         _mm256_add_epi32(_mm256_slli_epi32(sq, 15), _mm256_slli_epi32(sq2, 7)));
+            size_t l0 = (size_t)(b / 2) * 16 + 8 * (b & 1);
+            _mm256_storeu_si256((__m256i *)(se + l0), e);
+            _mm256_storeu_ps(de + l0, _mm256_set1_ps(dd / 256.0f));
+            dd *= 1.0f / 256.0f;
+        }
+        d[b] = dd;
+        s[b] = sum;
     }
 }
 

@@ -110,6 +110,17 @@ static inline const int8_t *mm_q8_row(const cmf_tensor *W, uint64_t in, uint64_t
 }
 float mm_q8_scale(const cmf_tensor *W, uint64_t rows, uint64_t in, uint64_t r);
 
+/* Quantize token t of X [n][in] (times the q8_2f column factors col, or
+ * NULL) into a's planes (set up by matmul.c): layout 0 natural (q8 weights,
+ * q2 present), 1 per-block even/odd, 2 quad-interleaved; expand also fills de
+ * and se (the AVX-512 levels; layouts 0 and 2). mm_quant_avx512 does the
+ * AVX-512 cases (q4: layout 2, else 0) bit for bit like mm_quant_ref. */
+void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, bool expand,
+                  int t);
+#if defined(__x86_64__) || defined(__i386__)
+void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int t);
+#endif
+
 /* Segment length (blocks) for per-row scale buffers on the stack. */
 #define MM_SEG_BLOCKS 512
 
