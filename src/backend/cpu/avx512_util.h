@@ -69,4 +69,36 @@ static const int16_t mm_even_odd16[32] __attribute__((aligned(64), unused)) = {
     0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
     1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
 
+/* u8 x s8 quads into int32 lanes: vpdpbusd, or (AVX-512 without VNNI)
+ * vpmaddubsw + vpmaddwd + vpaddd, exact while each pair sum of u*s fits in
+ * int16 (the callers' operands keep it below 2^15). */
+static inline __attribute__((always_inline)) __m512i mm_dpbusd(__m512i acc, __m512i u, __m512i s,
+                                                                const int vnni) {
+    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+}
+
+/* vpshufb indices of mm_q4tp_codes16: dword lane i <- bytes 5i/8, 5i/8 + 1 */
+#define MM_CB(i) (char)((5 * (i)) / 8), (char)((5 * (i)) / 8 + 1), (char)0x80, (char)0x80
+static const char mm_q4tp_pick[64] __attribute__((aligned(64), unused)) = {
+    MM_CB(0), MM_CB(1), MM_CB(2),  MM_CB(3),  MM_CB(4),  MM_CB(5),  MM_CB(6),  MM_CB(7),
+    MM_CB(8), MM_CB(9), MM_CB(10), MM_CB(11), MM_CB(12), MM_CB(13), MM_CB(14), MM_CB(15)};
+#undef MM_CB
+
+/* q4tp (spec section 4): the 5-bit ladder codes of 16 consecutive blocks
+ * starting on a byte (codes = their first byte; cnt <= 16 of them exist, the
+ * masked load never reads past their ceil(5 cnt / 8) bytes) as dword lanes
+ * 0..15 (lanes >= cnt hold arbitrary codes 0..31: callers mask them). Lane
+ * i takes bytes 5i/8 and 5i/8 + 1 (vpshufb
+ * on the bytes broadcast to every 128-bit lane) and shifts right by 5i % 8. */
+static inline __attribute__((always_inline)) __m512i mm_q4tp_codes16(const uint8_t *codes,
+                                                                      uint64_t cnt) {
+    const __m512i pick = _mm512_load_si512(mm_q4tp_pick);
+    uint64_t nbytes = (5 * cnt + 7) / 8;
+    __m128i raw = _mm_maskz_loadu_epi8((__mmask16)((1u << nbytes) - 1), codes);
+    __m512i two = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), pick);
+    const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);
+    return _mm512_and_si512(_mm512_srlv_epi32(two, sh), _mm512_set1_epi32(31));
+}
+
 #endif /* CMF_CPU_AVX512_UTIL_H */

@@ -460,22 +460,11 @@ static void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t str
     }
 }
 
-/* q4tp: scales of blocks [b0, b0+16) of one row (lanes >= cnt undefined).
- * b0 % 16 == 0, so the row's 5-bit codes start on a byte (16 codes = 10
- * bytes): lane i takes bytes 5i/8 and 5i/8 + 1 of them (vpshufb on the 16
- * bytes broadcast to every 128-bit lane), shifts right by 5i % 8, and looks
- * the code up in the row's 32-entry ladder (vpermt2ps). */
+/* q4tp: scales of blocks [b0, b0+16) of one row (b0 % 16 == 0, so the
+ * codes start on a byte; lanes >= cnt arbitrary): the codes looked up
+ * in the row's 32-entry ladder (vpermt2ps). */
 AI __m512 q4tp_scales16(const prow *p, uint64_t b0, uint64_t cnt) {
-    static const int8_t pick[64] __attribute__((aligned(64))) = {
-        0, 1, -1, -1, 0, 1, -1, -1, 1, 2, -1, -1, 1, 2, -1, -1,
-        2, 3, -1, -1, 3, 4, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1,
-        5, 6, -1, -1, 5, 6, -1, -1, 6, 7, -1, -1, 6, 7, -1, -1,
-        7, 8, -1, -1, 8, 9, -1, -1, 8, 9, -1, -1, 9, 10, -1, -1};
-    uint64_t nbytes = (5 * cnt + 7) / 8;
-    __m128i raw = _mm_maskz_loadu_epi8((__mmask16)((1u << nbytes) - 1), p->codes + b0 / 8 * 5);
-    __m512i w = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), _mm512_load_si512(pick));
-    const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);
-    w = _mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(31));
+    __m512i w = mm_q4tp_codes16(p->codes + b0 / 8 * 5, cnt);
     return _mm512_permutex2var_ps(_mm512_loadu_ps(p->t), w, _mm512_loadu_ps(p->t + 16));
 }
 
@@ -509,12 +498,6 @@ static void q4_scales(const mm_job *j, const prow *pr, uint64_t r0, uint64_t b0,
     }
 }
 
-/* u8 x s8 quads into int32 lanes: vpdpbusd, or (level avx512 without VNNI)
- * vpmaddubsw + vpmaddwd + vpaddd (no saturation: 2 * 15 * 127 < 2^15) */
-AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s, const int vnni) {
-    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
 
 /* T tokens of one packed tile x 32 rows over nblk blocks. */
 AI void ukern_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32_t *xq,
@@ -534,8 +517,8 @@ AI void ukern_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512i xv = _mm512_set1_epi32(xb[t * 8 + c]);
-                ia[t][0] = dpbusd(ia[t][0], w0, xv, vnni);
-                ia[t][1] = dpbusd(ia[t][1], w1, xv, vnni);
+                ia[t][0] = mm_dpbusd(ia[t][0], w0, xv, vnni);
+                ia[t][1] = mm_dpbusd(ia[t][1], w1, xv, vnni);
             }
         }
         __m512 s0 = _mm512_load_ps(sc + b * GEMM_MR), s1 = _mm512_load_ps(sc + b * GEMM_MR + 16);

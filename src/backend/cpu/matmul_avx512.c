@@ -14,7 +14,7 @@
  *     X's two int8 planes (q and residual q2, matmul_int.h) combined as
  *     (ip << 8) + ip2, int32 lanes (8 per block) to f32, times the block
  *     scale of X (expanded "de" lanes), row scale at the end. VNNI:
- *     vpdpbusd(w + 128 as u8, x as s8) (one xor per weight vector, shared
+ *     vpmm_dpbusd(w + 128 as u8, x as s8) (one xor per weight vector, shared
  *     by the token tile), the excess 128 * (256 sum q + sum q2) per lane
  *     removed by the start value "se" computed with the activations: two
  *     vpdpbusd per 64 weights and token; without VNNI the sign trick of
@@ -48,11 +48,6 @@
 #define MM_PREFETCH(p, rowbytes) _mm_prefetch((p) + MM_PF_ROWS * (rowbytes), _MM_HINT_T0)
 #define AI static inline __attribute__((always_inline))
 
-AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s, const int vnni) {
-    if (vnni) return _mm512_dpbusd_epi32(acc, u, s);
-    __m512i p16 = _mm512_maddubs_epi16(u, s);
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
-}
 
 /* ---- fp ----------------------------------------------------------------- */
 
@@ -144,8 +139,8 @@ AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, con
                 ip = _mm512_dpbusd_epi32(zero, wu[k], xv);
                 ip2 = _mm512_dpbusd_epi32(se, wu[k], xv2);
             } else {
-                ip = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
-                ip2 = dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);
+                ip = mm_dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
+                ip2 = mm_dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);
             }
             ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
             acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), de, acc[k][t]);
@@ -189,8 +184,8 @@ AI __m512 q8_pair1(__m512 acc, __m512i wv, const int8_t *xq, const int8_t *xq2, 
     } else {
         __m512i aw = _mm512_abs_epi8(wv), xv = _mm512_load_si512(xq), xv2 = _mm512_load_si512(xq2);
         __mmask64 neg = _mm512_movepi8_mask(wv);
-        ip = dpbusd(zero, aw, _mm512_mask_sub_epi8(xv, neg, zero, xv), 0);
-        ip2 = dpbusd(zero, aw, _mm512_mask_sub_epi8(xv2, neg, zero, xv2), 0);
+        ip = mm_dpbusd(zero, aw, _mm512_mask_sub_epi8(xv, neg, zero, xv), 0);
+        ip2 = mm_dpbusd(zero, aw, _mm512_mask_sub_epi8(xv2, neg, zero, xv2), 0);
     }
     ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_load_ps(de), acc);
@@ -298,21 +293,10 @@ static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint
     }
 }
 
-/* q4tp code i of a 16-code group (bits 5i .. 5i+4 of 10 bytes): pshufb
- * indices putting bytes 5i/8 and 5i/8 + 1 into dword lane i (the others
- * zero), and the shift (5i mod 8) that brings the code to bit 0. */
-#define CB(i) (char)((5 * (i)) / 8), (char)((5 * (i)) / 8 + 1), (char)0x80, (char)0x80
-static const char k_code_bytes[64] __attribute__((aligned(64))) = {
-    CB(0), CB(1), CB(2), CB(3), CB(4), CB(5), CB(6), CB(7),
-    CB(8), CB(9), CB(10), CB(11), CB(12), CB(13), CB(14), CB(15)};
-#undef CB
-static const int32_t k_code_shift[16] __attribute__((aligned(64))) = {0, 5, 2, 7, 4, 1, 6, 3,
-                                                                      0, 5, 2, 7, 4, 1, 6, 3};
-
 /* Scales of the (up to) 16 blocks [g, g+cnt) of row r (g a multiple of
  * 16), lanes >= cnt zero. q4tp: the row's ladder is (tlo, thi); the 16
- * codes (80 bits = 10 bytes at byte 10*g/16 of the row's code slice) are
- * shifted into dword lanes and looked up with one vpermt2ps. */
+ * codes (80 bits = 10 bytes at byte 10*g/16 of the row's code slice,
+ * mm_q4tp_codes16) are looked up with one vpermt2ps. */
 AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, uint64_t g,
                       uint64_t cnt, __m512 tlo, __m512 thi) {
     __mmask16 live = (__mmask16)(cnt >= 16 ? 0xFFFF : (1u << cnt) - 1);
@@ -320,14 +304,7 @@ AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t 
     if (W->dtype == CMF_DT_Q4TP) {
         uint64_t cb = (nb * 5 + 7) / 8, byte = 10 * (g / 16);
         const uint8_t *codes = base + rows * nb * 16 + 4 * rows + cb * r + byte;
-        /* the group's ceil(5 cnt / 8) code bytes (a masked load never reads
-         * past them), in every 128-bit lane; dword lane i gathers the two
-         * bytes holding code i, then shifts it down */
-        uint64_t nbytes = (5 * cnt + 7) / 8;
-        __m128i b16 = _mm_maskz_loadu_epi8((__mmask16)((1u << nbytes) - 1), codes);
-        __m512i two = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(b16), _mm512_load_si512(k_code_bytes));
-        __m512i c = _mm512_and_si512(_mm512_srlv_epi32(two, _mm512_load_si512(k_code_shift)),
-                                     _mm512_set1_epi32(31));
+        __m512i c = mm_q4tp_codes16(codes, cnt);
         return _mm512_maskz_permutex2var_ps(live, tlo, c, thi);
     }
     if (W->dtype == CMF_DT_Q4_BLOCK) {
@@ -377,7 +354,7 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
         __m512 de = _mm512_load_ps(a->de + tc);
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++) {
-            __m512i ip = dpbusd(dpbusd(se, lo[k], xe, vnni), hi[k], xo, vnni);
+            __m512i ip = mm_dpbusd(mm_dpbusd(se, lo[k], xe, vnni), hi[k], xo, vnni);
             acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
         }
     }
@@ -407,7 +384,7 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
         __m512i lo_, hi_;                                                                    \
         q4_unpack4(p0_, st, (live), &lo_, &hi_);                                             \
         size_t c_ = (b) / 4;                                                                 \
-        __m512i ip_ = dpbusd(dpbusd(_mm512_load_si512(se + 16 * c_), lo_,                    \
+        __m512i ip_ = mm_dpbusd(mm_dpbusd(_mm512_load_si512(se + 16 * c_), lo_,                    \
                                     _mm512_load_si512(xq + 128 * c_), vnni),                 \
                              hi_, _mm512_load_si512(xq + 128 * c_ + 64), vnni);              \
         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_),                                    \
