@@ -5,7 +5,7 @@
  * The token-tiled kernels of matmul_avx512.c unpack every weight vector
  * once per tile of 8 tokens and spend most of their instructions on
  * per-block int32 -> float scaling and horizontal sums. Here, for
- * n >= MM_GEMM_MIN_N tokens (matmul.c picks this path), each weight element
+ * n >= MM_GEMM_MIN_N* tokens (matmul.c picks this path), each weight element
  * is decoded exactly once per call and then reused by all n tokens from L1:
  *
  *   task     = up to GEMM_GP panels of 32 weight rows (matmul.c hands out

@@ -12,7 +12,7 @@
  * cmf_cpu_matmul_parts runs several products of one X (q/k/v, gate/up) with
  * one quantization and one pool job whose tasks are the chunks of all parts.
  *
- * Prefill at the AVX-512 levels (n >= MM_GEMM_MIN_N, every fast dtype):
+ * Prefill at the AVX-512 levels (n >= MM_GEMM_MIN_N*, every fast dtype):
  * the blocked GEMM of gemm_avx512.c instead, tasks of whole 32-row panels
  * (up to MM_GEMM_ROWS rows, at least 4 tasks per thread); its q8 weights
  * get int16 and q4 weights int8 activations, packed in token tiles by
@@ -343,7 +343,8 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
     mm_kernel_fn fn = pick(fam, lv);
 #if defined(__x86_64__) || defined(__i386__)
     /* prefill at the AVX-512 levels: blocked GEMM (gemm_avx512.c) */
-    if ((lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI) && fam != FAM_SLOW && n >= MM_GEMM_MIN_N)
+    int gemm_min = fam == FAM_Q8 ? MM_GEMM_MIN_N_Q8 : fam == FAM_Q4 ? MM_GEMM_MIN_N_Q4 : MM_GEMM_MIN_N;
+    if ((lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI) && fam != FAM_SLOW && n >= gemm_min)
         fn = mm_gemm_avx512;
 #endif
     bool gemm = fn != pick(fam, lv);

@@ -144,7 +144,7 @@ void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 /* gemm_avx512.c: prefill path of the AVX-512 levels for every fast dtype
- * (n >= MM_GEMM_MIN_N): float X, weights decoded once per call into 32-row
+ * (n >= MM_GEMM_MIN_N*, see below): float X, weights decoded once per call into 32-row
  * panels (matmul.c gives it chunks of whole panels, at most MM_GEMM_ROWS
  * rows). */
 void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re);
@@ -156,7 +156,12 @@ size_t mm_gemm_act_bytes(const mm_act *a, bool q4);
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4);
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g);
 #endif
+/* Fewest tokens for which the GEMM beats the token-tile kernels, per weight
+ * family (bench: l2-resident [512..1024, 2048] matrices, Zen 5, 1 thread:
+ * q8 crosses at n ~ 6, q4 at n ~ 9, float weights later). */
 #define MM_GEMM_MIN_N 16
+#define MM_GEMM_MIN_N_Q8 6
+#define MM_GEMM_MIN_N_Q4 9
 /* Most output rows per task of mm_gemm_avx512 (whole 32-row panels; the
  * panels of a task share each chunk of X from L2) */
 #define MM_GEMM_ROWS 128
