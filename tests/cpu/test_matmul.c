@@ -407,20 +407,23 @@ int main(void) {
     static const cmf_dtype in32[] = {CMF_DT_Q4_TILED, CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q1};
     static const uint64_t ins_any[] = {1, 7, 16, 33, 63, 64, 100, 200, 527};
     static const uint64_t ins_32[] = {32, 64, 96, 160, 544};
-    static const int ns[] = {1, 2, 3, 4, 5, 9, 16, 29}; /* >= 16: the AVX-512 GEMM path */
+    /* token counts on both sides of the AVX-512 GEMM thresholds (q8 >= 6,
+     * q4 >= 9, float >= 16) and the tile kernels' 8/4/3/2/1 tiles */
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 29};
+    const size_t n_ns = sizeof ns / sizeof ns[0];
     int reps = quick ? 1 : 3;
     for (int rep = 0; rep < reps; rep++) {
         for (size_t d = 0; d < sizeof any_in / sizeof any_in[0]; d++)
             for (size_t k = 0; k < sizeof ins_any / sizeof ins_any[0]; k++) {
                 uint64_t rows = 1 + (uint64_t)(urand() * 40), r0 = (uint64_t)(urand() * rows);
                 uint64_t nr = rows - r0 > 1 ? 1 + (uint64_t)(urand() * (double)(rows - r0)) : 1;
-                run_case(any_in[d], rows, ins_any[k], ns[(k + rep) % 8], r0, nr, pool);
+                run_case(any_in[d], rows, ins_any[k], ns[(k + rep) % n_ns], r0, nr, pool);
             }
         for (size_t d = 0; d < sizeof in32 / sizeof in32[0]; d++)
             for (size_t k = 0; k < sizeof ins_32 / sizeof ins_32[0]; k++) {
                 uint64_t rows = 1 + (uint64_t)(urand() * 40), r0 = (uint64_t)(urand() * rows);
                 uint64_t nr = rows - r0 > 1 ? 1 + (uint64_t)(urand() * (double)(rows - r0)) : 1;
-                run_case(in32[d], rows, ins_32[k], ns[(k + rep + 2) % 8], r0, nr, pool);
+                run_case(in32[d], rows, ins_32[k], ns[(2 * k + 4 * (size_t)rep + d) % n_ns], r0, nr, pool);
             }
     }
     /* a larger shape: more tasks than threads, long rows (several segments) */
