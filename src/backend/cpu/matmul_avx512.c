@@ -360,9 +360,12 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
     }
 }
 
-/* Decode (one token t0) of one q4-family row: q4_step's arithmetic with the
- * X pointers walked directly, the 4 quad-scale indices in registers, quads
- * alternating between two accumulators. tiled: q4_tiled (18-byte blocks). */
+/* Decode (one token t0) of one q4-family row, X pointers walked directly,
+ * quads alternating between two accumulators. Per 16-block group the
+ * products dw*dx of the blocks are formed once (16 lanes, block order) and
+ * the -8 offset is applied there as float: acc -= (dw*dx) * 8*sum(qx);
+ * per quad only the raw nibbles (u8 0..15) meet X in vpdpbusd (3 loads,
+ * no per-quad de/se planes). tiled: q4_tiled (18-byte blocks). */
 AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, const int vnni,
                  const int tiled) {
     const mm_act *a = j->a;
@@ -371,37 +374,40 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
     const uint8_t *nib = mm_q4_nibbles(j->W, nb, wr, &stride);
     const size_t st = tiled ? 18 : 16;
     const int8_t *xq = a->q + (size_t)t0 * a->qstride;
-    const float *de = a->de + (size_t)t0 * a->np * 16;
-    const int32_t *se = a->se + (size_t)t0 * a->np * 16;
+    const float *dx = a->d + (size_t)t0 * a->np * 2;
+    const int32_t *sx = a->s + (size_t)t0 * a->np * 2;
     const __m512i qi0 = _mm512_load_si512(k_quad_idx[0]), qi1 = _mm512_load_si512(k_quad_idx[1]);
     const __m512i qi2 = _mm512_load_si512(k_quad_idx[2]), qi3 = _mm512_load_si512(k_quad_idx[3]);
+    const __m512i zero = _mm512_setzero_si512();
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    /* quad c = b/4 of blocks b..b+3 (live of them), scale lanes dwv */
-#define Q4_DOT1_STEP(k, b, live, dwv)                                                        \
+    /* quad of blocks b..b+3 (live of them) times the scale lanes dd */
+#define Q4_DOT1_STEP(k, b, live, dd)                                                         \
     do {                                                                                     \
         const uint8_t *p0_ = nib + (b) * st;                                                 \
         if (MM_PF) MM_PREFETCH((const char *)p0_, nb * st);                                  \
         __m512i lo_, hi_;                                                                    \
         q4_unpack4(p0_, st, (live), &lo_, &hi_);                                             \
-        size_t c_ = (b) / 4;                                                                 \
-        __m512i ip_ = mm_dpbusd(mm_dpbusd(_mm512_load_si512(se + 16 * c_), lo_,                    \
-                                    _mm512_load_si512(xq + 128 * c_), vnni),                 \
-                             hi_, _mm512_load_si512(xq + 128 * c_ + 64), vnni);              \
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_),                                    \
-                                 _mm512_mul_ps((dwv), _mm512_load_ps(de + 16 * c_)), acc[k]); \
+        const int8_t *x_ = xq + 32 * (b);                                                    \
+        __m512i ip_ = mm_dpbusd(mm_dpbusd(zero, lo_, _mm512_load_si512(x_), vnni), hi_,      \
+                                _mm512_load_si512(x_ + 64), vnni);                           \
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_), (dd), acc[k]);                     \
     } while (0)
     for (uint64_t g = 0; g < nb; g += 16) {
         uint64_t cnt = nb - g < 16 ? nb - g : 16;
-        __m512 dw16 = q4_scales16(j->W, j->rows, nb, wr, g, cnt, tlo, thi);
+        __mmask16 live = (__mmask16)(cnt >= 16 ? 0xFFFF : (1u << cnt) - 1);
+        __m512 dd16 = _mm512_mul_ps(q4_scales16(j->W, j->rows, nb, wr, g, cnt, tlo, thi),
+                                    _mm512_maskz_loadu_ps(live, dx + g));
+        __m512i s8 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(live, sx + g), 3);
+        acc[1] = _mm512_fnmadd_ps(dd16, _mm512_cvtepi32_ps(s8), acc[1]);
         if (cnt == 16) {
-            Q4_DOT1_STEP(0, g, 4, _mm512_permutexvar_ps(qi0, dw16));
-            Q4_DOT1_STEP(1, g + 4, 4, _mm512_permutexvar_ps(qi1, dw16));
-            Q4_DOT1_STEP(0, g + 8, 4, _mm512_permutexvar_ps(qi2, dw16));
-            Q4_DOT1_STEP(1, g + 12, 4, _mm512_permutexvar_ps(qi3, dw16));
+            Q4_DOT1_STEP(0, g, 4, _mm512_permutexvar_ps(qi0, dd16));
+            Q4_DOT1_STEP(1, g + 4, 4, _mm512_permutexvar_ps(qi1, dd16));
+            Q4_DOT1_STEP(0, g + 8, 4, _mm512_permutexvar_ps(qi2, dd16));
+            Q4_DOT1_STEP(1, g + 12, 4, _mm512_permutexvar_ps(qi3, dd16));
         } else {
             for (uint64_t q = 0; q < cnt; q += 4)
                 Q4_DOT1_STEP(0, g + q, cnt - q,
-                             _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dw16));
+                             _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dd16));
         }
     }
 #undef Q4_DOT1_STEP
