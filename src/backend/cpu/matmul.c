@@ -435,7 +435,10 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
         atomic_init(&job->failed, 0);
         uint64_t row_bytes = Wi->nbytes / rows_of[i] + 1;
         uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);
-        uint64_t max_rows = (64u << 10) / row_bytes;
+        /* at most 256 KiB of weights per task: each task is one forward
+         * stream for the hardware prefetcher; 64 KiB tasks (a ramp-up every
+         * 32 q8 rows) decoded 10-15 % slower (TinyLlama shape, 2 threads) */
+        uint64_t max_rows = (256u << 10) / row_bytes;
         if (chunk > max_rows) chunk = max_rows;
         chunk = (chunk + 3) & ~(uint64_t)3;
         if (chunk < 4) chunk = 4;
