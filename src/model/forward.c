@@ -88,6 +88,32 @@ static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_erro
     return CMF_OK;
 }
 
+void cmf_model_scratch_free(cmf_model *m) {
+    if (!m->scratch) return;
+    buf_free(m->be, m->scratch);
+    free(m->scratch);
+    m->scratch = NULL;
+    m->scratch_n = 0;
+}
+
+/* The model's scratch for n tokens, grown (reallocated) when smaller. */
+static cmf_status scratch_get(cmf_model *m, uint32_t n, fwd_buf **out, cmf_error *err) {
+    if (!m->scratch || m->scratch_n < n) {
+        cmf_model_scratch_free(m);
+        fwd_buf *b = malloc(sizeof *b);
+        if (!b) return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
+        cmf_status st = buf_alloc(m, n, b, err);
+        if (st) {
+            free(b);
+            return st;
+        }
+        m->scratch = b;
+        m->scratch_n = n;
+    }
+    *out = m->scratch;
+    return CMF_OK;
+}
+
 static void add_bias(float *y, const float *bias, uint32_t n, uint32_t dim) {
     if (!bias) return;
     for (uint32_t i = 0; i < n; i++)
@@ -345,9 +371,9 @@ cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *ba
      * bounded for long prompts, and since every micro-batch stores its K/V
      * before the next one runs, the result equals one big batch. */
     uint32_t n = batch->n_tokens, ub = n < CMF_UBATCH ? n : CMF_UBATCH;
-    fwd_buf b;
+    fwd_buf *b = NULL;
     int8_t *none = NULL;
-    st = buf_alloc(m, ub, &b, err);
+    st = scratch_get(m, ub, &b, err);
     if (!st && !batch->logits && n > ub && !(none = calloc(ub, 1)))
         st = cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
     for (uint32_t off = 0; !st && off < n; off += ub) {
@@ -355,12 +381,11 @@ cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *ba
         const int8_t *want = batch->logits ? batch->logits + off : (off + cn < n ? none : NULL);
         cmf_batch sub = {.n_tokens = cn, .tokens = batch->tokens + off, .pos = batch->pos + off,
                          .seq_id = batch->seq_id ? batch->seq_id + off : NULL, .logits = want};
-        st = forward_layers(m, kv, &sub, &b, logits_out, err);
+        st = forward_layers(m, kv, &sub, b, logits_out, err);
         if (!st && logits_out) /* rows written by this micro-batch */
             for (uint32_t i = 0; i < cn; i++)
                 if (want ? want[i] != 0 : i == cn - 1) logits_out += m->hp.n_vocab;
     }
-    if (b.x) buf_free(m->be, &b);
     free(none);
     if (st) /* leave the cache as it was */
         for (uint32_t s = 0; s < kv->n_seq; s++) cmf_kv_seq_truncate(kv, (int32_t)s, old_len[s], NULL);

@@ -67,7 +67,15 @@ struct cmf_model {
     float **vecs;
     size_t n_vecs, cap_vecs;
     uint64_t n_params, weight_bytes;
+    /* forward scratch kept between calls (one forward at a time per model),
+     * for up to scratch_n tokens (<= CMF_UBATCH): fresh buffers on every
+     * call cost a page fault per 4 KiB page of each prefill (forward.c) */
+    struct fwd_buf *scratch;
+    uint32_t scratch_n;
 };
+
+/* Release the forward scratch (forward.c); before the backend is freed. */
+void cmf_model_scratch_free(cmf_model *m);
 
 struct cmf_kv_cache {
     const cmf_model *model;

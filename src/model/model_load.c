@@ -432,6 +432,7 @@ fail:
 
 void cmf_model_free(cmf_model *m) {
     if (!m) return;
+    if (m->be) cmf_model_scratch_free(m);
     if (m->be) m->be->ops->free(m->be);
     if (m->layers)
         for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)m->layers[il].e_gate);
