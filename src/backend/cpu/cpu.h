@@ -131,9 +131,9 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * Quantized W with a SIMD level: X is quantized to int8 per 32-block
  * (scale = absmax/127, round to nearest) and the dot products are integer;
  * the reference level (CMF_CPU=ref) uses float X and dequantized W. At the
- * AVX-512 levels with n >= 16 (prefill) a blocked GEMM runs instead: float
- * X for f32/f16/bf16, X as int16 per 32-block for q8 weights, int8 per
- * 32-block for q4 weights.
+ * AVX-512 levels from n >= 6 (q8 weights), 9 (q4 weights) or 16 (float
+ * weights) tokens a blocked GEMM runs instead: float X for f32/f16/bf16, X
+ * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights.
  * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
  * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
  * CMF_ERR_NOMEM. The pool may be NULL (single thread). */
