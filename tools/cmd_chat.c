@@ -46,6 +46,7 @@ static void usage(FILE *o) {
             "  -c, --ctx-size N      context size in tokens (default: min(4096, trained))\n"
             "  -t, --threads N       CPU threads (default: physical cores)\n"
             "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, -s, --seed S\n"
+            "  --greedy              argmax sampling (as --temp 0)\n"
             "  --load FILE           start from a saved conversation\n"
             "  --stats               after each answer, print prompt/KV-reuse and speed figures\n"
             "Commands: /system TEXT, /reset, /save FILE, /load FILE, /help, /quit.\n"
@@ -245,6 +246,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (strcmp(argv[i], "--no-think") == 0) o->no_think = true;
         else if (strcmp(argv[i], "--stats") == 0) o->stats = true;
+        else if (strcmp(argv[i], "--greedy") == 0) o->sp.greedy = true;
         else if (cli_flag_value(argc, argv, &i, "--load", &v, &missing)) o->load = v;
         else if (cli_flag_value(argc, argv, &i, "-n", &v, &missing) || cli_flag_value(argc, argv, &i, "--n-predict", &v, &missing)) {
             if (!missing && !cli_parse_long(cmd, "-n", v, -1, 1 << 30, &o->n_predict)) return CLI_EXIT_USAGE;

@@ -356,6 +356,14 @@ static void test_quant(void) {
                 }
                 for (uint64_t i = 0; i < in * n; i++) /* a few outliers, some exact zeros */
                     X[i] = i % 97 == 3 ? 40.0f * frand() : i % 13 == 0 ? 0.0f : frand();
+                if (in >= 160) /* the edge rules: tiny blocks -> zero, inf/NaN -> d = NaN */
+                    for (uint64_t i = 0; i < 32; i++) {
+                        X[i] = 1e-38f * frand();          /* 127/amax overflows */
+                        X[32 + i] = 2e-40f * frand();     /* subnormal */
+                        X[64 + i] = i == 5 ? INFINITY : frand();
+                        X[96 + i] = i == 7 ? NAN : frand();
+                        X[128 + i] = i == 9 ? -INFINITY : 1e-37f;
+                    }
                 for (uint64_t i = 0; i < in; i++) col[i] = cmf_f32_to_f16(0.5f + (float)urand());
                 for (int v = 0; v < 2; v++) {
                     memset(&a[v], 0, sizeof a[v]);
@@ -394,6 +402,57 @@ static void test_quant(void) {
 }
 #endif
 
+/* inf/NaN in X makes every output row of that token non-finite (inf or
+ * NaN, never a made-up number) and leaves the other tokens finite, at every
+ * level and on both the decode and the GEMM paths. */
+static void test_nan(cmf_cpu_pool *pool) {
+    static const cmf_dtype dts[] = {CMF_DT_F16, CMF_DT_Q8_ROW, CMF_DT_Q8_2F, CMF_DT_Q4_BLOCK,
+                                    CMF_DT_Q4TP};
+    static const int ns[] = {1, 3, 7, 20};
+    static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+    cmf_cpu_level saved = cmf_cpu_level_get();
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        built b;
+        const uint64_t rows = 40, in = 96;
+        if (build(dts[d], rows, in, &b) != 0) {
+            CHECK(0, "build %s failed", cmf_dtype_name(dts[d]));
+            continue;
+        }
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            int n = ns[k];
+            float *X = malloc(sizeof(float) * (size_t)n * in), *Y = malloc(sizeof(float) * (size_t)n * rows);
+            CHECK(X && Y, "alloc");
+            if (!X || !Y) {
+                free(X);
+                free(Y);
+                continue;
+            }
+            for (size_t i = 0; i < (size_t)n * in; i++) X[i] = frand();
+            X[(size_t)(n - 1) * in + 40] = k % 2 ? INFINITY : NAN; /* last token, block 1 */
+            for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+                cmf_cpu_level_set(levels[li]);
+                if (cmf_cpu_level_get() != levels[li]) continue;
+                cmf_error e;
+                cmf_status st = cmf_cpu_matmul(pool, &b.t, 0, rows, X, n, Y, (int)rows, &e);
+                CHECK(st == CMF_OK, "%s: %s", cmf_dtype_name(dts[d]), e.msg);
+                if (st != CMF_OK) continue;
+                int bad = 0;
+                for (uint64_t r = 0; r < rows; r++) {
+                    bad += isfinite(Y[(size_t)(n - 1) * rows + r]) != 0; /* the poisoned token */
+                    for (int t = 0; t < n - 1; t++) bad += !isfinite(Y[(size_t)t * rows + r]); /* others clean */
+                }
+                CHECK(bad == 0, "%s n=%d level %s: %d outputs wrong with %s in X", cmf_dtype_name(dts[d]), n,
+                      cmf_cpu_level_name(levels[li]), bad, k % 2 ? "inf" : "NaN");
+            }
+            free(X);
+            free(Y);
+        }
+        unbuild(&b);
+    }
+    cmf_cpu_level_set(saved);
+}
+
 int main(void) {
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
     fprintf(stderr, "cpu level %s, features 0x%x, physical cores %d\n",
@@ -429,6 +488,12 @@ int main(void) {
     /* a larger shape: more tasks than threads, long rows (several segments) */
     run_case(CMF_DT_Q4TP, 70, 32 * 1100, 5, 3, 60, pool);
     run_case(CMF_DT_Q8_ROW, 300, 2048, 2, 0, 300, pool);
+    /* the decode loops' whole 16-block groups (and a tail group) per q4 dtype */
+    run_case(CMF_DT_Q4_BLOCK, 50, 32 * 37, 1, 2, 45, pool);
+    run_case(CMF_DT_Q4_TILED, 50, 32 * 37, 5, 0, 50, pool);
+    run_case(CMF_DT_Q4_TILED, 30, 32 * 16, 1, 0, 30, pool);
+    run_case(CMF_DT_Q4TP, 30, 32 * 48, 1, 1, 29, pool);
+    run_case(CMF_DT_Q8_2F, 40, 1000, 1, 0, 40, pool);
     /* prefill shapes: several K chunks, partial row panels, 12-token tiles + tail */
     run_case(CMF_DT_Q8_ROW, 100, 600, 37, 5, 90, pool);
     run_case(CMF_DT_Q4TP, 70, 32 * 20, 25, 3, 67, pool);
@@ -441,6 +506,7 @@ int main(void) {
 #if defined(__x86_64__) || defined(__i386__)
     test_quant();
 #endif
+    test_nan(pool);
     test_errors();
     test_parts(pool);
     cmf_cpu_pool_free(pool);

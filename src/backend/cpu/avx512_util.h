@@ -7,6 +7,7 @@
 #define CMF_CPU_AVX512_UTIL_H
 
 #include <immintrin.h>
+#include <stdbool.h>
 
 /* In-register transpose of a 16x16 float matrix (r[i] = row i). */
 static inline __attribute__((always_inline)) void mm_tr16(__m512 r[16]) {
@@ -61,6 +62,26 @@ static inline __attribute__((always_inline)) float mm_load_block32(const float *
         *v1 = _mm512_mul_ps(*v1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, col + 2 * i + 32)));
     }
     return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(*v0), _mm512_abs_ps(*v1)));
+}
+
+/* Scale of a 32-block (v0, v1; max |x| = amax) quantized to [-qmax, qmax]:
+ * returns d = amax/qmax and sets *inv = qmax/amax, with two edge rules that
+ * matmul.c's portable quantizer shares: a block whose inverse overflows
+ * (amax < qmax/FLT_MAX, ~1e-36) quantizes to zero with d = 0; a block
+ * holding inf or NaN quantizes to zero with d = NaN, so every dot product
+ * that reads it is NaN (the input's NaN/inf propagates; nothing is made
+ * up). v0/v1 are zeroed in both cases. */
+static inline __attribute__((always_inline)) float mm_block_scale(__m512 *v0, __m512 *v1, float amax,
+                                                                  float qmax, float *inv) {
+    float d = amax / qmax, id = amax > 0.0f ? qmax / amax : 0.0f;
+    bool nonfinite = (_mm512_fpclass_ps_mask(*v0, 0x99) | _mm512_fpclass_ps_mask(*v1, 0x99)) != 0;
+    if (nonfinite || !(id <= 3.4028234e38f)) { /* 0x99: QNaN, SNaN, +inf, -inf */
+        *v0 = *v1 = _mm512_setzero_ps();
+        id = 0.0f;
+        d = nonfinite ? __builtin_nanf("") : 0.0f;
+    }
+    *inv = id;
+    return d;
 }
 
 /* vpermw indices: the 32 int16 of a block -> even elements, then odd (the

@@ -262,9 +262,9 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
             if (left > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
             if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
             __m512 v0, v1;
-            float amax = mm_load_block32(x, col, i, in, &v0, &v1);
-            float qmax = q4 ? 127.0f : 32767.0f;
-            __m512 vid = _mm512_set1_ps(amax > 0.0f ? qmax / amax : 0.0f);
+            float amax = mm_load_block32(x, col, i, in, &v0, &v1), id;
+            float qmax = q4 ? 127.0f : 32767.0f, dd = mm_block_scale(&v0, &v1, amax, qmax, &id);
+            __m512 vid = _mm512_set1_ps(id);
             /* round to nearest even (MXCSR default); |q| <= qmax */
             __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
             __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
@@ -277,7 +277,7 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
             } else {
                 _mm512_store_si512(xb, q16);
             }
-            dg[cell] = amax / qmax;
+            dg[cell] = dd;
         }
     }
 }

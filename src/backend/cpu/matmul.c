@@ -4,8 +4,9 @@
  * over the thread pool.
  *
  * Work split: output rows are cut into chunks of a multiple of 4 rows whose
- * weights are at most ~64 KiB (so a chunk stays in L2 while each tile of
- * tokens runs over it) and at least 4 chunks per thread for load balance;
+ * weights are at most 256 KiB (one forward stream for the prefetcher, and
+ * a chunk stays in L2 while each tile of tokens runs over it) and at least
+ * 4 chunks per thread for load balance;
  * threads take chunks dynamically. Activation quantization (see
  * matmul_int.h) runs once per call, one token per task, into the pool's
  * matmul buffer, so steady-state calls allocate nothing.
@@ -21,6 +22,7 @@
 #include "backend/cpu/matmul_int.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,15 +126,26 @@ void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layou
         float v[32];
         uint64_t i0 = (uint64_t)b * 32;
         float amax = 0.0f;
+        bool nonfinite = false;
         for (int i = 0; i < 32; i++) {
             uint64_t k = i0 + (uint64_t)i;
             float xv = k < a->in ? x[k] : 0.0f;
             if (col && k < a->in) xv *= cmf_f16_to_f32(rd16(col + 2 * k));
             v[i] = xv;
+            nonfinite |= !isfinite(xv);
             float av = fabsf(xv);
             amax = av > amax ? av : amax;
         }
         float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        /* edge rules (as mm_block_scale, avx512_util.h): an inverse scale that
+         * overflows (amax < 127/FLT_MAX) makes the block zero with d = 0; inf
+         * or NaN in the block makes it zero with d = NaN (the dot products
+         * that read it are NaN) */
+        if (nonfinite || !(id <= FLT_MAX)) {
+            for (int i = 0; i < 32; i++) v[i] = 0.0f;
+            id = 0.0f;
+            dd = nonfinite ? NAN : 0.0f;
+        }
         int32_t sum = 0;
         int8_t *qb = q + 32 * (size_t)b;
         int8_t *q2b = a->q2 ? a->q2 + (size_t)t * a->qstride + 32 * (size_t)b : NULL;

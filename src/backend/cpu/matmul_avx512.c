@@ -22,8 +22,10 @@
  *  q4 (q4_block/q4_tiled/q4tp): 4 blocks (64 nibble bytes, one load) split
  *     into low and high nibbles (u8 0..15) against X quad-interleaved (see
  *     matmul_int.h), both dotted into one int32 vector whose 128-bit lane L
- *     is block L; the -8 offset is folded into the accumulator's start
- *     value (-2*sum(qx) per lane), scales dw*dx applied per lane.
+ *     is block L; in the token tiles the -8 offset is folded into the
+ *     accumulator's start value (-2*sum(qx) per lane) and the scales dw*dx
+ *     applied per lane; decode (q4_dot1) forms dw*dx once per 16 blocks and
+ *     subtracts the offset there in float.
  * VNNI: vpdpbusd; without it maddubs + madd (no saturation: |u8| <= 128,
  * |s8| <= 127, pair sums < 2^15).
  */
@@ -495,8 +497,8 @@ void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (uint32_t b = 0; b < 2 * a->np; b++) {
         __m512 v0, v1;
-        float amax = mm_load_block32(x, col, (uint64_t)b * 32, in, &v0, &v1);
-        float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float id, amax = mm_load_block32(x, col, (uint64_t)b * 32, in, &v0, &v1);
+        float dd = mm_block_scale(&v0, &v1, amax, 127.0f, &id);
         __m512 vid = _mm512_set1_ps(id), u0 = _mm512_mul_ps(v0, vid), u1 = _mm512_mul_ps(v1, vid);
         __m512i q0 = _mm512_cvtps_epi32(u0), q1 = _mm512_cvtps_epi32(u1); /* |q| <= 127 */
         int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));

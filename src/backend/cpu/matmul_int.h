@@ -10,7 +10,9 @@
  *
  * Quantized activations (mm_act), built once per call by matmul.c
  * following llama.cpp's Q8_0 activation scheme (ggml-quants.c,
- * quantize_row_q8_0): per block d = absmax/127, q = round(x/d) (int8 for
+ * quantize_row_q8_0): per block d = absmax/127, q = round(x/d) (a block
+ * whose 127/absmax overflows is all zero with d = 0; one holding inf or NaN
+ * is all zero with d = NaN so its dot products are NaN) (int8 for
  * q4 weights; int8 plus an int8 residual plane for q8 weights):
  *   q  int8  [n][np*64]  natural order for q8 weights; for q4
  *                        weights (AVX2, NEON) each block is permuted to
