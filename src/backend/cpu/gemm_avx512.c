@@ -73,8 +73,6 @@ typedef struct prow {
     const uint8_t *codes;
 } prow;
 
-/* Masks of the two zmm of a panel's outputs for nr live rows. */
-
 /* Weight bytes of the next K chunk (or of the next panel's first chunk) are
  * prefetched while the token tiles of this chunk run: the decode would
  * otherwise wait on DRAM for 32 scattered rows. Tile ti of ntiles fetches
@@ -252,6 +250,8 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     int32_t *xg = a->xg + (size_t)s0 * nb * (size_t)steps;
     float *dg = a->dxg + (size_t)s0 * nb;
     int32_t *sg = q4 ? a->sxg + (size_t)s0 * nb : NULL;
+    /* q4: even elements then odd, so int8 lane o = 4c + m of a block's quads
+     * takes x[8(c&3) + 2m + (c>>2)] */
     const __m512i perm = _mm512_load_si512(mm_even_odd16);
     for (int l = 0; l < T; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
@@ -497,7 +497,6 @@ static void q4_scales(const mm_job *j, const prow *pr, uint64_t r0, uint64_t b0,
         for (uint64_t b = 0; b < cnt; b++) _mm512_store_ps(sc + b * GEMM_MR + 16 * h, v[b]);
     }
 }
-
 
 /* T tokens of one packed tile x 32 rows over nblk blocks. */
 AI void ukern_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32_t *xq,

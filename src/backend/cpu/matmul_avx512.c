@@ -14,7 +14,7 @@
  *     X's two int8 planes (q and residual q2, matmul_int.h) combined as
  *     (ip << 8) + ip2, int32 lanes (8 per block) to f32, times the block
  *     scale of X (expanded "de" lanes), row scale at the end. VNNI:
- *     vpmm_dpbusd(w + 128 as u8, x as s8) (one xor per weight vector, shared
+ *     vpdpbusd(w + 128 as u8, x as s8) (one xor per weight vector, shared
  *     by the token tile), the excess 128 * (256 sum q + sum q2) per lane
  *     removed by the start value "se" computed with the activations: two
  *     vpdpbusd per 64 weights and token; without VNNI the sign trick of
@@ -33,6 +33,7 @@
 #include "backend/cpu/avx512_util.h"
 #include "backend/cpu/matmul_x86.h"
 
+#include <assert.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -49,7 +50,6 @@
 /* the same offset MM_PF_ROWS rows ahead (rows of `rowbytes` bytes) */
 #define MM_PREFETCH(p, rowbytes) _mm_prefetch((p) + MM_PF_ROWS * (rowbytes), _MM_HINT_T0)
 #define AI static inline __attribute__((always_inline))
-
 
 /* ---- fp ----------------------------------------------------------------- */
 
@@ -237,9 +237,8 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         }
         return;
     }
-    if (T > 1)
-        for (; r + 2 <= re; r += 2) q8_rows(j, r, t0, 2, T, vnni);
-    for (; r < re; r++) q8_rows(j, r, t0, 1, T, vnni);
+    for (; r + 2 <= re; r += 2) q8_rows(j, r, t0, 2, T, vnni);
+    if (r < re) q8_rows(j, r, t0, 1, T, vnni);
 }
 
 /* ---- q4 ----------------------------------------------------------------- */
@@ -374,7 +373,8 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
     const uint64_t nb = a->nb;
     size_t stride;
     const uint8_t *nib = mm_q4_nibbles(j->W, nb, wr, &stride);
-    const size_t st = tiled ? 18 : 16;
+    const size_t st = tiled ? 18 : 16; /* = stride, as a constant */
+    assert(stride == st);
     const int8_t *xq = a->q + (size_t)t0 * a->qstride;
     const float *dx = a->d + (size_t)t0 * a->np * 2;
     const int32_t *sx = a->s + (size_t)t0 * a->np * 2;
@@ -413,7 +413,7 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
         }
     }
 #undef Q4_DOT1_STEP
-    (void)stride;
+    (void)stride; /* NDEBUG */
     return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 }
 
