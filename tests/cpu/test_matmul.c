@@ -497,6 +497,12 @@ int main(void) {
     /* prefill shapes: several K chunks, partial row panels, 12-token tiles + tail */
     run_case(CMF_DT_Q8_ROW, 100, 600, 37, 5, 90, pool);
     run_case(CMF_DT_Q4TP, 70, 32 * 20, 25, 3, 67, pool);
+    /* q4 K chunks of 32 blocks (two 16-block scale groups each) + a partial
+     * one; q8 chunks of 512 inputs + a partial one */
+    run_case(CMF_DT_Q4TP, 40, 32 * 70, 25, 1, 39, pool);
+    run_case(CMF_DT_Q4_BLOCK, 33, 32 * 37, 12, 0, 33, pool);
+    run_case(CMF_DT_Q4_TILED, 35, 32 * 40, 10, 2, 30, pool);
+    run_case(CMF_DT_Q8_ROW, 36, 1100, 20, 0, 36, pool);
     run_case(CMF_DT_Q8_2F, 45, 300, 16, 0, 45, pool);
     if (!quick) run_case(CMF_DT_F16, 130, 1000, 6, 1, 129, pool);
     /* enough rows for GEMM tasks of several panels: the threaded run and the

@@ -1,8 +1,9 @@
 /*
  * test_vec.c — the attention vector primitives (cmf_cpu_vec, vec.c and
- * vec_avx2.c) at every CPU level this machine has, against double-precision
- * ground truth: f16 -> f32 bit-exact for all 65536 half values, dot / dotn
- * / axpy / axpyn within float rounding (1e-5 relative to sum |a*b|), exp_sum
+ * vec_avx2.c, vec_avx512.c) at every CPU level this machine has, against
+ * double-precision ground truth: f16 -> f32 bit-exact for all 65536 half
+ * values, dot / dotb / axpy / axpyb within float rounding (1e-5 relative to
+ * sum |a*b|, key blocks of 1..5 keys, rows past d untouched), exp_sum
  * and silu_mul to 1e-6 relative, on
  * lengths and row counts that are not multiples of the vector width.
  */
@@ -33,36 +34,52 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
     }
     CHECK(bad == 0, "%s: f16_to_f32 wrong on %d values", lv, bad);
     static const size_t ds[] = {1, 3, 8, 13, 64, 72, 130};
-    static const size_t nqs[] = {1, 7, 8, 9, 17};
+    static const size_t nqs[] = {1, 2, 7, 8, 9, 17};
     enum { MAXD = 130, MAXQ = 17, LD = 140 };
-    float Q[MAXQ * LD], k[MAXD], s[MAXQ * 3], O[MAXQ * LD], O0[MAXQ * LD], w[MAXQ * 2];
+    enum { MAXK = 5, LDS = 7, LDW = 6 };
+    float Q[MAXQ * LD], K[MAXK * MAXD], s[MAXQ * LDS], O[MAXQ * LD], O0[MAXQ * LD], w[MAXQ * LDW];
+    float *k = K;
     for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
         for (size_t qi = 0; qi < sizeof nqs / sizeof nqs[0]; qi++) {
-            size_t d = ds[di], nq = nqs[qi];
+            size_t d = ds[di], nq = nqs[qi], nk = 1 + (di + qi) % MAXK; /* keys in the block */
             for (size_t i = 0; i < MAXQ * LD; i++) Q[i] = O0[i] = frand();
-            for (size_t i = 0; i < MAXD; i++) k[i] = frand();
-            for (size_t i = 0; i < MAXQ * 2; i++) w[i] = (i % 5 == 0) ? 0.0f : frand();
+            for (size_t i = 0; i < MAXK * MAXD; i++) K[i] = frand();
+            for (size_t i = 0; i < MAXQ * LDW; i++) w[i] = (i % 5 == 0) ? 0.0f : frand();
+            for (size_t i = 0; i < MAXQ * LDS; i++) s[i] = 7.0f;
             memcpy(O, O0, sizeof O);
-            v->dotn(k, Q, LD, nq, d, s, 3);
-            v->axpyn(O, LD, nq, w, 2, k, d);
+            v->dotb(K, nk, Q, LD, nq, d, s, LDS);
+            v->axpyb(O, LD, nq, w, LDW, K, nk, d);
             for (size_t r = 0; r < nq; r++) {
-                double want = 0, mag = 0;
-                for (size_t j = 0; j < d; j++) {
-                    want += (double)Q[r * LD + j] * k[j];
-                    mag += fabs((double)Q[r * LD + j] * k[j]);
+                for (size_t p = 0; p < nk; p++) {
+                    double want = 0, mag = 0;
+                    for (size_t j = 0; j < d; j++) {
+                        want += (double)Q[r * LD + j] * K[p * d + j];
+                        mag += fabs((double)Q[r * LD + j] * K[p * d + j]);
+                    }
+                    CHECK(fabs(s[r * LDS + p] - want) <= 1e-5 * mag + 1e-30,
+                          "%s: dotb d=%zu nq=%zu nk=%zu row %zu key %zu: %g vs %g", lv, d, nq, nk, r, p,
+                          s[r * LDS + p], want);
+                    if (p == 0) {
+                        float one = v->dot(Q + r * LD, k, d);
+                        CHECK(fabs(one - want) <= 1e-5 * mag + 1e-30, "%s: dot d=%zu: %g vs %g", lv, d, one, want);
+                    }
                 }
-                CHECK(fabs(s[r * 3] - want) <= 1e-5 * mag + 1e-30, "%s: dotn d=%zu nq=%zu row %zu: %g vs %g",
-                      lv, d, nq, r, s[r * 3], want);
-                float one = v->dot(Q + r * LD, k, d);
-                CHECK(fabs(one - want) <= 1e-5 * mag + 1e-30, "%s: dot d=%zu: %g vs %g", lv, d, one, want);
+                for (size_t p = nk; p < LDS; p++) CHECK(s[r * LDS + p] == 7.0f, "%s: dotb wrote past nk", lv);
                 for (size_t j = 0; j < d; j++) {
-                    double e = (double)O0[r * LD + j] + (double)w[r * 2] * k[j];
-                    CHECK(fabs(O[r * LD + j] - e) <= 1e-6 * (fabs(e) + 1), "%s: axpyn d=%zu row %zu col %zu", lv,
-                          d, r, j);
+                    double e = O0[r * LD + j], mag = fabs(e);
+                    for (size_t p = 0; p < nk; p++) {
+                        e += (double)w[r * LDW + p] * K[p * d + j];
+                        mag += fabs((double)w[r * LDW + p] * K[p * d + j]);
+                    }
+                    CHECK(fabs(O[r * LD + j] - e) <= 1e-6 * (mag + 1), "%s: axpyb d=%zu nk=%zu row %zu col %zu",
+                          lv, d, nk, r, j);
                 }
                 for (size_t j = d; j < LD; j++)
-                    CHECK(O[r * LD + j] == O0[r * LD + j], "%s: axpyn wrote past d", lv);
+                    CHECK(O[r * LD + j] == O0[r * LD + j], "%s: axpyb wrote past d", lv);
             }
+            for (size_t r = nq; r < MAXQ; r++)
+                for (size_t j = 0; j < LD; j++)
+                    CHECK(O[r * LD + j] == O0[r * LD + j], "%s: axpyb wrote past row %zu", lv, nq);
             /* softmax exponentials (with a masked -inf entry) and SwiGLU */
             float e[MAXD], g[MAXD], u[MAXD], out[MAXD];
             for (size_t i = 0; i < d; i++) {
@@ -71,6 +88,7 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
                 u[i] = frand();
             }
             if (d > 2) e[d / 2] = -INFINITY;
+            if (d > 3) g[1] = -100.0f, g[2] = 100.0f; /* exp clamps; sigmoid near 0 and 1 */
             float e0[MAXD];
             memcpy(e0, e, sizeof(float) * d);
             float mx = 5.0f, sum = v->exp_sum(e, d, mx);

@@ -58,16 +58,19 @@ cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l);
 
 /* ---- vector primitives (vec.c) ------------------------------------------ */
 
-/* The inner loops of attention, for a CPU level (vec_avx2.c at the x86
- * SIMD levels, plain C otherwise). Stateless, thread-safe.
+/* The inner loops of attention, for a CPU level (vec_avx2.c at AVX2,
+ * vec_avx512.c at the AVX-512 levels, plain C otherwise). Stateless,
+ * thread-safe.
  *   f16_to_f32: dst[i] = src[i] as float (IEEE half, exact), i < n;
  *   dot:        sum a[i]*b[i] (float accumulation; the order, hence the
  *               last bits, depends on the level);
  *   axpy:       y[i] += a*x[i];
- *   dotn:       s[r*lds] = dot(Q + r*ldq, k, d) for r < nq (one key against
- *               nq query rows);
- *   axpyn:      O + r*ldo += w[r*ldw] * v (d floats) for r < no (one value
- *               row into no output rows);
+ *   dotb:       S[r*lds + p] = dot(Q + r*ldq, K + p*d, d) for r < nq,
+ *               p < nk (a block of nk keys, rows of d floats, against nq
+ *               query rows);
+ *   axpyb:      O[r*ldo + j] += sum over p < nv of w[r*ldw + p] * V[p*d + j]
+ *               for r < no, j < d (a block of nv value rows into no output
+ *               rows; per element the keys are added in increasing p);
  *   exp_sum:    s[i] = exp(s[i] - mx) for i < n (exp(-inf) = 0), returns
  *               the sum (softmax); relative error ~2e-7 at the SIMD level;
  *   silu_mul:   out[i] = silu(g[i]) * u[i] = g/(1 + exp(-g)) * u (SwiGLU);
@@ -76,8 +79,10 @@ typedef struct cmf_cpu_vec {
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
     float (*dot)(const float *a, const float *b, size_t n);
     void (*axpy)(float *y, float a, const float *x, size_t n);
-    void (*dotn)(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s, size_t lds);
-    void (*axpyn)(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v, size_t d);
+    void (*dotb)(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d, float *S,
+                 size_t lds);
+    void (*axpyb)(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *V, size_t nv,
+                  size_t d);
     float (*exp_sum)(float *s, size_t n, float mx);
     void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
 } cmf_cpu_vec;

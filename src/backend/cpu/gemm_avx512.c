@@ -12,7 +12,7 @@
  *              chunks of whole panels, up to MM_GEMM_ROWS rows);
  *   K chunk  = a panel's 32 rows x KC inputs are decoded (16 rows at a
  *              time, transposed in registers) into a k-major panel of
- *              16 KiB (32 KiB for f32) that stays in L1 while every token
+ *              32 KiB that stays in L1 while every token
  *              tile runs over it. The integer paths run the K chunks outer
  *              and the task's panels inner, so each chunk of X is read from
  *              L2 by all of them; while a chunk runs, the weight bytes of
@@ -29,12 +29,12 @@
  *  - f32 / f16 / bf16 weights: fp32 GEMM, float X read in place, weights
  *    converted to f32, KC = 256; 12 tokens x 32 rows = 24 zmm accumulators.
  *  - q8 (q8_row, q8_2f) weights: int8 weights sign-extended to int16 pairs
- *    in the panel (KC = 256), X quantized once per call to int16 per
+ *    in the panel (KC = 512), X quantized once per call to int16 per
  *    32-block (~16-bit precision like the int8 + residual planes of the
  *    small-n kernels: plain int8 X moves greedy outputs of q8 models),
  *    vpdpwssd (vpmaddwd + vpaddd at the avx512 level).
  *  - q4 (q4_block, q4_tiled, q4tp) weights: the nibbles stay unsigned
- *    bytes (0..15) in the panel as k-quads (KC = 512), X is quantized to
+ *    bytes (0..15) in the panel as k-quads (KC = 1024), X is quantized to
  *    int8 per 32-block exactly as the decode path does (llama.cpp's Q8_0:
  *    d = absmax/127, round to nearest even), and vpdpbusd (vpmaddubsw +
  *    vpmaddwd + vpaddd at the avx512 level) does 4 multiply-adds per dword
@@ -57,8 +57,13 @@
 
 #define AI static inline __attribute__((always_inline))
 
-#define GEMM_KC 256  /* inputs per K chunk: fp and q8 (multiple of 32) */
-#define GEMM_KC4 512 /* inputs per K chunk: q4 (multiple of 128: whole quads of blocks) */
+/* Inputs per K chunk. The integer panels take 32 KiB of L1 (48 KiB on Zen 5)
+ * so that a 2048-input matrix needs one (q4) or four (q8) chunks: each chunk
+ * after the first re-reads and re-writes the tiles' Y, and halving their
+ * number gave q4tp pp128 +3-7 % (TinyLlama shape, Zen 5). */
+#define GEMM_KC 256   /* fp (multiple of 16): a 32 KiB f32 panel */
+#define GEMM_KC8 512  /* q8 (multiple of 32): a 32 KiB int16 panel */
+#define GEMM_KC4 1024 /* q4 (multiple of 512: whole 16-block scale groups) */
 #define GEMM_MR 32   /* weight rows per panel: two zmm of outputs */
 #define GEMM_NT 12   /* tokens per fp micro-kernel tile */
 #define GEMM_TT 6    /* tokens per tile of packed X and per integer micro-kernel */
@@ -378,7 +383,17 @@ AI void ukern_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const flo
 
 #define UK8(T) ukern_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first, vnni)
 
-/* Inputs [k0, k0 + GEMM_KC) of the 32-row panel [r0, r0 + nr) over all
+/* The weight bytes of the K chunk at input nk of the panel at row rn (q8):
+ * nx[i] for row i (NULL past the matrix); returns their length. */
+static size_t next_q8(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *nx[GEMM_MR]) {
+    for (int i = 0; i < GEMM_MR; i++) {
+        uint64_t wr = j->row0 + rn + (uint64_t)i;
+        nx[i] = wr < j->rows ? (const uint8_t *)mm_q8_row(j->W, j->in, wr) + nk : NULL;
+    }
+    return j->in - nk < GEMM_KC8 ? j->in - nk : GEMM_KC8;
+}
+
+/* Inputs [k0, k0 + GEMM_KC8) of the 32-row panel [r0, r0 + nr) over all
  * tokens, q8 weights; prefetches the chunk at input nk of the panel at rn. */
 AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
                  uint64_t nk, const int vnni) {
@@ -386,19 +401,15 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     const size_t ldy = (size_t)j->ldy;
     const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
     const int ntiles = tile_count(j->n);
-    int32_t pan[GEMM_KC / 2 * GEMM_MR] __attribute__((aligned(64)));
+    int32_t pan[GEMM_KC8 / 2 * GEMM_MR] __attribute__((aligned(64)));
     float wsf[GEMM_MR] __attribute__((aligned(64)));
     for (int i = 0; i < GEMM_MR; i++) wsf[i] = pr[i].live ? pr[i].ws : 0.0f;
     const __m512 ws0 = _mm512_load_ps(wsf), ws1 = _mm512_load_ps(wsf + 16);
-    uint64_t kc = in - k0 < GEMM_KC ? in - k0 : GEMM_KC, nblk = (kc + 31) / 32;
+    uint64_t kc = in - k0 < GEMM_KC8 ? in - k0 : GEMM_KC8, nblk = (kc + 31) / 32;
     decode_panel8(pr, k0, kc, pan);
     int first = k0 == 0;
     const uint8_t *nx[GEMM_MR];
-    for (int i = 0; i < GEMM_MR; i++) {
-        uint64_t wr = j->row0 + rn + (uint64_t)i;
-        nx[i] = wr < j->rows ? (const uint8_t *)mm_q8_row(j->W, in, wr) + nk : NULL;
-    }
-    size_t nlen = in - nk < GEMM_KC ? in - nk : GEMM_KC;
+    size_t nlen = next_q8(j, rn, nk, nx);
     for (int g = 0; g < ntiles; g++) {
         int t0, T;
         tile_at(j->n, g, &t0, &T);
@@ -438,7 +449,8 @@ static void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t str
                 if (p->live) {
                     const uint8_t *src = p->w + (b0 + g) * stride;
                     if (stride == 16) {
-                        z = _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * nv)) - 1), src);
+                        z = nv == 4 ? _mm512_loadu_si512(src)
+                                    : _mm512_maskz_loadu_epi32((__mmask16)((1u << (4 * nv)) - 1), src);
                     } else { /* q4_tiled: scale bytes between the blocks */
                         z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)src));
                         if (nv > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(src + stride)), 1);
@@ -533,6 +545,29 @@ AI void ukern_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32
 
 #define UK4(T) ukern_q4(pan, sc, nblk, xq, dx, sx, T, y, ldy, m0, m1, first, vnni)
 
+/* The weight bytes of the K chunk at input nk of the panel at row rn (q4):
+ * nibbles nx[i] and block scales ns[i] (*slen bytes; NULL for q4_tiled,
+ * whose scales sit between the nibbles) of row i, NULL past the matrix;
+ * returns the nibbles' length. */
+static size_t next_q4(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *nx[GEMM_MR],
+                      const uint8_t *ns[GEMM_MR], size_t *slen) {
+    const uint64_t nb = j->in / 32, nkb = nk / 32;
+    const uint64_t ncnt = nb - nkb < GEMM_KC4 / 32 ? nb - nkb : GEMM_KC4 / 32;
+    const uint8_t *wd = j->W->data;
+    size_t stride = 16;
+    for (int i = 0; i < GEMM_MR; i++) {
+        uint64_t wr = j->row0 + rn + (uint64_t)i;
+        nx[i] = wr < j->rows ? mm_q4_nibbles(j->W, nb, wr, &stride) + nkb * stride : NULL;
+        ns[i] = NULL;
+        if (wr < j->rows && j->W->dtype == CMF_DT_Q4TP) /* codes, as q4tp_ladder */
+            ns[i] = wd + j->rows * nb * 16 + 4 * j->rows + (nb * 5 + 7) / 8 * wr + nkb / 8 * 5;
+        else if (wr < j->rows && j->W->dtype == CMF_DT_Q4_BLOCK)
+            ns[i] = wd + 16 * nb * j->rows + 2 * (nb * wr + nkb);
+    }
+    *slen = j->W->dtype == CMF_DT_Q4TP ? (5 * ncnt + 7) / 8 : 2 * ncnt;
+    return ncnt * stride;
+}
+
 /* Inputs [k0, k0 + GEMM_KC4) of the 32-row panel [r0, r0 + nr) over all
  * tokens, q4 weights (in % 32 == 0); prefetches the chunk at input nk of
  * the panel at rn. */
@@ -545,23 +580,12 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     int32_t pan[GEMM_KC4 / 4 * GEMM_MR] __attribute__((aligned(64)));
     float sc[GEMM_KC4] __attribute__((aligned(64))); /* (KC4/32) blocks x 32 rows */
     uint64_t kb = k0 / 32, nblk = nb - kb < GEMM_KC4 / 32 ? nb - kb : GEMM_KC4 / 32;
-    q4_scales(j, pr, r0, kb, nblk, sc);
+    for (uint64_t o = 0; o < nblk; o += 16) /* 16-block groups */
+        q4_scales(j, pr, r0, kb + o, nblk - o < 16 ? nblk - o : 16, sc + o * GEMM_MR);
     decode_panel4(pr, kb, nblk, stride, pan);
     int first = k0 == 0;
     const uint8_t *nx[GEMM_MR], *ns[GEMM_MR];
-    uint64_t nkb = nk / 32, ncnt = nb - nkb < GEMM_KC4 / 32 ? nb - nkb : GEMM_KC4 / 32;
-    const uint8_t *wd = j->W->data;
-    for (int i = 0; i < GEMM_MR; i++) {
-        uint64_t wr = j->row0 + rn + (uint64_t)i;
-        size_t st;
-        nx[i] = wr < j->rows ? mm_q4_nibbles(j->W, nb, wr, &st) + nkb * stride : NULL;
-        ns[i] = NULL; /* q4_tiled: the scales sit between the nibbles */
-        if (wr < j->rows && j->W->dtype == CMF_DT_Q4TP) /* codes, as q4tp_ladder */
-            ns[i] = wd + j->rows * nb * 16 + 4 * j->rows + (nb * 5 + 7) / 8 * wr + nkb / 8 * 5;
-        else if (wr < j->rows && j->W->dtype == CMF_DT_Q4_BLOCK)
-            ns[i] = wd + 16 * nb * j->rows + 2 * (nb * wr + nkb);
-    }
-    size_t nlen = ncnt * stride, slen = j->W->dtype == CMF_DT_Q4TP ? (5 * ncnt + 7) / 8 : 2 * ncnt;
+    size_t slen, nlen = next_q4(j, rn, nk, nx, ns, &slen);
     for (int g = 0; g < ntiles; g++) {
         int t0, T;
         tile_at(j->n, g, &t0, &T);
@@ -579,7 +603,7 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
  * (X of a down projection, 128 tokens x 5632 int16, exceeds a core's L2). */
 AI void task_int(mm_job *j, prow pr[][GEMM_MR], uint64_t rb, uint64_t re, size_t stride,
                  const int q4, const int vnni) {
-    const uint64_t in = j->in, kc = q4 ? GEMM_KC4 : GEMM_KC;
+    const uint64_t in = j->in, kc = q4 ? GEMM_KC4 : GEMM_KC8;
     const int np = (int)((re - rb + GEMM_MR - 1) / GEMM_MR);
     for (uint64_t k0 = 0; k0 < in; k0 += kc)
         for (int p = 0; p < np; p++) {

@@ -152,6 +152,7 @@ static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n
  * Many small tasks, claimed dynamically, also balance the causal triangle
  * (later tokens attend to more keys). */
 #define ATT_TILE 16
+#define ATT_KB 32 /* keys per K/V block (converted together, then dotb / axpyb) */
 
 typedef struct {
     const cmf_attn_args *a;
@@ -169,12 +170,16 @@ static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_
     return v->f16 ? (const void *)((const uint16_t *)base + e) : (const void *)((const float *)base + e);
 }
 
-/* A K or V row as float32: f32 rows are used in place, f16 rows are
- * converted once into buf (shared by the whole tile). */
-static inline const float *row_f32(const cmf_cpu_vec *vec, const void *src, bool f16, uint32_t d,
-                                   float *buf) {
-    if (!f16) return src;
-    vec->f16_to_f32(buf, src, d);
+/* K or V rows [p0, p0 + nb) of KV head offset `off` as float32 rows of d
+ * into buf [nb][d] (converted from f16 or copied: pages are not contiguous). */
+static inline const float *kv_block(const cmf_cpu_vec *vec, const cmf_kv_view *v, const void *base,
+                                    uint32_t p0, uint32_t nb, uint32_t kv_dim, uint32_t off, uint32_t d,
+                                    float *buf) {
+    for (uint32_t i = 0; i < nb; i++) {
+        const void *src = kv_row(v, base, p0 + i, kv_dim, off);
+        if (v->f16) vec->f16_to_f32(buf + (size_t)i * d, src, d);
+        else memcpy(buf + (size_t)i * d, src, (size_t)d * sizeof(float));
+    }
     return buf;
 }
 
@@ -191,9 +196,10 @@ static inline void key_range(const cmf_attn_args *a, uint32_t t, uint32_t *beg, 
  *   S[r][p - kb] = softcap(q_r·k_p·scale), -inf outside row r's own range
  *   O_r = Σ_p softmax(S[r])[p] · v_p          (accumulated in Os [R][d])
  * so every K/V row is read and converted once per tile, and the products
- * run as one-key-against-R-rows SIMD loops (cmf_cpu_vec dotn / axpyn).
- * Scratch (per thread, see attn_scratch_floats): Qs, Os, S [R][ke - kb],
- * then one [d] row. */
+ * run on blocks of ATT_KB keys against all R rows (cmf_cpu_vec dotb /
+ * axpyb, register-blocked at the SIMD levels).
+ * Scratch (per thread, sized in cpu_attention): Qs, Os, S [R][ke - kb],
+ * then a block of [ATT_KB][d] K or V rows. */
 static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     (void)n_tasks;
     attn_ctx *c = vctx;
@@ -215,15 +221,16 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     float *Qs = cmf_cpu_pool_scratch(c->pool, thread, 0); /* grown before the job */
     float *Os = Qs + (size_t)ATT_TILE * group * d;
     float *S = Os + (size_t)ATT_TILE * group * d;
-    float *row = S + (size_t)ATT_TILE * group * c->max_span;
+    float *blk = S + (size_t)ATT_TILE * group * c->max_span;
     for (uint32_t t = t0; t < t1; t++)
         memcpy(Qs + (size_t)(t - t0) * group * d, a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d,
                (size_t)group * d * sizeof(float));
     memset(Os, 0, (size_t)R * d * sizeof(float));
     /* scores */
-    for (uint32_t p = kb; p < ke; p++) {
-        const float *k = row_f32(vec, kv_row(v, v->k_base, p, kv_dim, kvh * d), v->f16, d, row);
-        vec->dotn(k, Qs, d, R, d, S + (p - kb), nk);
+    for (uint32_t p = kb; p < ke; p += ATT_KB) {
+        uint32_t nb = ke - p < ATT_KB ? ke - p : ATT_KB;
+        const float *K = kv_block(vec, v, v->k_base, p, nb, kv_dim, kvh * d, d, blk);
+        vec->dotb(K, nb, Qs, d, R, d, S + (p - kb), nk);
     }
     /* scale, softcap, mask, softmax per row, normalised in place */
     for (uint32_t t = t0; t < t1; t++) {
@@ -244,9 +251,10 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
         }
     }
     /* weighted sum of values */
-    for (uint32_t p = kb; p < ke; p++) {
-        const float *vr = row_f32(vec, kv_row(v, v->v_base, p, kv_dim, kvh * d), v->f16, d, row);
-        vec->axpyn(Os, d, R, S + (p - kb), nk, vr, d);
+    for (uint32_t p = kb; p < ke; p += ATT_KB) {
+        uint32_t nb = ke - p < ATT_KB ? ke - p : ATT_KB;
+        const float *V = kv_block(vec, v, v->v_base, p, nb, kv_dim, kvh * d, d, blk);
+        vec->axpyb(Os, d, R, S + (p - kb), nk, V, nb, d);
     }
     for (uint32_t t = t0; t < t1; t++)
         memcpy(a->out + (size_t)t * a->n_head * d + (size_t)kvh * group * d, Os + (size_t)(t - t0) * group * d,
@@ -285,7 +293,7 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
     cmf_cpu_pool *pool = pool_of(b);
     attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_level_get()), pool, tile0, n_tiles, max_span};
     size_t rows = (size_t)ATT_TILE * group;
-    size_t bytes = (rows * (2 * (size_t)a->head_dim + max_span) + a->head_dim) * sizeof(float);
+    size_t bytes = (rows * (2 * (size_t)a->head_dim + max_span) + ATT_KB * (size_t)a->head_dim) * sizeof(float);
     for (int t = 0; t < cmf_cpu_pool_threads(pool); t++)
         if (!cmf_cpu_pool_scratch(pool, t, bytes)) {
             free(tile0);

@@ -2,8 +2,8 @@
  * vec.c — small float-vector primitives of the CPU backend: rows of the
  * f16 KV cache to float, dot products and y += a*x, the inner loops of
  * attention (ops_cpu.c). Chosen by CPU level like the matmul kernels: the
- * x86 SIMD levels use the AVX2 + FMA + F16C versions of vec_avx2.c, every
- * other level (and CMF_CPU=ref) the plain C below.
+ * AVX2 level uses vec_avx2.c (AVX2 + FMA + F16C), the AVX-512 levels
+ * vec_avx512.c, every other level (and CMF_CPU=ref) the plain C below.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec_int.h"
@@ -45,14 +45,16 @@ static void axpy_c(float *y, float a, const float *x, size_t n) {
     for (size_t j = 0; j < n; j++) y[j] += a * x[j];
 }
 
-static void dotn_c(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s,
-                   size_t lds) {
-    for (size_t r = 0; r < nq; r++) s[r * lds] = dot_c(Q + r * ldq, k, d);
+static void dotb_c(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d,
+                   float *S, size_t lds) {
+    for (size_t r = 0; r < nq; r++)
+        for (size_t p = 0; p < nk; p++) S[r * lds + p] = dot_c(Q + r * ldq, K + p * d, d);
 }
 
-static void axpyn_c(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v,
-                    size_t d) {
-    for (size_t r = 0; r < no; r++) axpy_c(O + r * ldo, w[r * ldw], v, d);
+static void axpyb_c(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *V,
+                    size_t nv, size_t d) {
+    for (size_t p = 0; p < nv; p++)
+        for (size_t r = 0; r < no; r++) axpy_c(O + r * ldo, w[r * ldw + p], V + p * d, d);
 }
 
 static float exp_sum_c(float *s, size_t n, float mx) {
@@ -65,18 +67,21 @@ static void silu_mul_c(float *out, const float *g, const float *u, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c, axpy_c, dotn_c, axpyn_c, exp_sum_c, silu_mul_c};
+static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c, axpy_c, dotb_c, axpyb_c, exp_sum_c, silu_mul_c};
 #if defined(__x86_64__) || defined(__i386__)
-static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2, vec_axpy_avx2, vec_dotn_avx2,
-                                     vec_axpyn_avx2, vec_exp_sum_avx2, vec_silu_mul_avx2};
+static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2, vec_axpy_avx2, vec_dotb_avx2,
+                                     vec_axpyb_avx2, vec_exp_sum_avx2, vec_silu_mul_avx2};
+static const cmf_cpu_vec vec_avx512 = {vec_f16_to_f32_avx512, vec_dot_avx512, vec_axpy_avx512,
+                                       vec_dotb_avx512, vec_axpyb_avx512, vec_exp_sum_avx512,
+                                       vec_silu_mul_avx512};
 #endif
 
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l) {
     switch (l) {
 #if defined(__x86_64__) || defined(__i386__)
-    case CMF_CPU_AVX2:
+    case CMF_CPU_AVX2: return &vec_avx2;
     case CMF_CPU_AVX512:
-    case CMF_CPU_AVX512VNNI: return &vec_avx2;
+    case CMF_CPU_AVX512VNNI: return &vec_avx512;
 #endif
     default: return &vec_c;
     }

@@ -49,11 +49,10 @@ void vec_axpy_avx2(float *y, float a, const float *x, size_t n) {
     for (; j < n; j++) y[j] += a * x[j];
 }
 
-/* Eight query rows at a time: each 8-float chunk of k is loaded once and
- * FMA'd into 8 row accumulators, then one horizontal-add tree turns the 8
- * accumulators into the 8 dot products. */
-void vec_dotn_avx2(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s,
-                   size_t lds) {
+/* One key k against nq query rows, eight rows at a time: each 8-float
+ * chunk of k is loaded once and FMA'd into 8 row accumulators, then one
+ * horizontal-add tree turns the 8 accumulators into the 8 dot products. */
+static void dotn(const float *k, const float *Q, size_t ldq, size_t nq, size_t d, float *s, size_t lds) {
     size_t r = 0, d8 = d & ~(size_t)7;
     for (; r + 8 <= nq; r += 8) {
         __m256 acc[8];
@@ -80,12 +79,19 @@ void vec_dotn_avx2(const float *k, const float *Q, size_t ldq, size_t nq, size_t
     for (; r < nq; r++) s[r * lds] = vec_dot_avx2(Q + r * ldq, k, d);
 }
 
-void vec_axpyn_avx2(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *v,
-                    size_t d) {
-    for (size_t r = 0; r < no; r++) {
-        float wr = w[r * ldw];
-        if (wr != 0.0f) vec_axpy_avx2(O + r * ldo, wr, v, d);
-    }
+void vec_dotb_avx2(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d,
+                   float *S, size_t lds) {
+    for (size_t p = 0; p < nk; p++) dotn(K + p * d, Q, ldq, nq, d, S + p, lds);
+}
+
+/* key by key (keys in increasing order per element), zero weights skipped */
+void vec_axpyb_avx2(float *O, size_t ldo, size_t no, const float *w, size_t ldw, const float *V,
+                    size_t nv, size_t d) {
+    for (size_t p = 0; p < nv; p++)
+        for (size_t r = 0; r < no; r++) {
+            float wr = w[r * ldw + p];
+            if (wr != 0.0f) vec_axpy_avx2(O + r * ldo, wr, V + p * d, d);
+        }
 }
 
 static inline __m256 exp8(__m256 x) {
