@@ -9,7 +9,12 @@
 # `cmf bench` on both files, and prints:
 #   decode tok/s, the roofline (bandwidth / weight bytes read per token), the
 #   fraction of it reached, prefill tok/s and GFLOP/s (2 flops per matrix
-#   weight per token), and the ratio to llama.cpp.
+#   weight per token), and the ratio to llama.cpp;
+#   then REPS more decode runs per file, each between two probes, with the
+#   fraction of the roofline of that moment (the higher of its two probes).
+# The host's bandwidth moves (30-70 GB/s on the development VM), so the first
+# fraction (against the highest probe of the whole run) is the conservative
+# one; the second compares decode with the memory it actually had.
 #
 # llama.cpp baseline: with LLAMACPP=1 the same random model is also written
 # as GGUF Q8_0 and Q4_0 files (bench/gguf_write.py, llama.cpp's quantizers),
@@ -119,10 +124,25 @@ for t in $threads; do
   done
 done
 probe
+# Decode against the bandwidth of the same moment: REPS single decode runs
+# per file, each between two probes; its roofline is the higher of the two.
+pairs=()
+for t in $threads; do
+  tflag=(); [ "$t" != 0 ] && tflag=(-t "$t")
+  for q in q8 q4tp; do
+    for r in $(seq 1 "$reps"); do
+      before=$("$membw" -s 1024 -r 3 | sed -E 's/^membw: ([0-9.]+) GB\/s.*/\1/')
+      "$cmf" bench "$work/$q.cmf" -p 0 -n "$tg" -r 1 "${tflag[@]}" --json > "$work/$q.t$t.pair$r.json"
+      after=$("$membw" -s 1024 -r 3 | sed -E 's/^membw: ([0-9.]+) GB\/s.*/\1/')
+      pairs+=("$q:$t:$before:$after:$work/$q.t$t.pair$r.json")
+    done
+  done
+done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 - "${bws[*]}" "${jsons[@]}" <<'PY'
-import json, sys
+/usr/bin/python3 - "${bws[*]}" "${pairs[*]}" "${jsons[@]}" <<'PY'
+import json, statistics, sys
 probes = [float(v) for v in sys.argv[1].split()]
+pairs = [p.split(":", 4) for p in sys.argv[2].split()]
 bw = max(probes) * 1e9
 # issue 4's llama.cpp figures (another 2-core AVX-512 VNNI machine): tg, pp128
 quoted = {"q8": (12.3, 70.0), "q4tp": (20.0, 84.0)}
@@ -134,7 +154,7 @@ print(f"\nread bandwidth {bw/1e9:.2f} GB/s (highest of the probes in this run: "
 print(f"{'quant':6} {'thr':>3} {'GB/tok':>7} {'roofline':>9} {'tg tok/s':>16} {'of roof':>8} {'best':>7}"
       f" {'pp tok/s':>16} {'GFLOP/s':>8} {'best':>7}")
 cmp, notes, any_quoted = [], [], False
-for arg in sys.argv[2:]:
+for arg in sys.argv[3:]:
     q, path, ll = arg.split(":", 2)
     rows = {r["test"][:2]: r for r in json.load(open(path))}
     tg, pp = rows["tg"], rows["pp"]
@@ -169,6 +189,20 @@ for q, tg, pp, ltg, lpp in cmp:
         label = f"{q} vs {gname[q]}*"
         print(f"{label:15} {tg['threads']:3d} {ms(tg):>16} {qt:9.2f} quoted {tg['avg_ts']/qt:5.2f}x {'':>6}"
               f"  {ms(pp):>16} {qp:9.2f} quoted {pp['avg_ts']/qp:5.2f}x")
+if pairs:
+    print("\ndecode between two probes (roofline of each run = the higher of its two probes;"
+          " this host's bandwidth moves within a run):")
+    print(f"{'quant':6} {'thr':>3} {'tg tok/s':>9} {'GB/s':>6} {'probes GB/s':>14} {'of roof':>8}")
+    frac = {}
+    for q, t, b0, b1, path in pairs:
+        r = json.load(open(path))[0]
+        gbs = r["avg_ts"] * r["bytes_per_token"] / 1e9
+        f = gbs / max(float(b0), float(b1))
+        frac.setdefault((q, r["threads"]), []).append(f)
+        print(f"{q:6} {r['threads']:3d} {r['avg_ts']:9.2f} {gbs:6.1f} {float(b0):6.1f} {float(b1):6.1f} {100*f:7.0f}%")
+    for (q, t), fs in frac.items():
+        print(f"{q} ({t} threads): median {100*statistics.median(fs):.0f} % of the roofline"
+              f" (range {100*min(fs):.0f}-{100*max(fs):.0f} %, {len(fs)} runs)")
 for n in notes:
     print("measured in this run: " + n)
 if notes:
