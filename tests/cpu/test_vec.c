@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -112,6 +113,27 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
             for (size_t i = 0; i < d; i++)
                 CHECK(fabs(y[i] - (y0[i] + 0.75 * k[i])) <= 1e-6 * (fabs(y[i]) + 1), "%s: axpy d=%zu", lv, d);
         }
+    /* edges, as the plain C versions: a NaN score stays NaN (and so does the
+     * sum); silu of a gate below the exp clamp is -0 however large, of -inf
+     * NaN (-inf / inf), of NaN NaN. 17 lanes: a full vector and a tail. */
+    float e[17], g[17], u[17], out[17];
+    for (int i = 0; i < 17; i++) e[i] = (float)i - 8.0f, g[i] = (float)i, u[i] = 1.0f;
+    e[3] = NAN;
+    e[16] = NAN;
+    float sum = v->exp_sum(e, 17, 1.0f);
+    CHECK(isnan(e[3]) && isnan(e[16]) && isnan(sum), "%s: exp_sum hid a NaN score: %g %g sum %g", lv, e[3], e[16],
+          sum);
+    CHECK(fabs(e[8] - exp(-1.0)) <= 1e-6, "%s: exp_sum next to NaN: %g", lv, e[8]);
+    static const float big[] = {-FLT_MAX, -1e38f, -1e30f, -1000.0f, -89.0f};
+    for (int i = 0; i < 5; i++) g[i] = big[i], g[16 - i] = big[i];
+    g[6] = -INFINITY;
+    g[7] = NAN;
+    v->silu_mul(out, g, u, 17);
+    for (int i = 0; i < 17; i++) {
+        double want = (double)g[i] / (1.0 + exp(-(double)g[i]));
+        if (isnan(g[i]) || isinf(g[i])) CHECK(isnan(out[i]), "%s: silu(%g) = %g, want NaN", lv, g[i], out[i]);
+        else CHECK(fabs(out[i] - want) <= 1e-6 * (fabs(want) + 1e-30), "%s: silu(%g) = %g vs %g", lv, g[i], out[i], want);
+    }
 }
 
 int main(void) {

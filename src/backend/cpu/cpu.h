@@ -71,9 +71,11 @@ cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l);
  *   axpyb:      O[r*ldo + j] += sum over p < nv of w[r*ldw + p] * V[p*d + j]
  *               for r < no, j < d (a block of nv value rows into no output
  *               rows; per element the keys are added in increasing p);
- *   exp_sum:    s[i] = exp(s[i] - mx) for i < n (exp(-inf) = 0), returns
- *               the sum (softmax); relative error ~2e-7 at the SIMD level;
- *   silu_mul:   out[i] = silu(g[i]) * u[i] = g/(1 + exp(-g)) * u (SwiGLU);
+ *   exp_sum:    s[i] = exp(s[i] - mx) for i < n (exp(-inf) = 0, a NaN
+ *               stays NaN), returns the sum (softmax); relative error ~2e-7
+ *               at the SIMD levels;
+ *   silu_mul:   out[i] = silu(g[i]) * u[i] = g/(1 + exp(-g)) * u (SwiGLU;
+ *               -0 below about -88.7, NaN for -inf and NaN as in C);
  *               out may alias g or u. */
 typedef struct cmf_cpu_vec {
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);

@@ -96,7 +96,7 @@ void vec_axpyb_avx2(float *O, size_t ldo, size_t no, const float *w, size_t ldw,
 
 static inline __m256 exp8(__m256 x) {
     const __m256 hi = _mm256_set1_ps(VEC_EXP_HI), lo = _mm256_set1_ps(VEC_EXP_LO);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
     x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
     __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(VEC_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -110,7 +110,9 @@ static inline __m256 exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(VEC_EXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    /* below LO: 0; NaN in, NaN out (the clamps would make it exp(LO)) */
+    __m256 res = _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    return _mm256_blendv_ps(res, _mm256_set1_ps(NAN), nan);
 }
 
 float vec_exp_sum_avx2(float *s, size_t n, float mx) {

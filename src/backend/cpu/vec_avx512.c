@@ -16,7 +16,6 @@
  */
 #include "backend/cpu/vec_int.h"
 
-#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -144,7 +143,7 @@ void vec_axpyb_avx512(float *O, size_t ldo, size_t no, const float *w, size_t ld
 
 AI __m512 exp16(__m512 x) {
     const __m512 hi = _mm512_set1_ps(VEC_EXP_HI), lo = _mm512_set1_ps(VEC_EXP_LO);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(VEC_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -158,7 +157,9 @@ AI __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VEC_EXP_P5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+    /* below LO: 0; NaN in, NaN out (the clamps would make it exp(LO)) */
+    __m512 res = _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+    return _mm512_mask_mov_ps(res, nan, _mm512_set1_ps(NAN));
 }
 
 float vec_exp_sum_avx512(float *s, size_t n, float mx) {
@@ -180,14 +181,13 @@ void vec_silu_mul_avx512(float *out, const float *g, const float *u, size_t n) {
         __mmask16 l = lanes(n - j);
         __m512 x = _mm512_maskz_loadu_ps(l, g + j);
         /* sigmoid = 1/a, a = 1 + exp(-x): rcp14 and one Newton step
-         * r(2 - a r) (~2^-28 relative; vdivps is slow). exp16 overflows to
-         * inf at its clamp (x <= -88.7) and inf * 0 would be NaN: a is
-         * capped at FLT_MAX, whose rcp14 is 0 (a NaN x stays NaN through
-         * the final product with x). */
-        __m512 a = _mm512_add_ps(one, exp16(_mm512_sub_ps(zero, x)));
-        a = _mm512_min_ps(a, _mm512_set1_ps(FLT_MAX));
-        __m512 r = _mm512_rcp14_ps(a);
-        __m512 sig = _mm512_mul_ps(r, _mm512_fnmadd_ps(a, r, _mm512_set1_ps(2.0f)));
+         * r(2 - a r) (~2^-28 relative; vdivps is slow). Where exp16
+         * overflowed (x <= -88.7, a = inf) the sigmoid is 0, as 1/inf is:
+         * the Newton step would give inf * 0 = NaN there. A NaN x gives a
+         * NaN a, kept. */
+        __m512 a = _mm512_add_ps(one, exp16(_mm512_sub_ps(zero, x))), r = _mm512_rcp14_ps(a);
+        __mmask16 inf = _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
+        __m512 sig = _mm512_maskz_mul_ps((__mmask16)~inf, r, _mm512_fnmadd_ps(a, r, _mm512_set1_ps(2.0f)));
         _mm512_mask_storeu_ps(out + j, l, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(l, u + j)));
     }
 }
