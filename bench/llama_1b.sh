@@ -26,7 +26,8 @@
 # issue 4 (same shape, another 2-core AVX-512 VNNI machine: tg 12.3 (Q8_0) /
 # 20.0 (Q4_0) tok/s, pp128 70 / 84 tok/s), labelled as such.
 #
-# usage: bench/llama_1b.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/cmf_llama_1b)
+# usage: bench/llama_1b.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/cmf_llama_1b;
+#   WORK_DIR without spaces or ":", which separate the result lists)
 #   env: THREADS (default: physical cores; a list such as "1 2" runs each),
 #        PP (128), TG (64), REPS (3),
 #        LLAMACPP (0; 1 = measure llama.cpp in this run, needs node >= 20 and npm),
