@@ -35,7 +35,7 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
     }
     CHECK(bad == 0, "%s: f16_to_f32 wrong on %d values", lv, bad);
     static const size_t ds[] = {1, 3, 8, 13, 64, 72, 130};
-    static const size_t nqs[] = {1, 2, 7, 8, 9, 17};
+    static const size_t nqs[] = {1, 2, 4, 6, 7, 8, 9, 17};
     enum { MAXD = 130, MAXQ = 17, LD = 140 };
     enum { MAXK = 5, LDS = 7, LDW = 6 };
     float Q[MAXQ * LD], K[MAXK * MAXD], s[MAXQ * LDS], O[MAXQ * LD], O0[MAXQ * LD], w[MAXQ * LDW];

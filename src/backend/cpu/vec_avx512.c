@@ -5,7 +5,8 @@
  * of scalar. The attention blocks are register-blocked:
  *  - dotb: 8 query rows x 2 keys = 16 accumulators, so each query vector
  *    loaded feeds two keys; the 8 row sums of a key are reduced together
- *    (512 -> 256 fold, then the hadd tree of vec_avx2.c);
+ *    (512 -> 256 fold, then the hadd tree of vec_avx2.c); a tail of 1-7
+ *    rows runs the same loop with fewer rows;
  *  - axpyb: 4 output rows x 64 columns stay in 16 accumulators while the
  *    whole key block is summed into them (per key: 4 loads of V, 4
  *    broadcasts, 16 FMAs), where one-key-at-a-time code loads and stores
@@ -68,15 +69,16 @@ AI void reduce8(const __m512 acc[8], float *out) {
     _mm256_storeu_ps(out, _mm256_add_ps(lo, hi));
 }
 
-/* Keys k0 (and k1 if two) against query rows [r, r+8). */
-AI void dot8(const float *k0, const float *k1, const int two, const float *Q, size_t ldq, size_t d,
-             float *s0, float *s1, size_t lds) {
+/* Keys k0 (and k1 if two) against query rows [0, R) of Q, R <= 8 (the
+ * unused accumulators stay zero and are not stored). */
+AI void dot8(const float *k0, const float *k1, const int two, const int R, const float *Q, size_t ldq,
+             size_t d, float *s0, float *s1, size_t lds) {
     __m512 a[8], b[8];
     for (int i = 0; i < 8; i++) a[i] = b[i] = _mm512_setzero_ps();
     for (size_t j = 0; j < d; j += 16) {
         __mmask16 m = lanes(d - j);
         __m512 x0 = _mm512_maskz_loadu_ps(m, k0 + j), x1 = two ? _mm512_maskz_loadu_ps(m, k1 + j) : x0;
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < R; i++) {
             __m512 q = _mm512_maskz_loadu_ps(m, Q + (size_t)i * ldq + j);
             a[i] = _mm512_fmadd_ps(q, x0, a[i]);
             if (two) b[i] = _mm512_fmadd_ps(q, x1, b[i]);
@@ -84,25 +86,39 @@ AI void dot8(const float *k0, const float *k1, const int two, const float *Q, si
     }
     float o[8];
     reduce8(a, o);
-    for (int i = 0; i < 8; i++) s0[(size_t)i * lds] = o[i];
+    for (int i = 0; i < R; i++) s0[(size_t)i * lds] = o[i];
     if (two) {
         reduce8(b, o);
-        for (int i = 0; i < 8; i++) s1[(size_t)i * lds] = o[i];
+        for (int i = 0; i < R; i++) s1[(size_t)i * lds] = o[i];
     }
 }
 
+/* Query rows [0, R) against all nk keys, two keys per pass. */
+AI void dot_rows(const float *K, size_t nk, const int R, const float *q, size_t ldq, size_t d, float *s,
+                 size_t lds) {
+    size_t p = 0;
+    for (; p + 2 <= nk; p += 2) dot8(K + p * d, K + (p + 1) * d, 1, R, q, ldq, d, s + p, s + p + 1, lds);
+    if (p < nk) dot8(K + p * d, NULL, 0, R, q, ldq, d, s + p, NULL, lds);
+}
+
+/* Rows in groups of 8; a tail of 1-7 (decode with a GQA group under 8)
+ * takes the same loop with fewer rows. */
 void vec_dotb_avx512(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d,
                      float *S, size_t lds) {
     size_t r = 0;
-    for (; r + 8 <= nq; r += 8) {
-        const float *q = Q + r * ldq;
-        float *s = S + r * lds;
-        size_t p = 0;
-        for (; p + 2 <= nk; p += 2) dot8(K + p * d, K + (p + 1) * d, 1, q, ldq, d, s + p, s + p + 1, lds);
-        if (p < nk) dot8(K + p * d, NULL, 0, q, ldq, d, s + p, NULL, lds);
+    for (; r + 8 <= nq; r += 8) dot_rows(K, nk, 8, Q + r * ldq, ldq, d, S + r * lds, lds);
+    const float *q = Q + r * ldq;
+    float *s = S + r * lds;
+    switch (nq - r) {
+    case 7: dot_rows(K, nk, 7, q, ldq, d, s, lds); break;
+    case 6: dot_rows(K, nk, 6, q, ldq, d, s, lds); break;
+    case 5: dot_rows(K, nk, 5, q, ldq, d, s, lds); break;
+    case 4: dot_rows(K, nk, 4, q, ldq, d, s, lds); break;
+    case 3: dot_rows(K, nk, 3, q, ldq, d, s, lds); break;
+    case 2: dot_rows(K, nk, 2, q, ldq, d, s, lds); break;
+    case 1: dot_rows(K, nk, 1, q, ldq, d, s, lds); break;
+    default: break;
     }
-    for (; r < nq; r++)
-        for (size_t p = 0; p < nk; p++) S[r * lds + p] = vec_dot_avx512(Q + r * ldq, K + p * d, d);
 }
 
 /* Rows [0, R) of O, columns [j, j + 64) (lanes past d masked), += the
