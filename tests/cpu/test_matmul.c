@@ -10,7 +10,9 @@
  * rounding (1e-5 * sum|w*x|); kernels that quantize X to int8 per 32-block
  * (d = absmax/127, round to nearest) may differ by at most
  * sum_b d_b/2 * sum_{i in b} |w_i| plus that rounding term (q4 weights);
- * with the residual plane used for q8 weights the bound is d_b/256. The ref level
+ * with the residual plane used for q8 weights the bound is d_b/256 (d of
+ * the superblock of 256 inputs for the AVX-512 q8 kernels below the GEMM
+ * threshold). The ref level
  * must match to rounding. For q4 kernels the rounding term also covers the
  * int32 lanes before the -8 offset cancels (16 * dw_b * sum|x| * 1e-5). Also: cmf_cpu_decode_row bit-equal to
  * cmf_tensor_decode, threaded == unthreaded bit for bit, argument errors.
@@ -109,8 +111,9 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
     double *truth = malloc(sizeof(double) * (size_t)n * nrows);
     double *tol_f = malloc(sizeof(double) * (size_t)n * nrows);
     double *tol_q = malloc(sizeof(double) * (size_t)n * nrows);
+    double *tol_sb = malloc(sizeof(double) * (size_t)n * nrows);
     float *col = malloc(sizeof(float) * in);
-    if (!X || !Y || !Y1 || !truth || !tol_f || !tol_q || !col) {
+    if (!X || !Y || !Y1 || !truth || !tol_f || !tol_q || !tol_sb || !col) {
         CHECK(0, "out of memory");
         goto out;
     }
@@ -152,6 +155,19 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
                 bool q8 = dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F;
                 q += amax / 127.0 * (q8 ? 1.0 / 256.0 : 0.5) * 1.001 * sw;
             }
+            /* q8 weights at the AVX-512 levels below the GEMM: one scale per
+             * superblock of MM_SB inputs, error per element <= d_sb/256 */
+            double qsb = 0;
+            for (uint64_t g0 = 0; g0 < in; g0 += MM_SB) {
+                double amax = 0, sw = 0;
+                for (uint64_t i = g0; i < in && i < g0 + MM_SB; i++) {
+                    double xv = fabs((double)x[i] * col[i]);
+                    amax = xv > amax ? xv : amax;
+                    sw += fabs((double)w[i] / col[i]);
+                }
+                qsb += amax / 127.0 / 256.0 * 1.001 * sw;
+            }
+            tol_sb[(size_t)t * nrows + r] = qsb + 2e-5 * sa + 1e-6;
             truth[(size_t)t * nrows + r] = s;
             tol_f[(size_t)t * nrows + r] = 2e-5 * sa + 1e-6;
             tol_q[(size_t)t * nrows + r] = q + 2e-5 * sa + 1e-6;
@@ -169,11 +185,13 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
         CHECK(st == CMF_OK, "%s: %s", cmf_dtype_name(dt), e.msg);
         if (st != CMF_OK) continue;
         bool q = levels[li] != CMF_CPU_REF && int8_act(dt, in);
+        bool sb = (levels[li] == CMF_CPU_AVX512 || levels[li] == CMF_CPU_AVX512VNNI) &&
+                  (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F) && n < MM_GEMM_MIN_N_Q8;
         int bad = 0;
         for (int t = 0; t < n && bad < 3; t++)
             for (uint64_t r = 0; r < nrows && bad < 3; r++) {
                 double y = Y[(size_t)t * ldy + r], tr = truth[(size_t)t * nrows + r];
-                double tol = (q ? tol_q : tol_f)[(size_t)t * nrows + r];
+                double tol = (sb ? tol_sb : q ? tol_q : tol_f)[(size_t)t * nrows + r];
                 if (!(fabs(y - tr) <= tol)) {
                     bad++;
                     CHECK(0, "%s level %s rows=%llu in=%llu n=%d row0=%llu: Y[%d,%llu]=%.7g truth %.7g tol %.3g",
@@ -220,6 +238,7 @@ out:
     free(truth);
     free(tol_f);
     free(tol_q);
+    free(tol_sb);
     free(col);
     unbuild(&b);
 }
@@ -330,8 +349,8 @@ out:
 
 #if defined(__x86_64__) || defined(__i386__)
 /* The AVX-512 activation quantizer against the portable one, byte for byte
- * on every plane (q, q2, d, s, de, se), odd lengths and q8_2f column factors
- * included. */
+ * on every plane (q4: q, d, s, de, se; q8: q, q2, dsb, ssb), odd lengths and
+ * q8_2f column factors included. */
 static void test_quant(void) {
     cmf_cpu_level was = cmf_cpu_level_get();
     if (was != CMF_CPU_AVX512 && was != CMF_CPU_AVX512VNNI) {
@@ -365,33 +384,23 @@ static void test_quant(void) {
                         X[128 + i] = i == 9 ? -INFINITY : 1e-37f;
                     }
                 for (uint64_t i = 0; i < in; i++) col[i] = cmf_f32_to_f16(0.5f + (float)urand());
+                int layout = q4 ? MM_LAYOUT_QUAD : MM_LAYOUT_SB;
+                size_t bytes = 0;
                 for (int v = 0; v < 2; v++) {
                     memset(&a[v], 0, sizeof a[v]);
-                    a[v].n = n;
-                    a[v].in = in;
-                    a[v].nb = (uint32_t)((in + 31) / 32);
-                    a[v].np = (a[v].nb + 1) / 2;
-                    if (q4) a[v].np = (a[v].np + 1) & ~1u;
-                    a[v].qstride = (size_t)a[v].np * 64;
-                    size_t np = a[v].np, bytes = (size_t)n * np * (64 * 2 + 64 * 2 + 16);
-                    buf[v] = calloc(1, bytes);
+                    bytes = mm_act_size(&a[v], n, in, layout);
+                    buf[v] = aligned_alloc(64, bytes);
                     CHECK(buf[v] != NULL, "alloc");
                     if (!buf[v]) return;
-                    uint8_t *bp = buf[v];
-                    a[v].q = (int8_t *)bp;
-                    a[v].q2 = q4 ? NULL : (int8_t *)(bp + np * 64 * n);
-                    a[v].de = (float *)(bp + np * 128 * n);
-                    a[v].se = (int32_t *)(bp + np * 192 * n);
-                    a[v].d = (float *)(bp + np * 256 * n);
-                    a[v].s = (int32_t *)(bp + np * 264 * n);
+                    memset(buf[v], 0x5A, bytes); /* plane padding reads the same in both */
+                    mm_act_bind(&a[v], buf[v], layout);
                     for (int t = 0; t < n; t++) {
                         const uint8_t *c = use_col ? (const uint8_t *)col : NULL;
-                        if (v == 0) mm_quant_ref(&a[v], X, c, q4 ? 2 : 0, true, t);
+                        if (v == 0) mm_quant_ref(&a[v], X, c, layout, t);
                         else mm_quant_avx512(&a[v], X, c, q4, t);
                     }
                 }
-                size_t np = a[0].np;
-                CHECK(memcmp(buf[0], buf[1], (size_t)n * np * (64 * 2 + 64 * 2 + 16)) == 0,
+                CHECK(memcmp(buf[0], buf[1], bytes) == 0,
                       "quantized activations differ: in %llu, %s, col %d", (unsigned long long)in,
                       q4 ? "q4" : "q8", use_col);
                 free(buf[0]);

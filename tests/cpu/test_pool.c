@@ -1,7 +1,9 @@
 /*
  * test_pool.c — the CPU thread pool: every task runs exactly once for
  * pools of 1..4 threads and task counts around the thread count; thread
- * indices are in range; nested runs execute serially; thousands of small
+ * indices are in range; ranged jobs (cmf_cpu_pool_run_ranged) run every
+ * task once, also when one range is slow and others take its tasks, and
+ * interleaved with dynamic jobs; nested runs execute serially; thousands of small
  * back-to-back jobs (the decode pattern) complete; per-thread scratch is
  * aligned and kept. Also sanity of feature detection / core counting.
  */
@@ -10,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct ctx {
     atomic_int *hits;
@@ -24,6 +27,22 @@ static void count_task(void *v, int task, int n_tasks, int thread) {
     (void)n_tasks;
     atomic_fetch_add(&c->hits[task], 1);
     if (thread < 0 || thread >= c->n_threads) atomic_store(&c->bad_thread, 1);
+}
+
+/* ranged jobs: count runs; the first quarter of the tasks (range 0 when
+ * there are 4 threads) is slow, so other threads take tasks from its back */
+typedef struct rctx {
+    atomic_int *hits;
+    int slow;
+} rctx;
+
+static void ranged_task(void *v, int task, int n_tasks) {
+    rctx *c = v;
+    if (c->slow && task < n_tasks / 4) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_fetch_add(&c->hits[task], 1);
 }
 
 static void inner(void *v, int task, int n_tasks) {
@@ -62,6 +81,36 @@ int main(void) {
             for (int i = 0; i < n; i++) CHECK(atomic_load(&hits[i]) == 1, "task %d ran %d times", i, atomic_load(&hits[i]));
             CHECK(!atomic_load(&c.bad_thread), "thread index out of range");
             free(hits);
+        }
+        /* ranged jobs: every task once, also with a slow range (stealing)
+         * and alternating with dynamic jobs (stale claims of the other kind) */
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+            for (int slow = 0; slow < 2; slow++) {
+                int n = counts[k];
+                if (slow && n > 64) continue;
+                atomic_int *hits = calloc((size_t)n, sizeof *hits);
+                REQUIRE(hits, "oom");
+                rctx rc = {hits, slow};
+                cmf_cpu_pool_run_ranged(p, ranged_task, &rc, n);
+                for (int i = 0; i < n; i++)
+                    CHECK(atomic_load(&hits[i]) == 1, "ranged: %d threads, %d tasks, slow %d: task %d ran %d times",
+                          nt, n, slow, i, atomic_load(&hits[i]));
+                free(hits);
+            }
+        {
+            int iters = quick ? 1000 : 10000;
+            atomic_int *h1 = calloc(7, sizeof *h1), *h2 = calloc(3, sizeof *h2);
+            REQUIRE(h1 && h2, "oom");
+            rctx rc = {h1, 0};
+            ctx c3 = {.hits = h2, .n_threads = nt};
+            for (int it = 0; it < iters; it++) {
+                cmf_cpu_pool_run_ranged(p, ranged_task, &rc, 7);
+                cmf_cpu_pool_run_t(p, count_task, &c3, 3);
+            }
+            for (int i = 0; i < 7; i++) CHECK(atomic_load(&h1[i]) == iters, "ranged/dynamic: %d", atomic_load(&h1[i]));
+            for (int i = 0; i < 3; i++) CHECK(atomic_load(&h2[i]) == iters, "dynamic/ranged: %d", atomic_load(&h2[i]));
+            free(h1);
+            free(h2);
         }
         ctx c = {.pool = p, .n_threads = nt};
         cmf_cpu_pool_run(p, outer, &c, 4);

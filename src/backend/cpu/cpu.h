@@ -114,6 +114,13 @@ int cmf_cpu_pool_threads(const cmf_cpu_pool *p);
 typedef void (*cmf_cpu_task_fn)(void *ctx, int task, int n_tasks);
 void cmf_cpu_pool_run(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks);
 
+/* Same tasks and guarantees, claimed in ranges: the tasks are cut into one
+ * contiguous range per thread, thread k runs the front of range k in
+ * order, then takes tasks from the backs of the others' ranges. For tasks
+ * whose order is their memory order (matmul row chunks: each thread reads
+ * one forward stream of weights). */
+void cmf_cpu_pool_run_ranged(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks);
+
 /* Same, also passing the index (0 .. threads-1) of the thread running the
  * task, e.g. to pick a per-thread scratch buffer. */
 typedef void (*cmf_cpu_task_fn_t)(void *ctx, int task, int n_tasks, int thread);

@@ -6,10 +6,12 @@
  * Work split: output rows are cut into chunks of a multiple of 4 rows whose
  * weights are at most 256 KiB (one forward stream for the prefetcher, and
  * a chunk stays in L2 while each tile of tokens runs over it) and at least
- * 4 chunks per thread for load balance;
- * threads take chunks dynamically. Activation quantization (see
- * matmul_int.h) runs once per call, one token per task, into the pool's
- * matmul buffer, so steady-state calls allocate nothing.
+ * 4 chunks per thread for load balance; threads take chunks in ranges
+ * (cmf_cpu_pool_run_ranged: each thread walks consecutive chunks, one
+ * weight stream, then takes chunks from the ends of the others' ranges).
+ * Activation quantization (see matmul_int.h) runs once per call, one token
+ * per task, into the pool's matmul buffer, so steady-state calls allocate
+ * nothing.
  * cmf_cpu_matmul_parts runs several products of one X (q/k/v, gate/up) with
  * one quantization and one pool job whose tasks are the chunks of all parts.
  *
@@ -111,77 +113,155 @@ typedef struct quant_ctx {
     const float *X;
     const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
     mm_act *a;
-    int layout;  /* 0 natural, 1 per-block even/odd, 2 quad-interleaved (matmul_int.h) */
-    bool expand;
+    int layout; /* MM_LAYOUT_* (matmul_int.h) */
 } quant_ctx;
 
+/* bytes of plane i of a in `layout` (0 for a plane the layout lacks), in
+ * binding order q, q2, de, se, d, s, dsb, ssb */
+static size_t act_plane(const mm_act *a, int layout, int i) {
+    size_t n = (size_t)a->n, np = a->np, sb = layout == MM_LAYOUT_SB;
+    bool q8 = layout == MM_LAYOUT_NATURAL || sb, quad = layout == MM_LAYOUT_QUAD;
+    size_t by[8] = {n * a->qstride, q8 ? n * a->qstride : 0, quad ? n * np * 64 : 0,
+                    quad ? n * np * 64 : 0, sb ? 0 : n * np * 8, sb ? 0 : n * np * 8,
+                    sb ? n * a->nsb * 4 : 0, sb ? n * a->nsb * 64 : 0};
+    return (by[i] + 63) & ~(size_t)63;
+}
+
+size_t mm_act_size(mm_act *a, int n, uint64_t in, int layout) {
+    if (in > (1u << 30)) return 0;
+    a->n = n;
+    a->in = in;
+    a->nb = (uint32_t)((in + 31) / 32);
+    a->np = (a->nb + 1) / 2;
+    if (layout == MM_LAYOUT_QUAD) a->np = (a->np + 1) & ~1u; /* whole quads of blocks */
+    a->qstride = (size_t)a->np * 64;
+    a->nsb = 0;
+    if (layout == MM_LAYOUT_SB) {
+        a->nsb = (uint32_t)((in + MM_SB - 1) / MM_SB);
+        a->qstride = (size_t)a->nsb * MM_SB;
+    }
+    size_t bytes = 0;
+    for (int i = 0; i < 8; i++) bytes += act_plane(a, layout, i);
+    return bytes;
+}
+
+void mm_act_bind(mm_act *a, void *buf, int layout) {
+    uint8_t *bp = buf;
+    void *pl[8];
+    for (int i = 0; i < 8; i++) {
+        size_t by = act_plane(a, layout, i);
+        pl[i] = by ? bp : NULL;
+        bp += by;
+    }
+    a->q = pl[0];
+    a->q2 = pl[1];
+    a->de = pl[2];
+    a->se = pl[3];
+    a->d = pl[4];
+    a->s = pl[5];
+    a->dsb = pl[6];
+    a->ssb = pl[7];
+}
+
+/* The scale of a group of cnt values v (max |v| = amax, nonfinite: one is
+ * inf/NaN) quantized to [-127, 127]: returns d = amax/127, *inv = 127/amax,
+ * with the edge rules of mm_block_scale (avx512_util.h): an inverse that
+ * overflows (amax < 127/FLT_MAX) zeroes the group with d = 0; inf or NaN
+ * zeroes it with d = NaN (the dot products that read it are NaN). */
+static float group_scale(float *v, int cnt, float amax, bool nonfinite, float *inv) {
+    float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    if (nonfinite || !(id <= FLT_MAX)) {
+        for (int i = 0; i < cnt; i++) v[i] = 0.0f;
+        id = 0.0f;
+        dd = nonfinite ? NAN : 0.0f;
+    }
+    *inv = id;
+    return dd;
+}
+
+/* X (times col) at inputs [i0, i0 + cnt) into v, zero past in; returns max
+ * |v| and sets *nonfinite. */
+static float load_group(const float *x, const uint8_t *col, uint64_t in, uint64_t i0, int cnt,
+                        float *v, bool *nonfinite) {
+    float amax = 0.0f;
+    *nonfinite = false;
+    for (int i = 0; i < cnt; i++) {
+        uint64_t k = i0 + (uint64_t)i;
+        float xv = k < in ? x[k] : 0.0f;
+        if (col && k < in) xv *= cmf_f16_to_f32(rd16(col + 2 * k));
+        v[i] = xv;
+        *nonfinite |= !isfinite(xv);
+        float av = fabsf(xv);
+        amax = av > amax ? av : amax;
+    }
+    return amax;
+}
+
+/* round(u) to nearest even, clamped to [-127, 127]: |u| <= 127 * 256 <
+ * 2^22, so adding and subtracting 1.5*2^23 rounds exactly (as lrintf, but
+ * vectorizable) */
+static inline int round127(float u) {
+    int r = (int)((u + 12582912.0f) - 12582912.0f);
+    return r > 127 ? 127 : r < -127 ? -127 : r;
+}
+
+/* MM_LAYOUT_SB: per superblock of MM_SB inputs d = absmax/127, q, the
+ * residual q2 in units of d/256 ((u - q) * 256 is exact), dsb = d/256 and
+ * the VNNI start lanes ssb (matmul_int.h). */
+static void quant_sb(const mm_act *a, const float *X, const uint8_t *col, int t) {
+    const float *x = X + (size_t)t * a->in;
+    for (uint32_t g = 0; g < a->nsb; g++) {
+        float v[MM_SB], id;
+        bool nonfinite;
+        float amax = load_group(x, col, a->in, (uint64_t)g * MM_SB, MM_SB, v, &nonfinite);
+        float dd = group_scale(v, MM_SB, amax, nonfinite, &id);
+        int8_t *qg = a->q + (size_t)t * a->qstride + (size_t)g * MM_SB;
+        int8_t *q2g = a->q2 + (size_t)t * a->qstride + (size_t)g * MM_SB;
+        int32_t *se = a->ssb + ((size_t)t * a->nsb + g) * 16;
+        for (int l = 0; l < 16; l++) se[l] = 0;
+        for (int i = 0; i < MM_SB; i++) {
+            float u = v[i] * id;
+            int qi = round127(u), r = round127((u - (float)qi) * 256.0f);
+            qg[i] = (int8_t)qi;
+            q2g[i] = (int8_t)r;
+            se[(i % 64) / 4] -= 128 * (256 * qi + r);
+        }
+        a->dsb[(size_t)t * a->nsb + g] = dd * (1.0f / 256.0f);
+    }
+}
+
 /* Quantize token t: per block of 32, d = absmax/127, q = round(x/d). */
-void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, bool expand,
-                  int t) {
+void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, int t) {
+    if (layout == MM_LAYOUT_SB) {
+        quant_sb(a, X, col, t);
+        return;
+    }
     const float *x = X + (size_t)t * a->in;
     int8_t *q = a->q + (size_t)t * a->qstride;
     float *d = a->d + (size_t)t * a->np * 2;
     int32_t *s = a->s + (size_t)t * a->np * 2;
     for (uint32_t b = 0; b < 2 * a->np; b++) {
-        float v[32];
-        uint64_t i0 = (uint64_t)b * 32;
-        float amax = 0.0f;
-        bool nonfinite = false;
-        for (int i = 0; i < 32; i++) {
-            uint64_t k = i0 + (uint64_t)i;
-            float xv = k < a->in ? x[k] : 0.0f;
-            if (col && k < a->in) xv *= cmf_f16_to_f32(rd16(col + 2 * k));
-            v[i] = xv;
-            nonfinite |= !isfinite(xv);
-            float av = fabsf(xv);
-            amax = av > amax ? av : amax;
-        }
-        float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        /* edge rules (as mm_block_scale, avx512_util.h): an inverse scale that
-         * overflows (amax < 127/FLT_MAX) makes the block zero with d = 0; inf
-         * or NaN in the block makes it zero with d = NaN (the dot products
-         * that read it are NaN) */
-        if (nonfinite || !(id <= FLT_MAX)) {
-            for (int i = 0; i < 32; i++) v[i] = 0.0f;
-            id = 0.0f;
-            dd = nonfinite ? NAN : 0.0f;
-        }
+        float v[32], id;
+        bool nonfinite;
+        float amax = load_group(x, col, a->in, (uint64_t)b * 32, 32, v, &nonfinite);
+        float dd = group_scale(v, 32, amax, nonfinite, &id);
         int32_t sum = 0;
         int8_t *qb = q + 32 * (size_t)b;
         int8_t *q2b = a->q2 ? a->q2 + (size_t)t * a->qstride + 32 * (size_t)b : NULL;
         for (int i = 0; i < 32; i++) {
-            /* round to nearest even: |v*id| <= 127 < 2^22, so adding and
-             * subtracting 1.5*2^23 rounds exactly (as lrintf, but vectorizable) */
             float u = v[i] * id;
-            int qi = (int)((u + 12582912.0f) - 12582912.0f);
-            qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+            int qi = round127(u);
             sum += (int32_t)qi;
             int8_t qv = (int8_t)qi;
-            if (layout == 0) qb[i] = qv;
-            else if (layout == 1) qb[(i >> 1) + (i & 1) * 16] = qv;
+            if (layout == MM_LAYOUT_NATURAL) qb[i] = qv;
+            else if (layout == MM_LAYOUT_EVENODD) qb[(i >> 1) + (i & 1) * 16] = qv;
             else q[128 * (size_t)(b / 4) + (i & 1) * 64 + (b & 3) * 16 + (i >> 1)] = qv;
-            if (q2b) { /* residual in units of d/256: (u - q) * 256 is exact */
-                int r = (int)(((u - (float)qi) * 256.0f + 12582912.0f) - 12582912.0f);
-                r = r > 127 ? 127 : r < -127 ? -127 : r;
-                q2b[i] = (int8_t)r;
-            }
+            if (q2b) q2b[i] = (int8_t)round127((u - (float)qi) * 256.0f); /* units of d/256 */
         }
         if (q2b) dd *= 1.0f / 256.0f; /* kernels combine (dot(q) << 8) + dot(q2) */
         d[b] = dd;
         s[b] = sum;
-        if (expand && layout == 0) { /* q8: int32 lanes 8(b&1) .. +7 of pair b/2 */
-            float *de = a->de + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
-            int32_t *se = a->se + ((size_t)t * a->np + b / 2) * 16 + 8 * (b & 1);
-            for (int l = 0; l < 8; l++) { /* lane l sums inputs 4l .. 4l+3 of the block */
-                int32_t sq = 0, sq2 = 0;
-                for (int i = 4 * l; i < 4 * l + 4; i++) {
-                    sq += qb[i];
-                    sq2 += q2b ? q2b[i] : 0;
-                }
-                de[l] = dd;
-                se[l] = -128 * (256 * sq + sq2);
-            }
-        } else if (expand) { /* q4: lanes 4(b&3) .. +3 of quad b/4; 4 x -2*sum = -8*sum */
+        if (layout == MM_LAYOUT_QUAD) { /* lanes 4(b&3) .. +3 of quad b/4; 4 x -2*sum = -8*sum */
             float *de = a->de + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
             int32_t *se = a->se + ((size_t)t * a->np + b / 4) * 16 + 4 * (b & 3);
             for (int l = 0; l < 4; l++) {
@@ -196,12 +276,12 @@ static void quant_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
 #if defined(__x86_64__) || defined(__i386__)
-    if (c->expand) { /* the AVX-512 levels: vectorized, same bits */
-        mm_quant_avx512(c->a, c->X, c->col, c->layout == 2, t);
+    if (c->layout == MM_LAYOUT_QUAD || c->layout == MM_LAYOUT_SB) { /* AVX-512: same bits */
+        mm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_QUAD, t);
         return;
     }
 #endif
-    mm_quant_ref(c->a, c->X, c->col, c->layout, c->expand, t);
+    mm_quant_ref(c->a, c->X, c->col, c->layout, t);
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -210,7 +290,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
 static void quant16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == 1, t);
+    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t); /* q4 */
 }
 #endif
 
@@ -371,38 +451,19 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
     act.qstride = (size_t)act.np * 64;
     void *heap = NULL;
     if (fn != mm_ref && !gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
-        if (in > (1u << 30))
+        bool avx512 = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
+        int layout = fam == FAM_Q8 ? (avx512 ? MM_LAYOUT_SB : MM_LAYOUT_NATURAL)
+                                   : (avx512 ? MM_LAYOUT_QUAD : MM_LAYOUT_EVENODD);
+        size_t bytes = mm_act_size(&act, n, in, layout);
+        if (bytes == 0)
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
-        bool expand = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
-        bool resid = fam == FAM_Q8; /* second int8 plane: 16-bit-quality X for q8 weights */
-        if (expand && fam == FAM_Q4) { /* quads of blocks: a whole number of pairs */
-            act.np = (act.np + 1) & ~1u;
-            act.qstride = (size_t)act.np * 64;
-        }
-        size_t np = act.np, per_tok = np * 64 * (resid ? 2 : 1) + np * 16 + (expand ? np * 128 : 0);
-        size_t bytes = per_tok * (size_t)n;
         void *buf = act_buffer(p, bytes, &heap);
         if (!buf)
             return cmf_error_set(err, CMF_ERR_NOMEM,
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
-        uint8_t *bp = buf;
-        act.q = (int8_t *)bp;
-        bp += np * 64 * (size_t)n;
-        if (resid) {
-            act.q2 = (int8_t *)bp;
-            bp += np * 64 * (size_t)n;
-        }
-        if (expand) {
-            act.de = (float *)bp;
-            bp += np * 64 * (size_t)n;
-            act.se = (int32_t *)bp;
-            bp += np * 64 * (size_t)n;
-        }
-        act.d = (float *)bp;
-        bp += np * 8 * (size_t)n;
-        act.s = (int32_t *)bp;
-        quant_ctx qc = {X, NULL, &act, fam == FAM_Q4 ? (expand ? 2 : 1) : 0, expand};
+        mm_act_bind(&act, buf, layout);
+        quant_ctx qc = {X, NULL, &act, layout};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
     }
@@ -418,7 +479,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         int tiles = mm_gemm_act_bind(&act, buf, q4);
-        quant_ctx qc = {X, NULL, &act, q4 ? 1 : 0, false};
+        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
     }
@@ -470,7 +531,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
         total += ntasks;
     }
     rc.first[nparts] = (int)total;
-    cmf_cpu_pool_run(p, rows_task, &rc, (int)total);
+    cmf_cpu_pool_run_ranged(p, rows_task, &rc, (int)total);
     free(heap);
     for (int i = 0; i < nparts; i++) {
         if (!atomic_load(&jobs[i].failed)) continue;

@@ -2,23 +2,26 @@
  * matmul_avx512.c — AVX-512 kernels of cmf_cpu_matmul (compiled with
  * -mavx512f/bw/vl/dq/vnni; chosen at run time by cpu_features.c).
  *
- * Every kernel computes a tile of T tokens (<= 8 for the integer kernels,
- * <= 4 for fp) against one or two weight rows at a time, so each weight
- * vector is loaded (and unpacked) once per T tokens. Decode (T = 1) has its
- * own integer row loops (q8_dot1, q4_dot1): one row at a time in memory
- * order, X pointers walked directly, two accumulators; the activations are
- * quantized here too (mm_quant_avx512).
+ * Every kernel computes a tile of T tokens (<= 8 for q4, <= 4 for q8 and
+ * fp) against one or two weight rows at a time, so each weight vector is
+ * loaded (and unpacked) once per T tokens. Decode (T = 1) of q4 has its own
+ * row loop (q4_dot1): one row at a time in memory order, X pointers walked
+ * directly, two accumulators; the activations are quantized here too
+ * (mm_quant_avx512).
  *
  *  fp (f32/f16/bf16): 16 weights per vector converted to f32, FMA with X.
- *  q8 (q8_row/q8_2f): 64 int8 weights = 2 blocks per vector, dotted with
- *     X's two int8 planes (q and residual q2, matmul_int.h) combined as
- *     (ip << 8) + ip2, int32 lanes (8 per block) to f32, times the block
- *     scale of X (expanded "de" lanes), row scale at the end. VNNI:
- *     vpdpbusd(w + 128 as u8, x as s8) (one xor per weight vector, shared
- *     by the token tile), the excess 128 * (256 sum q + sum q2) per lane
- *     removed by the start value "se" computed with the activations: two
- *     vpdpbusd per 64 weights and token; without VNNI the sign trick of
- *     llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs exact.
+ *  q8 (q8_row/q8_2f): one row at a time, superblocks of 256 inputs (X has
+ *     one scale per superblock, MM_LAYOUT_SB in matmul_int.h): per 64
+ *     weights one load and, per token, two vpdpbusd with X's int8 planes (q
+ *     and residual q2) into int32; per superblock (h << 8) + l to f32 and
+ *     one FMA with X's scale; row scale at the end. VNNI: vpdpbusd(w + 128
+ *     as u8, x as s8) (one xor per weight vector, shared by the token
+ *     tile), the excess 128 * (256 sum q + sum q2) removed exactly by the
+ *     start lanes ssb computed with the activations; without VNNI the sign
+ *     trick of llama.cpp (|w| as u8, x with w's sign as s8) keeps maddubs
+ *     exact. (Per-32-block X scales cost a cvt + FMA per 64 weights, as
+ *     much as the dot products: decode ran ~10 % slower from L2, 2-4 token
+ *     tiles 25-40 %.)
  *  q4 (q4_block/q4_tiled/q4tp): 4 blocks (64 nibble bytes, one load) split
  *     into low and high nibbles (u8 0..15) against X quad-interleaved (see
  *     matmul_int.h), both dotted into one int32 vector whose 128-bit lane L
@@ -104,141 +107,97 @@ AI void fp_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- q8 ----------------------------------------------------------------- */
 
-/* One 64-input pair p of rows w[0..R) x tokens [t0, t0+T) into acc[k][t]. */
-AI void q8_step(const mm_job *j, const int8_t *const *w, uint32_t p, int t0, const int R,
-                const int T, const int vnni, __m512 (*acc)[8]) {
-    const mm_act *a = j->a;
-    uint64_t in = j->in, i = (uint64_t)p * 64;
+/* X of one token tile in MM_LAYOUT_SB (matmul_int.h): per token the q and
+ * q2 planes, the ssb start lanes and the dsb scales. */
+typedef struct q8x {
+    const int8_t *q[4], *q2[4];
+    const int32_t *ss[4];
+    const float *ds[4];
+} q8x;
+
+/* Superblock g (MM_SB = 256 inputs: 4 pairs of 64; w points at its first
+ * weight, `left` weights of the row remain from there) of one q8 row
+ * against T tokens: per pair one weight load, then per token two vpdpbusd
+ * into int32 (h: q plane, l: q2 plane, l started at the ssb lanes that
+ * cancel the +128 of the VNNI u8 side), and once per superblock acc[t] +=
+ * dsb * float((h << 8) + l). Without VNNI the sign trick of llama.cpp (|w|
+ * as u8, x with w's sign as s8) keeps maddubs exact. full: left >= MM_SB
+ * (no masks); else pairs past the row load as zero weights (X is zero
+ * there). */
+AI void q8_sb(const int8_t *w, uint64_t left, size_t rowbytes, const q8x *x, uint64_t g,
+              const int T, const int vnni, const int full, __m512 *acc) {
     const __m512i zero = _mm512_setzero_si512();
-    __m512i wv[2], aw[2], wu[2];
-    __mmask64 neg[2];
+    __m512i h[4], l[4];
 #pragma GCC unroll 4
-    for (int k = 0; k < R; k++) {
-        if (i + 64 <= in) {
-            if (MM_PF) MM_PREFETCH((const char *)(w[k] + i), in);
-            wv[k] = _mm512_loadu_si512(w[k] + i);
-        } else {
-            __mmask64 m = (__mmask64)(~0ull >> (64 - (in - i)));
-            wv[k] = _mm512_maskz_loadu_epi8(m, w[k] + i);
-        }
-        if (vnni) { /* w + 128 as the u8 side; se removes 128 * sum(x) per lane */
-            wu[k] = _mm512_xor_si512(wv[k], _mm512_set1_epi8((char)0x80));
-        } else {
-            aw[k] = _mm512_abs_epi8(wv[k]);
-            neg[k] = _mm512_movepi8_mask(wv[k]);
-        }
-    }
-#pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        __m512i xv = _mm512_load_si512(a->q + (size_t)(t0 + t) * a->qstride + i);
-        __m512i xv2 = _mm512_load_si512(a->q2 + (size_t)(t0 + t) * a->qstride + i);
-        __m512 de = _mm512_load_ps(a->de + ((size_t)(t0 + t) * a->np + p) * 16);
-        __m512i se = vnni ? _mm512_load_si512(a->se + ((size_t)(t0 + t) * a->np + p) * 16) : zero;
+        h[t] = zero;
+        l[t] = vnni ? _mm512_load_si512(x->ss[t] + 16 * g) : zero;
+    }
 #pragma GCC unroll 4
-        for (int k = 0; k < R; k++) {
-            __m512i ip, ip2;
-            if (vnni) {
-                ip = _mm512_dpbusd_epi32(zero, wu[k], xv);
-                ip2 = _mm512_dpbusd_epi32(se, wu[k], xv2);
-            } else {
-                ip = mm_dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv, neg[k], zero, xv), 0);
-                ip2 = mm_dpbusd(zero, aw[k], _mm512_mask_sub_epi8(xv2, neg[k], zero, xv2), 0);
+    for (int p = 0; p < 4; p++) {
+        const size_t i = 64 * (size_t)p;
+        __m512i wv, wu;
+        __mmask64 neg = 0;
+        if (full) {
+            if (MM_PF) MM_PREFETCH((const char *)(w + i), rowbytes);
+            wv = _mm512_loadu_si512(w + i);
+        } else {
+            __mmask64 m = left >= i + 64 ? ~0ull : left > i ? (__mmask64)(~0ull >> (64 - (left - i))) : 0;
+            wv = _mm512_maskz_loadu_epi8(m, w + i);
+        }
+        if (vnni) {
+            wu = _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80));
+        } else {
+            wu = _mm512_abs_epi8(wv);
+            neg = _mm512_movepi8_mask(wv);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m512i x1 = _mm512_load_si512(x->q[t] + MM_SB * g + i);
+            __m512i x2 = _mm512_load_si512(x->q2[t] + MM_SB * g + i);
+            if (!vnni) {
+                x1 = _mm512_mask_sub_epi8(x1, neg, zero, x1);
+                x2 = _mm512_mask_sub_epi8(x2, neg, zero, x2);
             }
-            ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
-            acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), de, acc[k][t]);
+            h[t] = mm_dpbusd(h[t], wu, x1, vnni);
+            l[t] = mm_dpbusd(l[t], wu, x2, vnni);
         }
     }
-}
-
-/* Rows [r, r+R) x tokens [t0, t0+T): R*T independent accumulators (two rows
- * for decode break the FMA dependency chain and share each X load). */
-AI void q8_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni) {
-    uint64_t in = j->in;
-    const int8_t *w[2];
-    __m512 acc[2][8];
 #pragma GCC unroll 4
-    for (int k = 0; k < R; k++) {
-        w[k] = mm_q8_row(j->W, in, j->row0 + r + (uint64_t)k);
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[k][t] = _mm512_setzero_ps();
-    }
-    for (uint32_t p = 0; p < j->a->np; p++) q8_step(j, w, p, t0, R, T, vnni, acc);
-#pragma GCC unroll 4
-    for (int k = 0; k < R; k++) {
-        uint64_t wr = j->row0 + r + (uint64_t)k;
-        float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * in + 2 * wr);
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
-            j->Y[(size_t)(t0 + t) * j->ldy + r + (uint64_t)k] = _mm512_reduce_add_ps(acc[k][t]) * ws;
+    for (int t = 0; t < T; t++) {
+        __m512i v = _mm512_add_epi32(_mm512_slli_epi32(h[t], 8), l[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(x->ds[t][g]), acc[t]);
     }
 }
 
-/* One 64-input pair of a decode row (q8_step's arithmetic for R = T = 1):
- * wv the weights, xq/xq2/se/de the token's X at that pair. */
-AI __m512 q8_pair1(__m512 acc, __m512i wv, const int8_t *xq, const int8_t *xq2, const int32_t *se,
-                   const float *de, const int vnni) {
-    __m512i ip, ip2;
-    const __m512i zero = _mm512_setzero_si512();
-    if (vnni) {
-        __m512i wu = _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80));
-        ip = _mm512_dpbusd_epi32(zero, wu, _mm512_load_si512(xq));
-        ip2 = _mm512_dpbusd_epi32(_mm512_load_si512(se), wu, _mm512_load_si512(xq2));
-    } else {
-        __m512i aw = _mm512_abs_epi8(wv), xv = _mm512_load_si512(xq), xv2 = _mm512_load_si512(xq2);
-        __mmask64 neg = _mm512_movepi8_mask(wv);
-        ip = mm_dpbusd(zero, aw, _mm512_mask_sub_epi8(xv, neg, zero, xv), 0);
-        ip2 = mm_dpbusd(zero, aw, _mm512_mask_sub_epi8(xv2, neg, zero, xv2), 0);
-    }
-    ip = _mm512_add_epi32(_mm512_slli_epi32(ip, 8), ip2);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_load_ps(de), acc);
-}
-
-/* Decode (one token t0) of q8 row w: the X pointers walked directly (no
- * per-step index arithmetic through mm_act), pairs alternating between two
- * accumulators (the FMA latency chain). */
-AI float q8_dot1(const mm_job *j, const int8_t *w, int t0, const int vnni) {
-    const mm_act *a = j->a;
-    const uint64_t in = j->in, np = a->np, full = in / 64;
-    const int8_t *xq = a->q + (size_t)t0 * a->qstride, *xq2 = a->q2 + (size_t)t0 * a->qstride;
-    const float *de = a->de + (size_t)t0 * np * 16;
-    const int32_t *se = a->se + (size_t)t0 * np * 16;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    uint64_t p = 0;
-    for (; p + 2 <= full; p += 2) {
-        if (MM_PF) {
-            MM_PREFETCH((const char *)(w + 64 * p), in);
-            MM_PREFETCH((const char *)(w + 64 * p + 64), in);
-        }
-        acc0 = q8_pair1(acc0, _mm512_loadu_si512(w + 64 * p), xq + 64 * p, xq2 + 64 * p,
-                        se + 16 * p, de + 16 * p, vnni);
-        acc1 = q8_pair1(acc1, _mm512_loadu_si512(w + 64 * p + 64), xq + 64 * p + 64,
-                        xq2 + 64 * p + 64, se + 16 * p + 16, de + 16 * p + 16, vnni);
-    }
-    for (; p < np; p++) { /* the last pairs, masked past in (np * 64 >= in) */
-        uint64_t i = 64 * p, left = in > i ? in - i : 0;
-        __mmask64 m = left >= 64 ? ~0ull : (__mmask64)(~0ull >> (64 - left));
-        acc0 = q8_pair1(acc0, _mm512_maskz_loadu_epi8(m, w + i), xq + i, xq2 + i, se + 16 * p,
-                        de + 16 * p, vnni);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-}
-
-/* Two rows at a time share each X load when T > 1; decode (T = 1) takes one
- * row at a time so W is read in memory order, one stream the hardware
- * prefetcher follows (two interleaved rows read 15-25 % slower from DRAM,
- * bench/matmul_bench, Zen 5). */
+/* Rows [rb, re) x tokens [t0, t0+T), T <= 4, one row at a time so W is
+ * read in memory order, one stream the hardware prefetcher follows (two
+ * interleaved rows read 15-25 % slower from DRAM, bench/matmul_bench, Zen
+ * 5); the superblocks of a row are independent int32 chains, so out-of-order
+ * execution overlaps them. */
 AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
-    uint64_t r = rb;
-    if (T == 1) {
-        for (; r < re; r++) {
-            uint64_t wr = j->row0 + r;
-            float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * j->in + 2 * wr);
-            j->Y[(size_t)t0 * j->ldy + r] = q8_dot1(j, mm_q8_row(j->W, j->in, wr), t0, vnni) * ws;
-        }
-        return;
+    const mm_act *a = j->a;
+    const uint64_t in = j->in, nsb = a->nsb, full = in / MM_SB;
+    q8x x;
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        x.q[t] = a->q + (size_t)(t0 + t) * a->qstride;
+        x.q2[t] = a->q2 + (size_t)(t0 + t) * a->qstride;
+        x.ss[t] = a->ssb + (size_t)(t0 + t) * nsb * 16;
+        x.ds[t] = a->dsb + (size_t)(t0 + t) * nsb;
     }
-    for (; r + 2 <= re; r += 2) q8_rows(j, r, t0, 2, T, vnni);
-    if (r < re) q8_rows(j, r, t0, 1, T, vnni);
+    for (uint64_t r = rb; r < re; r++) {
+        uint64_t wr = j->row0 + r;
+        const int8_t *w = mm_q8_row(j->W, in, wr);
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (uint64_t g = 0; g < full; g++) q8_sb(w + MM_SB * g, MM_SB, in, &x, g, T, vnni, 1, acc);
+        if (full < nsb) q8_sb(w + MM_SB * full, in - MM_SB * full, in, &x, full, T, vnni, 0, acc);
+        float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * in + 2 * wr);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = _mm512_reduce_add_ps(acc[t]) * ws;
+    }
 }
 
 /* ---- q4 ----------------------------------------------------------------- */
@@ -417,7 +376,7 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
     return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 }
 
-/* Rows [r, r+R) x tokens [t0, t0+T), as q8_rows, four blocks (128 inputs,
+/* Rows [r, r+R) x tokens [t0, t0+T) (R*T accumulators), four blocks (128 inputs,
  * 64 nibble bytes) per step. `lad` holds the q4tp ladders of the 16-row
  * batch containing r (r - batch start = lk). */
 AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni,
@@ -481,20 +440,71 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- activation quantization ------------------------------------------- */
 
+/* q8 weights: token t of X into superblocks of MM_SB inputs
+ * (MM_LAYOUT_SB, matmul_int.h): one scale per superblock, q and the
+ * residual q2 in natural order, dsb = d/256, ssb the VNNI start lanes. */
+static void quant_sb_avx512(const mm_act *a, const float *X, const uint8_t *col, int t) {
+    const uint64_t in = a->in;
+    const float *x = X + (size_t)t * in;
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+    const __m512i ones8 = _mm512_set1_epi8(1), ones16 = _mm512_set1_epi16(1);
+    for (uint32_t g = 0; g < a->nsb; g++) {
+        __m512 v[16];
+        float amax = 0.0f;
+        __mmask16 bad = 0;
+        for (int k = 0; k < 8; k++) {
+            float m = mm_load_block32(x, col, (uint64_t)g * MM_SB + 32 * (uint64_t)k, in, &v[2 * k],
+                                      &v[2 * k + 1]);
+            amax = m > amax ? m : amax;
+            bad |= _mm512_fpclass_ps_mask(v[2 * k], 0x99) | _mm512_fpclass_ps_mask(v[2 * k + 1], 0x99);
+        }
+        /* the edge rules of mm_block_scale over the whole superblock */
+        float dd = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        if (bad || !(id <= 3.4028234e38f)) {
+            id = 0.0f;
+            dd = bad ? __builtin_nanf("") : 0.0f;
+        }
+        const __m512 vid = _mm512_set1_ps(id);
+        int8_t *qg = a->q + (size_t)t * a->qstride + (size_t)g * MM_SB;
+        int8_t *q2g = a->q2 + (size_t)t * a->qstride + (size_t)g * MM_SB;
+        for (int k = 0; k < 16; k++) { /* 16 inputs each; v * 0 = 0 except for inf/NaN */
+            __m512 u = id == 0.0f ? _mm512_setzero_ps() : _mm512_mul_ps(v[k], vid);
+            __m512i qi = _mm512_cvtps_epi32(u); /* |q| <= 127 */
+            __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(u, _mm512_cvtepi32_ps(qi)),
+                                                         _mm512_set1_ps(256.0f)));
+            r = _mm512_max_epi32(_mm512_min_epi32(r, lim), nlim);
+            _mm_storeu_si128((__m128i *)(qg + 16 * k), _mm512_cvtepi32_epi8(qi));
+            _mm_storeu_si128((__m128i *)(q2g + 16 * k), _mm512_cvtepi32_epi8(r));
+        }
+        /* lane l: -128 * (256 * sum q + sum q2) over inputs 64p + 4l .. +3 */
+        __m512i sq = _mm512_setzero_si512(), sq2 = sq;
+        for (int p = 0; p < 4; p++) {
+            sq = _mm512_add_epi32(sq, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, _mm512_loadu_si512(qg + 64 * p)), ones16));
+            sq2 = _mm512_add_epi32(sq2, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, _mm512_loadu_si512(q2g + 64 * p)), ones16));
+        }
+        __m512i e = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_add_epi32(_mm512_slli_epi32(sq, 15), _mm512_slli_epi32(sq2, 7)));
+        _mm512_store_si512(a->ssb + ((size_t)t * a->nsb + g) * 16, e);
+        a->dsb[(size_t)t * a->nsb + g] = dd * (1.0f / 256.0f);
+    }
+}
+
 /* Token t of X into the AVX-512 decode layouts (matmul_int.h): q8 weights
- * (q4 false) natural order with the residual plane q2, q4 weights
- * quad-interleaved; d, s, de and se as described there. Bit-identical to
- * matmul.c's portable quant_task: the same float products, round to nearest
- * even (vcvtps2dq under the default MXCSR = the 1.5*2^23 trick there). */
+ * (q4 false) MM_LAYOUT_SB, q4 weights MM_LAYOUT_QUAD (quad-interleaved; d,
+ * s, de and se). Bit-identical to matmul.c's mm_quant_ref: the same float
+ * products, round to nearest even (vcvtps2dq under the default MXCSR = the
+ * 1.5*2^23 trick there). */
 void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int t) {
+    if (!q4) {
+        quant_sb_avx512(a, X, col, t);
+        return;
+    }
     const uint64_t in = a->in;
     const float *x = X + (size_t)t * in;
     int8_t *q = a->q + (size_t)t * a->qstride;
-    int8_t *q2 = q4 ? NULL : a->q2 + (size_t)t * a->qstride;
     float *d = a->d + (size_t)t * a->np * 2, *de = a->de + (size_t)t * a->np * 16;
     int32_t *s = a->s + (size_t)t * a->np * 2, *se = a->se + (size_t)t * a->np * 16;
-    const __m512i perm = _mm512_load_si512(mm_even_odd16), lim = _mm512_set1_epi32(127);
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const __m512i perm = _mm512_load_si512(mm_even_odd16);
     for (uint32_t b = 0; b < 2 * a->np; b++) {
         __m512 v0, v1;
         float id, amax = mm_load_block32(x, col, (uint64_t)b * 32, in, &v0, &v1);
@@ -504,36 +514,14 @@ void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q
         int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
         __m512i q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(q0)),
                                          _mm512_cvtepi32_epi16(q1), 1);
-        if (q4) { /* quad b/4: evens at 16(b&3), odds 64 bytes later; 4 lanes of -2*sum */
-            __m256i eo = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
-            int8_t *qq = q + 128 * (size_t)(b / 4) + 16 * (b & 3);
-            _mm_storeu_si128((__m128i *)qq, _mm256_castsi256_si128(eo));
-            _mm_storeu_si128((__m128i *)(qq + 64), _mm256_extracti128_si256(eo, 1));
-            size_t l0 = (size_t)(b / 4) * 16 + 4 * (b & 3);
-            _mm_storeu_ps(de + l0, _mm_set1_ps(dd));
-            _mm_storeu_si128((__m128i *)(se + l0), _mm_set1_epi32(-2 * sum));
-        } else { /* residual in units of d/256: (u - q) * 256 is exact, clamped to +-127 */
-            __m512i r0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(u0, _mm512_cvtepi32_ps(q0)),
-                                                          _mm512_set1_ps(256.0f)));
-            __m512i r1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(u1, _mm512_cvtepi32_ps(q1)),
-                                                          _mm512_set1_ps(256.0f)));
-            r0 = _mm512_max_epi32(_mm512_min_epi32(r0, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
-            r1 = _mm512_max_epi32(_mm512_min_epi32(r1, lim), _mm512_sub_epi32(_mm512_setzero_si512(), lim));
-            __m256i qb = _mm512_cvtepi16_epi8(q16);
-            __m256i rb = _mm512_cvtepi16_epi8(_mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm512_cvtepi32_epi16(r0)), _mm512_cvtepi32_epi16(r1), 1));
-            _mm256_storeu_si256((__m256i *)(q + 32 * (size_t)b), qb);
-            _mm256_storeu_si256((__m256i *)(q2 + 32 * (size_t)b), rb);
-            /* lane l of the block's 8: -128 * (256 * sum q + sum q2) over inputs 4l..4l+3 */
-            __m256i sq = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, qb), ones16);
-            __m256i sq2 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, rb), ones16);
-            __m256i e = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                         _mm256_add_epi32(_mm256_slli_epi32(sq, 15), _mm256_slli_epi32(sq2, 7)));
-            size_t l0 = (size_t)(b / 2) * 16 + 8 * (b & 1);
-            _mm256_storeu_si256((__m256i *)(se + l0), e);
-            _mm256_storeu_ps(de + l0, _mm256_set1_ps(dd / 256.0f));
-            dd *= 1.0f / 256.0f;
-        }
+        /* quad b/4: evens at 16(b&3), odds 64 bytes later; 4 lanes of -2*sum */
+        __m256i eo = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
+        int8_t *qq = q + 128 * (size_t)(b / 4) + 16 * (b & 3);
+        _mm_storeu_si128((__m128i *)qq, _mm256_castsi256_si128(eo));
+        _mm_storeu_si128((__m128i *)(qq + 64), _mm256_extracti128_si256(eo, 1));
+        size_t l0 = (size_t)(b / 4) * 16 + 4 * (b & 3);
+        _mm_storeu_ps(de + l0, _mm_set1_ps(dd));
+        _mm_storeu_si128((__m128i *)(se + l0), _mm_set1_epi32(-2 * sum));
         d[b] = dd;
         s[b] = sum;
     }
@@ -558,13 +546,13 @@ void mm_fp_avx512(mm_job *j, uint64_t rb, uint64_t re) {
 }
 
 void mm_q8_avx512(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES8(q8_tile(j, rb, re, t0, 8, 0), q8_tile(j, rb, re, t0, 4, 0), q8_tile(j, rb, re, t0, 3, 0),
-           q8_tile(j, rb, re, t0, 2, 0), q8_tile(j, rb, re, t0, 1, 0));
+    MM_TILES4(q8_tile(j, rb, re, t0, 4, 0), q8_tile(j, rb, re, t0, 3, 0), q8_tile(j, rb, re, t0, 2, 0),
+              q8_tile(j, rb, re, t0, 1, 0));
 }
 
 void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES8(q8_tile(j, rb, re, t0, 8, 1), q8_tile(j, rb, re, t0, 4, 1), q8_tile(j, rb, re, t0, 3, 1),
-           q8_tile(j, rb, re, t0, 2, 1), q8_tile(j, rb, re, t0, 1, 1));
+    MM_TILES4(q8_tile(j, rb, re, t0, 4, 1), q8_tile(j, rb, re, t0, 3, 1), q8_tile(j, rb, re, t0, 2, 1),
+              q8_tile(j, rb, re, t0, 1, 1));
 }
 
 void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re) {

@@ -33,15 +33,27 @@
  *   d  float [n][np*2]   block scales (0 for padding blocks; for q8 weights
  *                        already divided by 256);
  *   s  int32 [n][np*2]   sum of q over the block (for the q4 offset 8);
- *   de float [n][np*16]  AVX-512 only: d of the block each int32 lane of
- *                        vpdpbusd belongs to; q8: 16 lanes per pair p, lanes
- *                        0-7 block 2p, 8-15 block 2p+1; q4: 16 lanes per quad
- *                        c (the first np/2 entries), lanes 4L..4L+3 block 4c+L;
- *   se int32 [n][np*16]  AVX-512 only, the int32 start value per lane: q8
- *                        -128 * (256 * sum q + sum q2) over the lane's 4
- *                        inputs (the VNNI kernel dots w + 128 as u8, see
- *                        matmul_avx512.c); q4 -2s per lane, so the 4 lanes
- *                        of a block add up to -8s.
+ *   de float [n][np*16]  AVX-512 q4 only: d of the block each int32 lane
+ *                        of vpdpbusd belongs to: 16 lanes per quad c (the
+ *                        first np/2 entries), lanes 4L..4L+3 block 4c+L;
+ *   se int32 [n][np*16]  AVX-512 q4 only, the int32 start value per lane:
+ *                        -2s, so the 4 lanes of a block add up to -8s.
+ *
+ * q8 weights at the AVX-512 levels (layout MM_LAYOUT_SB) use one scale per
+ * superblock of MM_SB = 256 inputs instead of per 32-block, so a decode row
+ * accumulates 256 inputs in int32 and converts to float once (the per-block
+ * cvt + FMA cost as much as the dot products and held decode below the
+ * memory bandwidth). Per superblock d = absmax/127, q = round(x/d), q2 =
+ * round((x/d - q) * 256), x ~ d/256 * (256 q + q2) (error <= d/512):
+ *   q, q2 int8 [n][nsb*256] natural order, zero past in;
+ *   dsb float [n][nsb]      d/256 (same edge rules as d: 0 for a superblock
+ *                           too small to invert, NaN for one holding
+ *                           inf/NaN, whose planes are zero);
+ *   ssb int32 [n][nsb*16]   the VNNI kernel dots w + 128 as u8 (see
+ *                           matmul_avx512.c); lane l starts at -128 * (256 *
+ *                           sum q + sum q2) over inputs 64p + 4l .. +3 of the
+ *                           superblock's 4 pairs p, which cancels the +128
+ *                           exactly in int32.
  */
 #ifndef CMF_CPU_MATMUL_INT_H
 #define CMF_CPU_MATMUL_INT_H
@@ -62,6 +74,9 @@ typedef struct mm_act {
     int32_t *s;
     float *de;
     int32_t *se;
+    uint32_t nsb; /* MM_LAYOUT_SB: superblocks of MM_SB inputs */
+    float *dsb;
+    int32_t *ssb;
     const float *x; /* the caller's float X [n][in] */
     /* AVX-512 GEMM path, q8/q4 weights: X quantized per 32-block (q8
      * weights int16, q4 weights int8) and packed in tiles of tokens; layout
@@ -112,13 +127,24 @@ static inline const int8_t *mm_q8_row(const cmf_tensor *W, uint64_t in, uint64_t
 }
 float mm_q8_scale(const cmf_tensor *W, uint64_t rows, uint64_t in, uint64_t r);
 
+/* Activation layouts: natural order with the q2 plane (q8 weights: ref,
+ * AVX2, NEON), per-block even/odd (q4 weights: AVX2, NEON), quad-interleaved
+ * with de/se (q4 weights, AVX-512), superblocks (q8 weights, AVX-512). */
+enum { MM_LAYOUT_NATURAL, MM_LAYOUT_EVENODD, MM_LAYOUT_QUAD, MM_LAYOUT_SB };
+#define MM_SB 256
+
+/* Sizes of a for n tokens of `in` inputs in `layout` (n, in, nb, np,
+ * qstride, nsb); returns the bytes of its buffer (every plane 64-byte
+ * aligned), 0 when in > 2^30 (callers report it). */
+size_t mm_act_size(mm_act *a, int n, uint64_t in, int layout);
+/* Point a's planes into buf (64-byte aligned, mm_act_size bytes). */
+void mm_act_bind(mm_act *a, void *buf, int layout);
+
 /* Quantize token t of X [n][in] (times the q8_2f column factors col, or
- * NULL) into a's planes (set up by matmul.c): layout 0 natural (q8 weights,
- * q2 present), 1 per-block even/odd, 2 quad-interleaved; expand also fills de
- * and se (the AVX-512 levels; layouts 0 and 2). mm_quant_avx512 does the
- * AVX-512 cases (q4: layout 2, else 0) bit for bit like mm_quant_ref. */
-void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, bool expand,
-                  int t);
+ * NULL) into a's planes (bound by mm_act_bind in the same layout).
+ * mm_quant_avx512 does the AVX-512 layouts (q4: MM_LAYOUT_QUAD, else
+ * MM_LAYOUT_SB) bit for bit like mm_quant_ref. */
+void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, int t);
 #if defined(__x86_64__) || defined(__i386__)
 void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int t);
 #endif

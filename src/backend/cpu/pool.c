@@ -12,6 +12,14 @@
  *     a stale word fails, and a successful claim (acquire) sees the job
  *     fields the driver wrote before publishing the word (release); the
  *     driver rewrites them only after every claimed task is done.
+ * Ranged jobs (cmf_cpu_pool_run_ranged) cut the tasks into one contiguous
+ * range per thread instead, each in its own word [generation:16 | front:24
+ * | back:24] on its own cache line: thread k takes the front of range k, in
+ * order, then the back of the others' ranges, so each thread walks
+ * consecutive tasks (one memory stream for the prefetchers: decode streamed
+ * ~8 % more weight bytes per second than with tasks interleaved between
+ * threads) and a slow thread still leaves no work waiting. The claim word
+ * of a ranged job holds no tasks, and the same generation rules apply.
  * After a job a worker spins for a short while (decode issues hundreds of
  * small jobs per token; a futex wake-up per job would dominate), then
  * parks on a condition variable until the generation changes.
@@ -39,6 +47,7 @@
 #define POOL_MAX_THREADS 256
 #define SPIN_ITERS 2000 /* pause loops (~10-20 us) before parking */
 #define MAX_TASKS 0xFFFFFF
+#define RANGE_STRIDE 8 /* uint64 words: one range word per 64-byte line */
 
 typedef struct worker {
     cmf_cpu_pool *pool;
@@ -63,6 +72,8 @@ struct cmf_cpu_pool {
     cmf_cpu_task_fn_t fn_t;
     void *ctx;
     _Atomic uint64_t claim; /* gen:16 | n_tasks:24 | next:24 */
+    _Atomic uint64_t *range; /* ranged jobs: word of thread k at [RANGE_STRIDE * k] */
+    int n_ranged;            /* ranged jobs: n_tasks */
     atomic_int done;        /* tasks finished in this job */
     atomic_int busy;        /* a job is in flight */
 
@@ -81,6 +92,13 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* Run one task of the current job (claimed by the caller) and count it. */
+static void run_one(cmf_cpu_pool *p, int task, int n, int thread) {
+    if (p->fn_t) p->fn_t(p->ctx, task, n, thread);
+    else p->fn(p->ctx, task, n);
+    atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+}
+
 /* Claim and run tasks until the word has none left. */
 static void run_tasks(cmf_cpu_pool *p, int thread) {
     uint64_t w = atomic_load_explicit(&p->claim, memory_order_acquire);
@@ -90,10 +108,28 @@ static void run_tasks(cmf_cpu_pool *p, int thread) {
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* w reloaded */
-        if (p->fn_t) p->fn_t(p->ctx, (int)idx, (int)n, thread);
-        else p->fn(p->ctx, (int)idx, (int)n);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        run_one(p, (int)idx, (int)n, thread);
         w = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
+}
+
+/* Ranged jobs: the front of this thread's range, then the backs of the
+ * others' (starting with the next thread's). */
+static void run_ranged(cmf_cpu_pool *p, int thread) {
+    int T = p->n_threads;
+    for (int i = 0; i < T; i++) {
+        _Atomic uint64_t *wp = &p->range[RANGE_STRIDE * (size_t)((thread + i) % T)];
+        uint64_t w = atomic_load_explicit(wp, memory_order_acquire);
+        for (;;) {
+            uint32_t front = (uint32_t)(w >> 24) & MAX_TASKS, back = (uint32_t)w & MAX_TASKS;
+            if (front >= back) break;
+            uint64_t nw = i == 0 ? w + ((uint64_t)1 << 24) : w - 1;
+            if (!atomic_compare_exchange_weak_explicit(wp, &w, nw, memory_order_acq_rel,
+                                                       memory_order_acquire))
+                continue; /* w reloaded */
+            run_one(p, i == 0 ? (int)front : (int)back - 1, p->n_ranged, thread);
+            w = atomic_load_explicit(wp, memory_order_acquire);
+        }
     }
 }
 
@@ -120,6 +156,7 @@ static void *worker_main(void *arg) {
         if (atomic_load(&p->stop)) break;
         seen = g;
         run_tasks(p, wk->index);
+        run_ranged(p, wk->index);
     }
     return NULL;
 }
@@ -137,7 +174,13 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
     p->scratch_sz = calloc((size_t)n_threads, sizeof *p->scratch_sz);
     p->workers = n_threads > 1 ? calloc((size_t)n_threads - 1, sizeof *p->workers) : NULL;
-    if (!p->scratch || !p->scratch_sz || (n_threads > 1 && !p->workers)) {
+    size_t rbytes = sizeof(uint64_t) * RANGE_STRIDE * (size_t)n_threads;
+    void *rq = NULL;
+    if (posix_memalign(&rq, 64, rbytes) == 0) {
+        p->range = rq;
+        for (int k = 0; k < n_threads; k++) atomic_init(&p->range[RANGE_STRIDE * (size_t)k], 0);
+    }
+    if (!p->scratch || !p->scratch_sz || (n_threads > 1 && !p->workers) || !p->range) {
         cmf_cpu_pool_free(p);
         return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_cpu_pool_new: out of memory");
     }
@@ -187,13 +230,14 @@ void cmf_cpu_pool_free(cmf_cpu_pool *p) {
     free(p->mm_buf);
     free(p->exp2_f16);
     free(p->workers);
+    free((void *)p->range);
     free(p);
 }
 
 int cmf_cpu_pool_threads(const cmf_cpu_pool *p) { return p ? p->n_threads : 1; }
 
 static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t, void *ctx,
-                    int n_tasks) {
+                    int n_tasks, bool ranged) {
     if (n_tasks <= 0) return;
     int expected = 0;
     if (!p || p->n_threads == 1 || n_tasks == 1 || n_tasks > MAX_TASKS ||
@@ -210,7 +254,17 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
     p->ctx = ctx;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint64_t gen = ((atomic_load_explicit(&p->claim, memory_order_relaxed) >> 48) + 1) & 0xFFFF;
-    atomic_store_explicit(&p->claim, (gen << 48) | ((uint64_t)n_tasks << 24), memory_order_release);
+    if (ranged) { /* range k = tasks [n*k/T, n*(k+1)/T); the claim word holds none */
+        uint64_t T = (uint64_t)p->n_threads;
+        p->n_ranged = n_tasks;
+        for (uint64_t k = 0; k < T; k++)
+            atomic_store_explicit(&p->range[RANGE_STRIDE * k],
+                                  (gen << 48) | ((uint64_t)n_tasks * k / T) << 24 |
+                                      (uint64_t)n_tasks * (k + 1) / T,
+                                  memory_order_relaxed);
+    }
+    atomic_store_explicit(&p->claim, (gen << 48) | ((uint64_t)(ranged ? 0 : n_tasks) << 24),
+                          memory_order_release);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     if (atomic_load(&p->parked) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -218,6 +272,7 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
         pthread_mutex_unlock(&p->mu);
     }
     run_tasks(p, 0);
+    run_ranged(p, 0);
     int spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
         if (++spins < SPIN_ITERS) cpu_relax();
@@ -227,11 +282,15 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
 }
 
 void cmf_cpu_pool_run(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks) {
-    run_job(p, fn, NULL, ctx, n_tasks);
+    run_job(p, fn, NULL, ctx, n_tasks, false);
 }
 
 void cmf_cpu_pool_run_t(cmf_cpu_pool *p, cmf_cpu_task_fn_t fn, void *ctx, int n_tasks) {
-    run_job(p, NULL, fn, ctx, n_tasks);
+    run_job(p, NULL, fn, ctx, n_tasks, false);
+}
+
+void cmf_cpu_pool_run_ranged(cmf_cpu_pool *p, cmf_cpu_task_fn fn, void *ctx, int n_tasks) {
+    run_job(p, fn, NULL, ctx, n_tasks, true);
 }
 
 void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes) {
