@@ -349,7 +349,7 @@ out:
 
 #if defined(__x86_64__) || defined(__i386__)
 /* The AVX-512 activation quantizer against the portable one, byte for byte
- * on every plane (q4: q, d, s, de, se; q8: q, q2, dsb, ssb), odd lengths and
+ * on every plane (q4: q, d, s, de, se, dsx; q8: q, q2, dsb, ssb), odd lengths and
  * q8_2f column factors included. */
 static void test_quant(void) {
     cmf_cpu_level was = cmf_cpu_level_get();

@@ -116,14 +116,16 @@ typedef struct quant_ctx {
     int layout; /* MM_LAYOUT_* (matmul_int.h) */
 } quant_ctx;
 
+#define ACT_PLANES 9
 /* bytes of plane i of a in `layout` (0 for a plane the layout lacks), in
- * binding order q, q2, de, se, d, s, dsb, ssb */
+ * binding order q, q2, de, se, d, s, dsb, ssb, dsx */
 static size_t act_plane(const mm_act *a, int layout, int i) {
     size_t n = (size_t)a->n, np = a->np, sb = layout == MM_LAYOUT_SB;
     bool q8 = layout == MM_LAYOUT_NATURAL || sb, quad = layout == MM_LAYOUT_QUAD;
-    size_t by[8] = {n * a->qstride, q8 ? n * a->qstride : 0, quad ? n * np * 64 : 0,
-                    quad ? n * np * 64 : 0, sb ? 0 : n * np * 8, sb ? 0 : n * np * 8,
-                    sb ? n * a->nsb * 4 : 0, sb ? n * a->nsb * 64 : 0};
+    size_t by[ACT_PLANES] = {n * a->qstride, q8 ? n * a->qstride : 0, quad ? n * np * 64 : 0,
+                             quad ? n * np * 64 : 0, sb ? 0 : n * np * 8, sb ? 0 : n * np * 8,
+                             sb ? n * a->nsb * 4 : 0, sb ? n * a->nsb * 64 : 0,
+                             quad ? n * np * 8 : 0};
     return (by[i] + 63) & ~(size_t)63;
 }
 
@@ -141,14 +143,14 @@ size_t mm_act_size(mm_act *a, int n, uint64_t in, int layout) {
         a->qstride = (size_t)a->nsb * MM_SB;
     }
     size_t bytes = 0;
-    for (int i = 0; i < 8; i++) bytes += act_plane(a, layout, i);
+    for (int i = 0; i < ACT_PLANES; i++) bytes += act_plane(a, layout, i);
     return bytes;
 }
 
 void mm_act_bind(mm_act *a, void *buf, int layout) {
     uint8_t *bp = buf;
-    void *pl[8];
-    for (int i = 0; i < 8; i++) {
+    void *pl[ACT_PLANES];
+    for (int i = 0; i < ACT_PLANES; i++) {
         size_t by = act_plane(a, layout, i);
         pl[i] = by ? bp : NULL;
         bp += by;
@@ -161,6 +163,7 @@ void mm_act_bind(mm_act *a, void *buf, int layout) {
     a->s = pl[5];
     a->dsb = pl[6];
     a->ssb = pl[7];
+    a->dsx = pl[8];
 }
 
 /* The scale of a group of cnt values v (max |v| = amax, nonfinite: one is
@@ -268,6 +271,7 @@ void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layou
                 de[l] = dd;
                 se[l] = -2 * sum;
             }
+            a->dsx[(size_t)t * a->np * 2 + b] = dd * (float)(8 * sum);
         }
     }
 }

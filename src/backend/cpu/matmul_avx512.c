@@ -253,28 +253,43 @@ static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint
     }
 }
 
-/* Scales of the (up to) 16 blocks [g, g+cnt) of row r (g a multiple of
- * 16), lanes >= cnt zero. q4tp: the row's ladder is (tlo, thi); the 16
- * codes (80 bits = 10 bytes at byte 10*g/16 of the row's code slice,
- * mm_q4tp_codes16) are looked up with one vpermt2ps. */
+/* q4 dtypes as compile-time constants of the specialized decode loops */
+enum { Q4_BLOCK, Q4_TILED, Q4_TP };
+
+/* Start of row r's scales (q4_block: its f16 scales; q4_tiled: its first
+ * 18-byte tile; q4tp: its 5-bit code slice, spec section 4). */
+AI const uint8_t *q4_scale_row(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r,
+                               const int dt) {
+    const uint8_t *base = W->data;
+    if (dt == Q4_TP) return base + rows * nb * 16 + 4 * rows + (nb * 5 + 7) / 8 * r;
+    if (dt == Q4_BLOCK) return base + 16 * nb * rows + 2 * nb * r;
+    return base + 18 * nb * r;
+}
+
+/* Scales of the (up to) 16 blocks [g, g+cnt) of a row whose scales start
+ * at sr (g a multiple of 16), lanes >= cnt zero. q4tp: the row's ladder is
+ * (tlo, thi); the 16 codes (80 bits = 10 bytes at byte 10*g/16 of the
+ * row's code slice, mm_q4tp_codes16) are looked up with one vpermt2ps.
+ * q4_tiled: the f16 scales 18 bytes apart, gathered. */
+AI __m512 q4_dw16(const uint8_t *sr, uint64_t g, uint64_t cnt, const int dt, __m512 tlo,
+                  __m512 thi) {
+    __mmask16 live = (__mmask16)(cnt >= 16 ? 0xFFFF : (1u << cnt) - 1);
+    if (dt == Q4_TP)
+        return _mm512_maskz_permutex2var_ps(live, tlo, mm_q4tp_codes16(sr + 10 * (g / 16), cnt), thi);
+    if (dt == Q4_BLOCK) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, sr + 2 * g));
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(18));
+    __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, sr + 18 * g, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF))));
+}
+
+/* q4_dw16 for row r of W, the dtype looked up (the token-tile kernels). */
 AI __m512 q4_scales16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, uint64_t g,
                       uint64_t cnt, __m512 tlo, __m512 thi) {
-    __mmask16 live = (__mmask16)(cnt >= 16 ? 0xFFFF : (1u << cnt) - 1);
-    const uint8_t *base = W->data;
-    if (W->dtype == CMF_DT_Q4TP) {
-        uint64_t cb = (nb * 5 + 7) / 8, byte = 10 * (g / 16);
-        const uint8_t *codes = base + rows * nb * 16 + 4 * rows + cb * r + byte;
-        __m512i c = mm_q4tp_codes16(codes, cnt);
-        return _mm512_maskz_permutex2var_ps(live, tlo, c, thi);
-    }
-    if (W->dtype == CMF_DT_Q4_BLOCK) {
-        const uint8_t *sc = base + 16 * nb * rows + 2 * (nb * r + g);
-        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, sc));
-    }
-    float t[16] __attribute__((aligned(64))); /* q4_tiled: scales 18 bytes apart */
-    const uint8_t *p = base + 18 * (nb * r + g);
-    for (uint64_t i = 0; i < 16; i++) t[i] = i < cnt ? x86_h2f(p + 18 * i) : 0.0f;
-    return _mm512_load_ps(t);
+    if (W->dtype == CMF_DT_Q4TP) return q4_dw16(q4_scale_row(W, rows, nb, r, Q4_TP), g, cnt, Q4_TP, tlo, thi);
+    if (W->dtype == CMF_DT_Q4_BLOCK)
+        return q4_dw16(q4_scale_row(W, rows, nb, r, Q4_BLOCK), g, cnt, Q4_BLOCK, tlo, thi);
+    return q4_dw16(q4_scale_row(W, rows, nb, r, Q4_TILED), g, cnt, Q4_TILED, tlo, thi);
 }
 
 /* vpermps indices: quad q of a 16-block group -> one block scale per
@@ -321,26 +336,27 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
 }
 
 /* Decode (one token t0) of one q4-family row, X pointers walked directly,
- * quads alternating between two accumulators. Per 16-block group the
+ * one accumulator per quad position. Per 16-block group the
  * products dw*dx of the blocks are formed once (16 lanes, block order) and
- * the -8 offset is applied there as float: acc -= (dw*dx) * 8*sum(qx);
- * per quad only the raw nibbles (u8 0..15) meet X in vpdpbusd (3 loads,
- * no per-quad de/se planes). tiled: q4_tiled (18-byte blocks). */
+ * the -8 offset is applied there as float: acc -= dw * (dx * 8 sum(qx)) (the
+ * dsx plane); per quad only the raw nibbles (u8 0..15) meet X in vpdpbusd
+ * (3 loads). Whole groups run without masks; a last group of fewer than 16
+ * blocks takes the masked path. dt: Q4_BLOCK, Q4_TILED or Q4_TP. */
 AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, const int vnni,
-                 const int tiled) {
+                 const int dt) {
     const mm_act *a = j->a;
     const uint64_t nb = a->nb;
-    size_t stride;
-    const uint8_t *nib = mm_q4_nibbles(j->W, nb, wr, &stride);
-    const size_t st = tiled ? 18 : 16; /* = stride, as a constant */
-    assert(stride == st);
+    const size_t st = dt == Q4_TILED ? 18 : 16; /* bytes from one block's nibbles to the next */
+    const uint8_t *nib = (const uint8_t *)j->W->data + st * nb * wr + (dt == Q4_TILED ? 2 : 0);
+    const uint8_t *sr = q4_scale_row(j->W, j->rows, nb, wr, dt);
     const int8_t *xq = a->q + (size_t)t0 * a->qstride;
     const float *dx = a->d + (size_t)t0 * a->np * 2;
-    const int32_t *sx = a->s + (size_t)t0 * a->np * 2;
-    const __m512i qi0 = _mm512_load_si512(k_quad_idx[0]), qi1 = _mm512_load_si512(k_quad_idx[1]);
-    const __m512i qi2 = _mm512_load_si512(k_quad_idx[2]), qi3 = _mm512_load_si512(k_quad_idx[3]);
+    const float *dsx = a->dsx + (size_t)t0 * a->np * 2;
     const __m512i zero = _mm512_setzero_si512();
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    /* one accumulator per quad of a group and one for the offsets: short
+     * FMA chains, so the row's final sum does not wait on a long one */
+    __m512 acc[5] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps(), _mm512_setzero_ps()};
     /* quad of blocks b..b+3 (live of them) times the scale lanes dd */
 #define Q4_DOT1_STEP(k, b, live, dd)                                                         \
     do {                                                                                     \
@@ -353,27 +369,31 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
                                 _mm512_load_si512(x_ + 64), vnni);                           \
         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_), (dd), acc[k]);                     \
     } while (0)
-    for (uint64_t g = 0; g < nb; g += 16) {
-        uint64_t cnt = nb - g < 16 ? nb - g : 16;
-        __mmask16 live = (__mmask16)(cnt >= 16 ? 0xFFFF : (1u << cnt) - 1);
-        __m512 dd16 = _mm512_mul_ps(q4_scales16(j->W, j->rows, nb, wr, g, cnt, tlo, thi),
-                                    _mm512_maskz_loadu_ps(live, dx + g));
-        __m512i s8 = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(live, sx + g), 3);
-        acc[1] = _mm512_fnmadd_ps(dd16, _mm512_cvtepi32_ps(s8), acc[1]);
-        if (cnt == 16) {
-            Q4_DOT1_STEP(0, g, 4, _mm512_permutexvar_ps(qi0, dd16));
-            Q4_DOT1_STEP(1, g + 4, 4, _mm512_permutexvar_ps(qi1, dd16));
-            Q4_DOT1_STEP(0, g + 8, 4, _mm512_permutexvar_ps(qi2, dd16));
-            Q4_DOT1_STEP(1, g + 12, 4, _mm512_permutexvar_ps(qi3, dd16));
-        } else {
-            for (uint64_t q = 0; q < cnt; q += 4)
-                Q4_DOT1_STEP(0, g + q, cnt - q,
-                             _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dd16));
-        }
+    const uint64_t full = nb & ~(uint64_t)15;
+    const __m512i qi0 = _mm512_load_si512(k_quad_idx[0]), qi1 = _mm512_load_si512(k_quad_idx[1]);
+    const __m512i qi2 = _mm512_load_si512(k_quad_idx[2]), qi3 = _mm512_load_si512(k_quad_idx[3]);
+    for (uint64_t g = 0; g < full; g += 16) {
+        __m512 dw = q4_dw16(sr, g, 16, dt, tlo, thi);
+        __m512 dd16 = _mm512_mul_ps(dw, _mm512_loadu_ps(dx + g));
+        acc[4] = _mm512_fnmadd_ps(dw, _mm512_loadu_ps(dsx + g), acc[4]);
+        Q4_DOT1_STEP(0, g, 4, _mm512_permutexvar_ps(qi0, dd16));
+        Q4_DOT1_STEP(1, g + 4, 4, _mm512_permutexvar_ps(qi1, dd16));
+        Q4_DOT1_STEP(2, g + 8, 4, _mm512_permutexvar_ps(qi2, dd16));
+        Q4_DOT1_STEP(3, g + 12, 4, _mm512_permutexvar_ps(qi3, dd16));
+    }
+    if (full < nb) { /* the last group: cnt < 16 blocks, lanes >= cnt masked */
+        const uint64_t g = full, cnt = nb - full;
+        const __mmask16 live = (__mmask16)((1u << cnt) - 1);
+        __m512 dw = q4_dw16(sr, g, cnt, dt, tlo, thi);
+        __m512 dd16 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, dx + g));
+        acc[4] = _mm512_fnmadd_ps(dw, _mm512_maskz_loadu_ps(live, dsx + g), acc[4]);
+        for (uint64_t q = 0; q < cnt; q += 4)
+            Q4_DOT1_STEP(0, g + q, cnt - q,
+                         _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dd16));
     }
 #undef Q4_DOT1_STEP
-    (void)stride; /* NDEBUG */
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    __m512 s01 = _mm512_add_ps(acc[0], acc[1]), s23 = _mm512_add_ps(acc[2], acc[3]);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s01, s23), acc[4]));
 }
 
 /* Rows [r, r+R) x tokens [t0, t0+T) (R*T accumulators), four blocks (128 inputs,
@@ -412,6 +432,19 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
             j->Y[(size_t)(t0 + t) * j->ldy + r + (uint64_t)k] = _mm512_reduce_add_ps(acc[k][t]);
 }
 
+/* Decode rows [bs, be) (one 16-row ladder batch) of dtype dt for token t0. */
+AI void q4_decode_rows(mm_job *j, uint64_t bs, uint64_t be, int t0, const float *lad, const int vnni,
+                       const int dt) {
+    for (uint64_t r = bs; r < be; r++) {
+        __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
+        if (dt == Q4_TP) {
+            tlo = _mm512_load_ps(lad + 32 * (r - bs));
+            thi = _mm512_load_ps(lad + 32 * (r - bs) + 16);
+        }
+        j->Y[(size_t)t0 * j->ldy + r] = q4_dot1(j, j->row0 + r, tlo, thi, t0, vnni, dt);
+    }
+}
+
 AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
     float lad[32 * 16] __attribute__((aligned(64)));
     const bool tp = j->W->dtype == CMF_DT_Q4TP;
@@ -420,17 +453,9 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         if (tp) q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + bs, (int)(be - bs), j->exp2_f16, lad);
         uint64_t r = bs;
         if (T == 1) { /* decode: one row at a time, in memory order (see q8_tile) */
-            for (; r < be; r++) {
-                __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
-                if (tp) {
-                    tlo = _mm512_load_ps(lad + 32 * (r - bs));
-                    thi = _mm512_load_ps(lad + 32 * (r - bs) + 16);
-                }
-                uint64_t wr = j->row0 + r;
-                j->Y[(size_t)t0 * j->ldy + r] = j->W->dtype == CMF_DT_Q4_TILED
-                                                    ? q4_dot1(j, wr, tlo, thi, t0, vnni, 1)
-                                                    : q4_dot1(j, wr, tlo, thi, t0, vnni, 0);
-            }
+            if (tp) q4_decode_rows(j, bs, be, t0, lad, vnni, Q4_TP);
+            else if (j->W->dtype == CMF_DT_Q4_TILED) q4_decode_rows(j, bs, be, t0, lad, vnni, Q4_TILED);
+            else q4_decode_rows(j, bs, be, t0, lad, vnni, Q4_BLOCK);
             continue;
         }
         for (; r + 2 <= be; r += 2) q4_rows(j, r, t0, 2, T, vnni, lad, (int)(r - bs));
@@ -504,6 +529,7 @@ void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q
     int8_t *q = a->q + (size_t)t * a->qstride;
     float *d = a->d + (size_t)t * a->np * 2, *de = a->de + (size_t)t * a->np * 16;
     int32_t *s = a->s + (size_t)t * a->np * 2, *se = a->se + (size_t)t * a->np * 16;
+    float *dsx = a->dsx + (size_t)t * a->np * 2;
     const __m512i perm = _mm512_load_si512(mm_even_odd16);
     for (uint32_t b = 0; b < 2 * a->np; b++) {
         __m512 v0, v1;
@@ -524,6 +550,7 @@ void mm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q
         _mm_storeu_si128((__m128i *)(se + l0), _mm_set1_epi32(-2 * sum));
         d[b] = dd;
         s[b] = sum;
+        dsx[b] = dd * (float)(8 * sum);
     }
 }
 

@@ -37,7 +37,9 @@
  *                        of vpdpbusd belongs to: 16 lanes per quad c (the
  *                        first np/2 entries), lanes 4L..4L+3 block 4c+L;
  *   se int32 [n][np*16]  AVX-512 q4 only, the int32 start value per lane:
- *                        -2s, so the 4 lanes of a block add up to -8s.
+ *                        -2s, so the 4 lanes of a block add up to -8s;
+ *   dsx float [n][np*2]  AVX-512 q4 only: d * 8s per block, the -8 offset
+ *                        of q4 decode applied once per block in float.
  *
  * q8 weights at the AVX-512 levels (layout MM_LAYOUT_SB) use one scale per
  * superblock of MM_SB = 256 inputs instead of per 32-block, so a decode row
@@ -74,6 +76,7 @@ typedef struct mm_act {
     int32_t *s;
     float *de;
     int32_t *se;
+    float *dsx;   /* MM_LAYOUT_QUAD: d * 8 * s per block */
     uint32_t nsb; /* MM_LAYOUT_SB: superblocks of MM_SB inputs */
     float *dsb;
     int32_t *ssb;
