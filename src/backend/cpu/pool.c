@@ -257,11 +257,11 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
     if (ranged) { /* range k = tasks [n*k/T, n*(k+1)/T); the claim word holds none */
         uint64_t T = (uint64_t)p->n_threads;
         p->n_ranged = n_tasks;
-        for (uint64_t k = 0; k < T; k++)
+        for (uint64_t k = 0; k < T; k++) /* release: a claim from this word sees fn/ctx/n_ranged */
             atomic_store_explicit(&p->range[RANGE_STRIDE * k],
                                   (gen << 48) | ((uint64_t)n_tasks * k / T) << 24 |
                                       (uint64_t)n_tasks * (k + 1) / T,
-                                  memory_order_relaxed);
+                                  memory_order_release);
     }
     atomic_store_explicit(&p->claim, (gen << 48) | ((uint64_t)(ranged ? 0 : n_tasks) << 24),
                           memory_order_release);
