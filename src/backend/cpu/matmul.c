@@ -233,7 +233,8 @@ static void quant_sb(const mm_act *a, const float *X, const uint8_t *col, int t)
     }
 }
 
-/* Quantize token t: per block of 32, d = absmax/127, q = round(x/d). */
+/* Quantize token t in `layout`: per block of 32 (per superblock of MM_SB
+ * inputs for MM_LAYOUT_SB), d = absmax/127, q = round(x/d). */
 void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layout, int t) {
     if (layout == MM_LAYOUT_SB) {
         quant_sb(a, X, col, t);
