@@ -46,7 +46,8 @@
  * accumulates 256 inputs in int32 and converts to float once (the per-block
  * cvt + FMA cost as much as the dot products and held decode below the
  * memory bandwidth). Per superblock d = absmax/127, q = round(x/d), q2 =
- * round((x/d - q) * 256), x ~ d/256 * (256 q + q2) (error <= d/512):
+ * round((x/d - q) * 256), x ~ d/256 * (256 q + q2) (error <= d/256: d/512
+ * from rounding, d/256 where the residual clamps at 127):
  *   q, q2 int8 [n][nsb*256] natural order, zero past in;
  *   dsb float [n][nsb]      d/256 (same edge rules as d: 0 for a superblock
  *                           too small to invert, NaN for one holding
