@@ -12,4 +12,14 @@
 
 double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how);
 
+/* The same probe in parts, for measurements interleaved with other work
+ * (bench/decode_roofline.c): a buffer of `bytes` (rounded down to a
+ * multiple of n_threads pages, filled once), one timed pass per read
+ * (bytes/second). new returns NULL when out of memory or bytes rounds to 0. */
+typedef struct cmf_membw_buf cmf_membw_buf;
+cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads);
+double cmf_membw_buf_read(cmf_membw_buf *b);
+const char *cmf_membw_how(const cmf_membw_buf *b);
+void cmf_membw_buf_free(cmf_membw_buf *b);
+
 #endif

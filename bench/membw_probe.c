@@ -85,12 +85,22 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how) {
+struct cmf_membw_buf {
+    uint8_t *p;
+    size_t bytes;
+    int n_threads, kind;
+};
+
+cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 256) n_threads = 256;
     bytes &= ~(size_t)((size_t)n_threads * 4096 - 1);
-    uint8_t *buf = NULL;
-    if (bytes == 0 || posix_memalign((void **)&buf, 4096, bytes) != 0) return 0;
+    cmf_membw_buf *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    if (bytes == 0 || posix_memalign((void **)&b->p, 4096, bytes) != 0) {
+        free(b);
+        return NULL;
+    }
     /* touch every page with distinct pseudo-random words, as weights are:
      * identical pages could be merged by the host (KSM) and read from cache */
     uint64_t z = 0x9E3779B97F4A7C15ull;
@@ -98,44 +108,67 @@ double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how) 
         z ^= z << 13;
         z ^= z >> 7;
         z ^= z << 17;
-        memcpy(buf + i, &z, 8);
+        memcpy(b->p + i, &z, 8);
     }
     unsigned f = cmf_cpu_features();
-    int kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
-    if (how) *how = kind == 2 ? "512-bit loads" : kind == 1 ? "256-bit loads" : "64-bit loads";
+    b->kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
+    b->bytes = bytes;
+    b->n_threads = n_threads;
+    return b;
+}
+
+const char *cmf_membw_how(const cmf_membw_buf *b) {
+    return b->kind == 2 ? "512-bit loads" : b->kind == 1 ? "256-bit loads" : "64-bit loads";
+}
+
+double cmf_membw_buf_read(cmf_membw_buf *b) {
+    const int n_threads = b->n_threads;
+    size_t per = b->bytes / (size_t)n_threads;
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)n_threads + 1);
+    slice s[256];
+    pthread_t th[256];
+    int started = 0;
+    for (int t = 0; t < n_threads; t++) {
+        s[t] = (slice){b->p + per * (size_t)t, per, b->kind, 0, &bar};
+        if (pthread_create(&th[t], NULL, worker, &s[t]) != 0) break;
+        started++;
+    }
+    if (started < n_threads) { /* cannot happen normally: give up cleanly */
+        for (int t = started; t < n_threads; t++) {
+            s[t].p = b->p;
+            s[t].n = 0;
+            pthread_create(&th[t], NULL, worker, &s[t]);
+        }
+    }
+    double t0 = now();
+    pthread_barrier_wait(&bar);
+    uint64_t sink = 0;
+    for (int t = 0; t < n_threads; t++) {
+        pthread_join(th[t], NULL);
+        sink ^= s[t].sink;
+    }
+    double dt = now() - t0;
+    pthread_barrier_destroy(&bar);
+    if (sink == 42) dt += 1e-12; /* use the sums */
+    return (double)b->bytes / dt;
+}
+
+void cmf_membw_buf_free(cmf_membw_buf *b) {
+    if (!b) return;
+    free(b->p);
+    free(b);
+}
+
+double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how) {
+    cmf_membw_buf *b = cmf_membw_buf_new(bytes, n_threads);
+    if (!b) return 0;
+    if (how) *how = cmf_membw_how(b);
     double best = 0;
-    size_t per = bytes / (size_t)n_threads;
     for (int r = 0; r < runs; r++) {
-        pthread_barrier_t bar;
-        pthread_barrier_init(&bar, NULL, (unsigned)n_threads + 1);
-        slice s[256];
-        pthread_t th[256];
-        int started = 0;
-        for (int t = 0; t < n_threads; t++) {
-            s[t] = (slice){buf + per * (size_t)t, per, kind, 0, &bar};
-            if (pthread_create(&th[t], NULL, worker, &s[t]) != 0) break;
-            started++;
-        }
-        if (started < n_threads) { /* cannot happen normally: give up cleanly */
-            for (int t = started; t < n_threads; t++) {
-                s[t].p = buf;
-                s[t].n = 0;
-                pthread_create(&th[t], NULL, worker, &s[t]);
-            }
-        }
-        double t0 = now();
-        pthread_barrier_wait(&bar);
-        uint64_t sink = 0;
-        for (int t = 0; t < n_threads; t++) {
-            pthread_join(th[t], NULL);
-            sink ^= s[t].sink;
-        }
-        double dt = now() - t0;
-        pthread_barrier_destroy(&bar);
-        if (sink == 42) dt += 1e-12; /* use the sums */
-        double bw = (double)bytes / dt;
+        double bw = cmf_membw_buf_read(b);
         if (bw > best) best = bw;
     }
-    free(buf);
+    cmf_membw_buf_free(b);
     return best;
 }

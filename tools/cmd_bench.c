@@ -96,26 +96,21 @@ static bool is_head(const char *n) {
     return strcmp(n, "lm_head.weight") == 0 || strcmp(n, "output.weight") == 0;
 }
 
-/* Weight bytes one decode step reads (every tensor, but only one row of the
- * embedding table unless it doubles as the output head) and matmul flops
- * per token (2 per weight of every matrix, embedding lookup excluded). */
-static void per_token_cost(const cmf_file *f, double *bytes, double *flops) {
+/* Matmul flops per token: 2 per weight of every matrix, the embedding
+ * lookup excluded unless the table doubles as the output head. (Bytes per
+ * token: cmf_model_info.decode_bytes.) */
+static double flops_per_token(const cmf_file *f) {
     bool tied = true;
     size_t n = cmf_file_tensor_count(f);
     for (size_t i = 0; i < n; i++)
         if (is_head(cmf_file_tensor_at(f, i)->name)) tied = false;
-    *bytes = 0;
-    *flops = 0;
+    double flops = 0;
     for (size_t i = 0; i < n; i++) {
         const cmf_tensor *t = cmf_file_tensor_at(f, i);
-        bool emb = is_embed(t->name);
-        if (emb && !tied) {
-            *bytes += (double)t->nbytes / (double)(t->shape[0] ? t->shape[0] : 1);
-            continue;
-        }
-        *bytes += (double)t->nbytes;
-        if (t->ndim >= 2) *flops += 2.0 * (double)t->nelem;
+        if (is_embed(t->name) && !tied) continue;
+        if (t->ndim >= 2) flops += 2.0 * (double)t->nelem;
     }
+    return flops;
 }
 
 static void stats(const double *x, int n, double *mean, double *sd) {
@@ -203,8 +198,7 @@ int cmd_bench(int argc, char **argv) {
         printf("| model | size | params | backend | threads | test | t/s |\n");
         printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |\n");
     }
-    double bpt, fpt;
-    per_token_cost(f, &bpt, &fpt);
+    double bpt = (double)info.decode_bytes, fpt = flops_per_token(f);
     /* Warm-up: a few decode steps touch every weight page several times (the
      * first passes over a fresh mapping run far below memory speed). */
     if (run_test(m, kv, toks, 0, 4, 1, ts, &err) != CMF_OK) {

@@ -58,6 +58,10 @@ typedef struct cmf_model_info {
     uint32_t n_ctx_train; /* max_position_embeddings */
     uint64_t n_params;    /* weights counted from tensor shapes */
     uint64_t weight_bytes; /* payload bytes of all tensors */
+    /* payload bytes one decode step (one token) reads: every tensor, but one
+     * row of the token-embedding table unless it is also the output head;
+     * MoE: every expert counted (an upper bound) */
+    uint64_t decode_bytes;
 } cmf_model_info;
 void cmf_model_get_info(const cmf_model *m, cmf_model_info *info);
 

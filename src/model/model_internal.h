@@ -66,7 +66,7 @@ struct cmf_model {
     /* decoded small vectors, freed with the model */
     float **vecs;
     size_t n_vecs, cap_vecs;
-    uint64_t n_params, weight_bytes;
+    uint64_t n_params, weight_bytes, decode_bytes;
     /* forward scratch kept between calls (one forward at a time per model),
      * for up to scratch_n tokens (<= CMF_UBATCH): fresh buffers on every
      * call cost a page fault per 4 KiB page of each prefill (forward.c) */

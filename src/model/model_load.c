@@ -422,6 +422,9 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
         m->n_params += t->nelem;
         m->weight_bytes += t->nbytes;
     }
+    m->decode_bytes = m->weight_bytes;
+    if (m->output != m->tok_embd && m->tok_embd->shape[0] > 0) /* one embedding row per token */
+        m->decode_bytes -= m->tok_embd->nbytes - m->tok_embd->nbytes / m->tok_embd->shape[0];
     if ((st = cmf_backend_cpu_new(params ? params->n_threads : 0, &m->be, err))) goto fail;
     *out = m;
     return CMF_OK;
@@ -456,4 +459,5 @@ void cmf_model_get_info(const cmf_model *m, cmf_model_info *info) {
     info->n_ctx_train = m->hp.n_ctx_train;
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
+    info->decode_bytes = m->decode_bytes;
 }

@@ -1,6 +1,6 @@
 /*
  * test_matmul.c — cmf_cpu_matmul at every CPU level this machine has
- * (ref, avx2, avx512, avx512vnni / neon) against ground truth built from the
+ * (ref, avx2, avx512, avx512vnni, avx512gfni / neon) against ground truth built from the
  * format module's own codec (cmf_tensor_encode / cmf_tensor_decode, double
  * accumulation), for every fast dtype and a slow one (q1), on random
  * shapes including rows/in/n that are not multiples of the vector width,
@@ -174,7 +174,7 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
         }
     }
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
-                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
     cmf_cpu_level saved = cmf_cpu_level_get();
     for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
         cmf_cpu_level_set(levels[li]);
@@ -185,7 +185,7 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
         CHECK(st == CMF_OK, "%s: %s", cmf_dtype_name(dt), e.msg);
         if (st != CMF_OK) continue;
         bool q = levels[li] != CMF_CPU_REF && int8_act(dt, in);
-        bool sb = (levels[li] == CMF_CPU_AVX512 || levels[li] == CMF_CPU_AVX512VNNI) &&
+        bool sb = cmf_cpu_level_is_avx512(levels[li]) &&
                   (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F) && n < MM_GEMM_MIN_N_Q8;
         int bad = 0;
         for (int t = 0; t < n && bad < 3; t++)
@@ -273,7 +273,7 @@ static void test_errors(void) {
  * row ranges, mixed families (run one by one), q8_2f; and its errors. */
 static void test_parts(cmf_cpu_pool *pool) {
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
-                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
     enum { IN = 160, NMAX = 20 };
     built w[5];
     const cmf_dtype dts[5] = {CMF_DT_Q8_ROW, CMF_DT_Q8_ROW, CMF_DT_Q4TP, CMF_DT_Q4TP, CMF_DT_Q8_2F};
@@ -353,7 +353,7 @@ out:
  * q8_2f column factors included. */
 static void test_quant(void) {
     cmf_cpu_level was = cmf_cpu_level_get();
-    if (was != CMF_CPU_AVX512 && was != CMF_CPU_AVX512VNNI) {
+    if (!cmf_cpu_level_is_avx512(was)) {
         fprintf(stderr, "test_quant: no AVX-512 here, skipped\n");
         return;
     }
@@ -419,7 +419,7 @@ static void test_nan(cmf_cpu_pool *pool) {
                                     CMF_DT_Q4TP};
     static const int ns[] = {1, 3, 7, 20};
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
-                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
     cmf_cpu_level saved = cmf_cpu_level_get();
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         built b;

@@ -138,7 +138,7 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
 
 int main(void) {
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
-                                           CMF_CPU_AVX512VNNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
+                                           CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
     cmf_cpu_level saved = cmf_cpu_level_get();
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
         cmf_cpu_level_set(levels[i]);

@@ -31,6 +31,7 @@ extern "C" {
 #define CMF_CPU_F_NEON (1u << 4)      /* always on arm64 */
 #define CMF_CPU_F_DOTPROD (1u << 5)   /* arm64 sdot/udot */
 #define CMF_CPU_F_FP16 (1u << 6)      /* arm64 half-precision arithmetic */
+#define CMF_CPU_F_GFNI (1u << 7)      /* x86 GF2P8AFFINEQB and friends */
 
 /* Kernel levels, in increasing capability. The level used is the best one
  * the CPU supports, unless the environment variable CMF_CPU names one:
@@ -42,12 +43,17 @@ typedef enum cmf_cpu_level {
     CMF_CPU_AVX2,
     CMF_CPU_AVX512,
     CMF_CPU_AVX512VNNI,
+    CMF_CPU_AVX512GFNI, /* avx512vnni + GFNI */
     CMF_CPU_NEON,
     CMF_CPU_NEONDOT
 } cmf_cpu_level;
 
 unsigned cmf_cpu_features(void);            /* CMF_CPU_F_* bits */
 cmf_cpu_level cmf_cpu_level_get(void);      /* the level kernels use */
+/* true for the x86 levels with AVX-512 kernels (avx512, avx512vnni, avx512gfni) */
+static inline bool cmf_cpu_level_is_avx512(cmf_cpu_level l) {
+    return l == CMF_CPU_AVX512 || l == CMF_CPU_AVX512VNNI || l == CMF_CPU_AVX512GFNI;
+}
 const char *cmf_cpu_level_name(cmf_cpu_level l); /* "ref", "avx2", ... */
 /* Physical cores available (distinct core ids among online CPUs, from
  * /sys/devices/system/cpu, else /proc/cpuinfo, else sysconf); >= 1. */

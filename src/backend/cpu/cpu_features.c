@@ -52,7 +52,7 @@ static unsigned detect(void) {
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = (b >> 5) & 1;
     bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-    bool vnni = (c >> 11) & 1;
+    bool vnni = (c >> 11) & 1, gfni = (c >> 8) & 1;
     unsigned a1, b1, c1, d1;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     bool bf16 = (a1 >> 5) & 1;
@@ -62,6 +62,7 @@ static unsigned detect(void) {
         f |= CMF_CPU_F_AVX512;
         if (vnni) f |= CMF_CPU_F_AVX512VNNI;
         if (bf16) f |= CMF_CPU_F_AVX512BF16;
+        if (gfni) f |= CMF_CPU_F_GFNI;
     }
     return f;
 }
@@ -85,7 +86,9 @@ static cmf_cpu_level best_level(unsigned f, cmf_cpu_level cap) {
     if (cap >= CMF_CPU_NEONDOT && (f & CMF_CPU_F_DOTPROD)) return CMF_CPU_NEONDOT;
     if (cap >= CMF_CPU_NEON && (f & CMF_CPU_F_NEON)) return CMF_CPU_NEON;
 #else
-    if (cap > CMF_CPU_AVX512VNNI) cap = CMF_CPU_AVX512VNNI;
+    if (cap > CMF_CPU_AVX512GFNI) cap = CMF_CPU_AVX512GFNI;
+    if (cap >= CMF_CPU_AVX512GFNI && (f & CMF_CPU_F_AVX512VNNI) && (f & CMF_CPU_F_GFNI))
+        return CMF_CPU_AVX512GFNI;
     if (cap >= CMF_CPU_AVX512VNNI && (f & CMF_CPU_F_AVX512VNNI)) return CMF_CPU_AVX512VNNI;
     if (cap >= CMF_CPU_AVX512 && (f & CMF_CPU_F_AVX512)) return CMF_CPU_AVX512;
     if (cap >= CMF_CPU_AVX2 && (f & CMF_CPU_F_AVX2)) return CMF_CPU_AVX2;
@@ -93,7 +96,7 @@ static cmf_cpu_level best_level(unsigned f, cmf_cpu_level cap) {
     return CMF_CPU_REF;
 }
 
-static const char *const k_names[] = {"ref", "avx2", "avx512", "avx512vnni", "neon", "neondot"};
+static const char *const k_names[] = {"ref", "avx2", "avx512", "avx512vnni", "avx512gfni", "neon", "neondot"};
 
 static void init_once(void) {
     g_features = detect();

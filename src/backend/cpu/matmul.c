@@ -351,6 +351,8 @@ static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
         return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512 : mm_q4_avx512;
     case CMF_CPU_AVX512VNNI:
         return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512vnni;
+    case CMF_CPU_AVX512GFNI:
+        return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512gfni;
 #endif
 #if defined(__aarch64__)
     case CMF_CPU_NEON:
@@ -442,7 +444,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
 #if defined(__x86_64__) || defined(__i386__)
     /* prefill at the AVX-512 levels: blocked GEMM (gemm_avx512.c) */
     int gemm_min = fam == FAM_Q8 ? MM_GEMM_MIN_N_Q8 : fam == FAM_Q4 ? MM_GEMM_MIN_N_Q4 : MM_GEMM_MIN_N;
-    if ((lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI) && fam != FAM_SLOW && n >= gemm_min)
+    if (cmf_cpu_level_is_avx512(lv) && fam != FAM_SLOW && n >= gemm_min)
         fn = mm_gemm_avx512;
 #endif
     bool gemm = fn != pick(fam, lv);
@@ -456,7 +458,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
     act.qstride = (size_t)act.np * 64;
     void *heap = NULL;
     if (fn != mm_ref && !gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
-        bool avx512 = lv == CMF_CPU_AVX512 || lv == CMF_CPU_AVX512VNNI;
+        bool avx512 = cmf_cpu_level_is_avx512(lv);
         int layout = fam == FAM_Q8 ? (avx512 ? MM_LAYOUT_SB : MM_LAYOUT_NATURAL)
                                    : (avx512 ? MM_LAYOUT_QUAD : MM_LAYOUT_EVENODD);
         size_t bytes = mm_act_size(&act, n, in, layout);

@@ -28,7 +28,8 @@
  *     is block L; in the token tiles the -8 offset is folded into the
  *     accumulator's start value (-2*sum(qx) per lane) and the scales dw*dx
  *     applied per lane; decode (q4_dot1) forms dw*dx once per 16 blocks and
- *     subtracts the offset there in float.
+ *     subtracts the offset there in float. With GFNI (level avx512gfni) the
+ *     high nibbles take one vgf2p8affineqb instead of a shift and a mask.
  * VNNI: vpdpbusd; without it maddubs + madd (no saturation: |u8| <= 128,
  * |s8| <= 127, pair sums < 2^15).
  */
@@ -202,12 +203,33 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
 
 /* ---- q4 ----------------------------------------------------------------- */
 
+/* Instruction sets of the q4 kernels (compile-time constants): AVX-512
+ * without VNNI (maddubs + madd), with VNNI (vpdpbusd), and VNNI + GFNI
+ * (level avx512gfni: the high nibbles in one vgf2p8affineqb). */
+enum { Q4_AVX512, Q4_VNNI, Q4_GFNI };
+
+/* The high nibble of every byte of v as u8 0..15, in one instruction
+ * instead of a 16-bit shift and a mask: GF(2) affine map per byte (Intel
+ * SDM, GF2P8AFFINEQB) whose matrix row for result bit i (byte 7 - i of the
+ * qword) selects source bit i + 4 for i < 4 and nothing above, i.e. x >> 4.
+ * Inline assembly, so that this file needs no -mgfni (the compiler must
+ * not emit GFNI anywhere else: the other levels run on CPUs without it);
+ * called only by the Q4_GFNI kernels, which run only where CPUID reports
+ * GFNI (cpu_features.c). */
+AI __m512i q4_hi_gfni(__m512i v) {
+    const __m512i shr4 = _mm512_set1_epi64(0x1020408000000000LL);
+    __m512i r;
+    __asm__("vgf2p8affineqb $0, %2, %1, %0" : "=v"(r) : "v"(v), "v"(shr4));
+    return r;
+}
+
 /* Four blocks of 16 nibble bytes starting at p (consecutive blocks `stride`
  * bytes apart; `live` of them exist, the rest read as zero and are never
  * loaded) -> lo = the low nibbles (even elements) and hi = the high nibbles
  * (odd elements) as u8 0..15, 128-bit lane L = block L, matching X's
  * quad-interleaved layout (matmul_int.h). */
-AI void q4_unpack4(const uint8_t *p, size_t stride, uint64_t live, __m512i *lo, __m512i *hi) {
+AI void q4_unpack4(const uint8_t *p, size_t stride, uint64_t live, const int isa, __m512i *lo,
+                   __m512i *hi) {
     __m512i v;
     if (stride == 16) {
         v = live >= 4 ? _mm512_loadu_si512(p)
@@ -220,7 +242,7 @@ AI void q4_unpack4(const uint8_t *p, size_t stride, uint64_t live, __m512i *lo, 
     }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     *lo = _mm512_and_si512(v, m4);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    *hi = isa == Q4_GFNI ? q4_hi_gfni(v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 }
 
 /* q4tp ladders (spec §4) of up to 16 rows [r, r+nr) at once, one row per
@@ -306,7 +328,7 @@ static const int32_t k_quad_idx[4][16] __attribute__((aligned(64))) = {QIDX(0), 
  * -8*sum(qx)), then one f32 FMA with dw*dx per lane into acc[k][t].
  * dw16[k]: the scales of row k's 16-block group g. */
 AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint64_t g, uint64_t q,
-                const __m512 *dw16, int t0, const int R, const int T, const int vnni,
+                const __m512 *dw16, int t0, const int R, const int T, const int isa,
                 __m512 (*acc)[8]) {
     const mm_act *a = j->a;
     uint64_t nb = a->nb, b = g + q, c = b / 4;
@@ -317,7 +339,7 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
     for (int k = 0; k < R; k++) {
         const uint8_t *p0 = nib[k] + b * stride;
         if (MM_PF) MM_PREFETCH((const char *)p0, nb * stride);
-        q4_unpack4(p0, stride, nb - b, &lo[k], &hi[k]);
+        q4_unpack4(p0, stride, nb - b, isa, &lo[k], &hi[k]);
         dwv[k] = _mm512_permutexvar_ps(qidx, dw16[k]);
     }
 #pragma GCC unroll 8
@@ -329,7 +351,7 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
         __m512 de = _mm512_load_ps(a->de + tc);
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++) {
-            __m512i ip = mm_dpbusd(mm_dpbusd(se, lo[k], xe, vnni), hi[k], xo, vnni);
+            __m512i ip = mm_dpbusd(mm_dpbusd(se, lo[k], xe, isa != Q4_AVX512), hi[k], xo, isa != Q4_AVX512);
             acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
         }
     }
@@ -342,7 +364,7 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
  * dsx plane); per quad only the raw nibbles (u8 0..15) meet X in vpdpbusd
  * (3 loads). Whole groups run without masks; a last group of fewer than 16
  * blocks takes the masked path. dt: Q4_BLOCK, Q4_TILED or Q4_TP. */
-AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, const int vnni,
+AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, const int isa,
                  const int dt) {
     const mm_act *a = j->a;
     const uint64_t nb = a->nb;
@@ -363,10 +385,10 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
         const uint8_t *p0_ = nib + (b) * st;                                                 \
         if (MM_PF) MM_PREFETCH((const char *)p0_, nb * st);                                  \
         __m512i lo_, hi_;                                                                    \
-        q4_unpack4(p0_, st, (live), &lo_, &hi_);                                             \
+        q4_unpack4(p0_, st, (live), isa, &lo_, &hi_);                                             \
         const int8_t *x_ = xq + 32 * (b);                                                    \
-        __m512i ip_ = mm_dpbusd(mm_dpbusd(zero, lo_, _mm512_load_si512(x_), vnni), hi_,      \
-                                _mm512_load_si512(x_ + 64), vnni);                           \
+        __m512i ip_ = mm_dpbusd(mm_dpbusd(zero, lo_, _mm512_load_si512(x_), isa != Q4_AVX512), hi_,      \
+                                _mm512_load_si512(x_ + 64), isa != Q4_AVX512);                           \
         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_), (dd), acc[k]);                     \
     } while (0)
     const uint64_t full = nb & ~(uint64_t)15;
@@ -399,7 +421,7 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
 /* Rows [r, r+R) x tokens [t0, t0+T) (R*T accumulators), four blocks (128 inputs,
  * 64 nibble bytes) per step. `lad` holds the q4tp ladders of the 16-row
  * batch containing r (r - batch start = lk). */
-AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int vnni,
+AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const int isa,
                 const float *lad, int lk) {
     uint64_t nb = j->a->nb;
     const bool tp = j->W->dtype == CMF_DT_Q4TP;
@@ -423,7 +445,7 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++)
             dw16[k] = q4_scales16(j->W, j->rows, nb, j->row0 + r + (uint64_t)k, g, cnt, tlo[k], thi[k]);
-        for (uint64_t q = 0; q < cnt; q += 4) q4_step(j, nib, stride, g, q, dw16, t0, R, T, vnni, acc);
+        for (uint64_t q = 0; q < cnt; q += 4) q4_step(j, nib, stride, g, q, dw16, t0, R, T, isa, acc);
     }
 #pragma GCC unroll 4
     for (int k = 0; k < R; k++)
@@ -433,7 +455,7 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 }
 
 /* Decode rows [bs, be) (one 16-row ladder batch) of dtype dt for token t0. */
-AI void q4_decode_rows(mm_job *j, uint64_t bs, uint64_t be, int t0, const float *lad, const int vnni,
+AI void q4_decode_rows(mm_job *j, uint64_t bs, uint64_t be, int t0, const float *lad, const int isa,
                        const int dt) {
     for (uint64_t r = bs; r < be; r++) {
         __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
@@ -441,11 +463,11 @@ AI void q4_decode_rows(mm_job *j, uint64_t bs, uint64_t be, int t0, const float 
             tlo = _mm512_load_ps(lad + 32 * (r - bs));
             thi = _mm512_load_ps(lad + 32 * (r - bs) + 16);
         }
-        j->Y[(size_t)t0 * j->ldy + r] = q4_dot1(j, j->row0 + r, tlo, thi, t0, vnni, dt);
+        j->Y[(size_t)t0 * j->ldy + r] = q4_dot1(j, j->row0 + r, tlo, thi, t0, isa, dt);
     }
 }
 
-AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
+AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int isa) {
     float lad[32 * 16] __attribute__((aligned(64)));
     const bool tp = j->W->dtype == CMF_DT_Q4TP;
     for (uint64_t bs = rb; bs < re; bs += 16) { /* batches of 16 rows share a ladder pass */
@@ -453,13 +475,13 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         if (tp) q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + bs, (int)(be - bs), j->exp2_f16, lad);
         uint64_t r = bs;
         if (T == 1) { /* decode: one row at a time, in memory order (see q8_tile) */
-            if (tp) q4_decode_rows(j, bs, be, t0, lad, vnni, Q4_TP);
-            else if (j->W->dtype == CMF_DT_Q4_TILED) q4_decode_rows(j, bs, be, t0, lad, vnni, Q4_TILED);
-            else q4_decode_rows(j, bs, be, t0, lad, vnni, Q4_BLOCK);
+            if (tp) q4_decode_rows(j, bs, be, t0, lad, isa, Q4_TP);
+            else if (j->W->dtype == CMF_DT_Q4_TILED) q4_decode_rows(j, bs, be, t0, lad, isa, Q4_TILED);
+            else q4_decode_rows(j, bs, be, t0, lad, isa, Q4_BLOCK);
             continue;
         }
-        for (; r + 2 <= be; r += 2) q4_rows(j, r, t0, 2, T, vnni, lad, (int)(r - bs));
-        if (r < be) q4_rows(j, r, t0, 1, T, vnni, lad, (int)(r - bs));
+        for (; r + 2 <= be; r += 2) q4_rows(j, r, t0, 2, T, isa, lad, (int)(r - bs));
+        if (r < be) q4_rows(j, r, t0, 1, T, isa, lad, (int)(r - bs));
     }
 }
 
@@ -582,12 +604,19 @@ void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re) {
               q8_tile(j, rb, re, t0, 1, 1));
 }
 
+#define Q4_TILES(isa)                                                                  \
+    TILES8(q4_tile(j, rb, re, t0, 8, isa), q4_tile(j, rb, re, t0, 4, isa),               \
+           q4_tile(j, rb, re, t0, 3, isa), q4_tile(j, rb, re, t0, 2, isa),               \
+           q4_tile(j, rb, re, t0, 1, isa))
+
 void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES8(q4_tile(j, rb, re, t0, 8, 0), q4_tile(j, rb, re, t0, 4, 0), q4_tile(j, rb, re, t0, 3, 0),
-           q4_tile(j, rb, re, t0, 2, 0), q4_tile(j, rb, re, t0, 1, 0));
+    Q4_TILES(Q4_AVX512);
 }
 
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re) {
-    TILES8(q4_tile(j, rb, re, t0, 8, 1), q4_tile(j, rb, re, t0, 4, 1), q4_tile(j, rb, re, t0, 3, 1),
-           q4_tile(j, rb, re, t0, 2, 1), q4_tile(j, rb, re, t0, 1, 1));
+    Q4_TILES(Q4_VNNI);
+}
+
+void mm_q4_avx512gfni(mm_job *j, uint64_t rb, uint64_t re) {
+    Q4_TILES(Q4_GFNI);
 }

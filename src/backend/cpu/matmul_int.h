@@ -175,6 +175,7 @@ void mm_q8_avx512(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q4_avx512gfni(mm_job *j, uint64_t rb, uint64_t re);
 /* gemm_avx512.c: prefill path of the AVX-512 levels for every fast dtype
  * (n >= MM_GEMM_MIN_N*, see below): float X, weights decoded once per call into 32-row
  * panels (matmul.c gives it chunks of whole panels, at most MM_GEMM_ROWS

@@ -1,0 +1,198 @@
+/*
+ * decode_roofline.c — decode speed as a fraction of the memory bandwidth
+ * measured at the same moment.
+ *
+ * On a shared host the read bandwidth moves (this 2-vCPU VM reads anywhere
+ * between ~15 and ~70 GB/s from one second to the next), so a probe taken
+ * before or after a benchmark says little about the bandwidth the decode
+ * steps had. This program alternates the two in one process: a probe pass
+ * (cmf_membw_buf_read: the same threads count, 512-bit loads over a buffer
+ * far larger than the caches), then K decode steps (one token each, from
+ * an empty KV cache, as `cmf bench`'s tg test), then a probe, ... and
+ * compares each decode segment with the probes on both sides of it:
+ *
+ *   rate_i  = decode_bytes * K / (segment time)        bytes/s of weights
+ *   frac_i  = rate_i / max(probe_{i-1}, probe_i)       (the conservative one)
+ *   fracm_i = rate_i / mean(probe_{i-1}, probe_i)
+ *
+ * and reports the medians over segments, the overall decode tok/s, and the
+ * overall rate against the highest probe of the run (as llama_1b.sh does).
+ * decode_bytes = cmf_model_info.decode_bytes (weights one token reads).
+ *
+ *   build/bench/decode_roofline MODEL.cmf [-t N] [--pairs P] [--tokens K]
+ *                               [--mib M] [--json]
+ */
+#include "cmf.h"
+#include "membw.h"
+
+#include "backend/cpu/cpu.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_d);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* One segment: k single-token decode steps from an empty KV cache (token
+ * ids spread over the vocabulary); *dt = its wall time in seconds. */
+static cmf_status segment(cmf_model *m, cmf_kv_cache *kv, long k, uint32_t n_vocab, float *logits,
+                          double *dt, cmf_error *err) {
+    cmf_status st = cmf_kv_seq_truncate(kv, 0, 0, err);
+    double t0 = now_s();
+    for (long i = 0; i < k && st == CMF_OK; i++) {
+        int32_t tok = (int32_t)((i * 7919 + 11) % (n_vocab ? n_vocab : 1)), pos = (int32_t)i, sid = 0;
+        cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &pos, .seq_id = &sid};
+        st = cmf_model_forward(m, kv, &b, logits, err);
+    }
+    *dt = now_s() - t0;
+    return st;
+}
+
+static int usage(FILE *o) {
+    fprintf(o, "usage: decode_roofline MODEL.cmf [-t THREADS] [--pairs P] [--tokens K] [--mib M] "
+               "[--json]\n"
+               "  P decode segments (default 24) of K tokens (default 8) between probe passes\n"
+               "  over M MiB (default 1024); threads default: physical cores\n");
+    return o == stdout ? 0 : 2;
+}
+
+/* strtol of argument `name` into [lo, hi]; false (message printed) if not */
+static int parse(const char *name, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "decode_roofline: %s needs an integer in [%ld, %ld], got '%s'\n", name, lo,
+                hi, v ? v : "(nothing)");
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *path = NULL;
+    long threads = 0, pairs = 24, k_tok = 8, mib = 1024;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
+        if (!strcmp(a, "-t")) { if (!parse("-t", v, 1, 256, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--pairs")) { if (!parse("--pairs", v, 1, 10000, &pairs)) return 2; i++; }
+        else if (!strcmp(a, "--tokens")) { if (!parse("--tokens", v, 1, 4096, &k_tok)) return 2; i++; }
+        else if (!strcmp(a, "--mib")) { if (!parse("--mib", v, 16, 1 << 20, &mib)) return 2; i++; }
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (a[0] == '-') {
+            fprintf(stderr, "decode_roofline: unknown flag '%s'\n", a);
+            return usage(stderr);
+        } else if (!path) path = a;
+        else {
+            fprintf(stderr, "decode_roofline: more than one MODEL ('%s')\n", a);
+            return 2;
+        }
+    }
+    if (!path) return usage(stderr);
+
+    cmf_error err = {0};
+    cmf_file *f = NULL;
+    cmf_model *m = NULL;
+    cmf_kv_cache *kv = NULL;
+    cmf_membw_buf *probe = NULL;
+    float *logits = NULL;
+    double *probes = NULL, *seg = NULL, *frac = NULL, *fracm = NULL;
+    int rc = 1;
+    if (cmf_file_open(path, &f, &err) != CMF_OK) goto fail;
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL};
+    if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    cmf_kv_params kp = {.n_ctx = (uint32_t)k_tok + 16, .n_seq_max = 1, .page_size = 0, .type = CMF_KV_F16};
+    if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) goto fail;
+    int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
+    probe = cmf_membw_buf_new((size_t)mib << 20, nt);
+    logits = malloc(sizeof(float) * info.n_vocab);
+    probes = malloc(sizeof(double) * (size_t)(pairs + 1));
+    seg = malloc(sizeof(double) * (size_t)pairs);
+    frac = malloc(sizeof(double) * (size_t)pairs);
+    fracm = malloc(sizeof(double) * (size_t)pairs);
+    if (!probe || !logits || !probes || !seg || !frac || !fracm) {
+        cmf_error_set(&err, CMF_ERR_NOMEM, "decode_roofline: out of memory");
+        goto fail;
+    }
+    const double bpt = (double)info.decode_bytes;
+    double warm; /* the first passes over a fresh mapping fault the pages in */
+    if (segment(m, kv, k_tok, info.n_vocab, logits, &warm, &err) != CMF_OK ||
+        segment(m, kv, k_tok, info.n_vocab, logits, &warm, &err) != CMF_OK)
+        goto fail;
+    double t_dec = 0, best = 0;
+    probes[0] = cmf_membw_buf_read(probe);
+    for (long i = 0; i < pairs; i++) {
+        double dt;
+        if (segment(m, kv, k_tok, info.n_vocab, logits, &dt, &err) != CMF_OK) goto fail;
+        probes[i + 1] = cmf_membw_buf_read(probe);
+        t_dec += dt;
+        double rate = bpt * (double)k_tok / dt, a = probes[i], b = probes[i + 1];
+        seg[i] = (double)k_tok / dt;
+        frac[i] = rate / (a > b ? a : b);
+        fracm[i] = rate / (0.5 * (a + b));
+        if (!json)
+            printf("segment %3ld: %7.2f tok/s  %6.2f GB/s of weights  probes %6.2f / %6.2f GB/s  "
+                   "%5.1f %% of the higher\n",
+                   i, seg[i], rate / 1e9, a / 1e9, b / 1e9, 100 * frac[i]);
+    }
+    for (long i = 0; i <= pairs; i++) best = probes[i] > best ? probes[i] : best;
+    double tps = (double)(pairs * k_tok) / t_dec, overall_rate = bpt * tps;
+    double pmed = median(probes, (int)pairs + 1);
+    double fmed = median(frac, (int)pairs), fmmed = median(fracm, (int)pairs);
+    if (json) {
+        printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"decode_bytes\": %llu, "
+               "\"pairs\": %ld, \"tokens_per_segment\": %ld, \"probe_mib\": %ld, "
+               "\"decode_tps\": %.4f, \"weights_gbps\": %.3f, \"probe_median_gbps\": %.3f, "
+               "\"probe_max_gbps\": %.3f, \"frac_higher_median\": %.4f, "
+               "\"frac_mean_median\": %.4f, \"frac_of_max\": %.4f}\n",
+               path, cmf_cpu_level_name(cmf_cpu_level_get()), nt,
+               (unsigned long long)info.decode_bytes, pairs, k_tok, mib, tps, overall_rate / 1e9,
+               pmed / 1e9, best / 1e9, fmed, fmmed, overall_rate / best);
+    } else {
+        printf("decode %.2f tok/s (%ld x %ld tokens, %d threads, cpu %s), %.2f GB/s of weights "
+               "(%.1f MB per token)\n",
+               tps, pairs, k_tok, nt, cmf_cpu_level_name(cmf_cpu_level_get()), overall_rate / 1e9,
+               bpt / 1e6);
+        printf("probe (%s, %ld MiB): median %.2f GB/s, highest %.2f GB/s\n", cmf_membw_how(probe),
+               mib, pmed / 1e9, best / 1e9);
+        printf("fraction of the bandwidth beside each segment: median %.1f %% (higher probe), "
+               "%.1f %% (mean of the two); of the run's highest probe: %.1f %%\n",
+               100 * fmed, 100 * fmmed, 100 * overall_rate / best);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "decode_roofline: %s\n", err.msg[0] ? err.msg : "failed");
+done:
+    free(fracm);
+    free(frac);
+    free(seg);
+    free(probes);
+    free(logits);
+    cmf_membw_buf_free(probe);
+    cmf_kv_free(kv);
+    cmf_model_free(m);
+    cmf_file_close(f);
+    return rc;
+}
