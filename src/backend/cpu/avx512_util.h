@@ -108,10 +108,12 @@ static const char mm_q4tp_pick[64] __attribute__((aligned(64), unused)) = {
 
 /* q4tp (spec section 4): the 5-bit ladder codes of 16 consecutive blocks
  * starting on a byte (codes = their first byte; cnt <= 16 of them exist, the
- * masked load never reads past their ceil(5 cnt / 8) bytes) as dword lanes
- * 0..15 (lanes >= cnt hold arbitrary codes 0..31: callers mask them). Lane
- * i takes bytes 5i/8 and 5i/8 + 1 (vpshufb
- * on the bytes broadcast to every 128-bit lane) and shifts right by 5i % 8. */
+ * masked load never reads past their ceil(5 cnt / 8) bytes) as vpermt2ps
+ * indices: bits 4:0 of dword lane i are code i, the bits above are not
+ * cleared (vpermt2ps reads only bits 4:0 of a 32-entry lookup; one AND per
+ * 16 blocks saved); lanes >= cnt hold arbitrary codes (callers mask them).
+ * Lane i takes bytes 5i/8 and 5i/8 + 1 (vpshufb on the bytes broadcast to
+ * every 128-bit lane) and shifts right by 5i % 8. */
 static inline __attribute__((always_inline)) __m512i mm_q4tp_codes16(const uint8_t *codes,
                                                                       uint64_t cnt) {
     const __m512i pick = _mm512_load_si512(mm_q4tp_pick);
@@ -119,7 +121,7 @@ static inline __attribute__((always_inline)) __m512i mm_q4tp_codes16(const uint8
     __m128i raw = _mm_maskz_loadu_epi8((__mmask16)((1u << nbytes) - 1), codes);
     __m512i two = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), pick);
     const __m512i sh = _mm512_setr_epi32(0, 5, 2, 7, 4, 1, 6, 3, 0, 5, 2, 7, 4, 1, 6, 3);
-    return _mm512_and_si512(_mm512_srlv_epi32(two, sh), _mm512_set1_epi32(31));
+    return _mm512_srlv_epi32(two, sh);
 }
 
 #endif /* CMF_CPU_AVX512_UTIL_H */
