@@ -503,6 +503,10 @@ int main(void) {
     run_case(CMF_DT_Q4_TILED, 30, 32 * 16, 1, 0, 30, pool);
     run_case(CMF_DT_Q4TP, 30, 32 * 48, 1, 1, 29, pool);
     run_case(CMF_DT_Q8_2F, 40, 1000, 1, 0, 40, pool);
+    /* q8 decode of in % 256 == 0 (four interleaved row runs per task, plus
+     * the rows left over), also as the last token of a 5-token call */
+    run_case(CMF_DT_Q8_ROW, 203, 512, 1, 3, 197, pool);
+    run_case(CMF_DT_Q8_2F, 150, 768, 5, 0, 150, pool);
     /* prefill shapes: several K chunks, partial row panels, 12-token tiles + tail */
     run_case(CMF_DT_Q8_ROW, 100, 600, 37, 5, 90, pool);
     run_case(CMF_DT_Q4TP, 70, 32 * 20, 25, 3, 67, pool);

@@ -179,11 +179,49 @@ AI void q8_sb(const int8_t *w, uint64_t left, size_t rowbytes, const q8x *x, uin
     }
 }
 
-/* Rows [rb, re) x tokens [t0, t0+T), T <= 4, one row at a time so W is
- * read in memory order, one stream the hardware prefetcher follows (two
- * interleaved rows read 15-25 % slower from DRAM, bench/matmul_bench, Zen
- * 5); the superblocks of a row are independent int32 chains, so out-of-order
- * execution overlaps them. */
+/* f16 scale of W row wr (q8_row / q8_2f: after the int8 rows) */
+AI float q8_row_scale(const mm_job *j, uint64_t wr) {
+    return x86_h2f((const uint8_t *)j->W->data + j->rows * j->in + 2 * wr);
+}
+
+/* Decode (one token) reads W as MM_Q8_STREAMS sequential streams per task:
+ * the task's rows split in that many equal runs, one row of each run at a
+ * time, interleaved superblock by superblock (256 bytes of each row in
+ * turn). A read loop with four such streams per thread moved 20-25 % more
+ * than one stream (bench/decode_roofline's probe pattern against 4-stream
+ * variants, 2 threads, Zen 5 VM); q8 decode of the TinyLlama shape +6 % (2
+ * streams +1.5 %). q4 rows interleaved this way (whole rows) were 10-20 %
+ * slower, so q4 reads one stream. */
+#ifndef MM_Q8_STREAMS
+#define MM_Q8_STREAMS 4
+#endif
+
+/* Rows [rb, rb + MM_Q8_STREAMS * len) for token t0 (one token, in a multiple
+ * of MM_SB: no masks), the MM_Q8_STREAMS row runs of length len interleaved. */
+AI void q8_decode_streams(mm_job *j, uint64_t rb, uint64_t len, int t0, const q8x *x, const int vnni) {
+    const uint64_t in = j->in, nsb = in / MM_SB;
+    for (uint64_t i = 0; i < len; i++) {
+        const int8_t *w[MM_Q8_STREAMS];
+        __m512 acc[MM_Q8_STREAMS];
+#pragma GCC unroll 8
+        for (int k = 0; k < MM_Q8_STREAMS; k++) {
+            w[k] = mm_q8_row(j->W, in, j->row0 + rb + (uint64_t)k * len + i);
+            acc[k] = _mm512_setzero_ps();
+        }
+        for (uint64_t g = 0; g < nsb; g++)
+#pragma GCC unroll 8
+            for (int k = 0; k < MM_Q8_STREAMS; k++) q8_sb(w[k] + MM_SB * g, MM_SB, in, x, g, 1, vnni, 1, &acc[k]);
+#pragma GCC unroll 8
+        for (int k = 0; k < MM_Q8_STREAMS; k++) {
+            uint64_t r = rb + (uint64_t)k * len + i;
+            j->Y[(size_t)t0 * j->ldy + r] = _mm512_reduce_add_ps(acc[k]) * q8_row_scale(j, j->row0 + r);
+        }
+    }
+}
+
+/* Rows [rb, re) x tokens [t0, t0+T), T <= 4, one row at a time (decode:
+ * MM_Q8_STREAMS runs interleaved, q8_decode_streams); the superblocks of a
+ * row are independent int32 chains, so out-of-order execution overlaps them. */
 AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int vnni) {
     const mm_act *a = j->a;
     const uint64_t in = j->in, nsb = a->nsb, full = in / MM_SB;
@@ -195,6 +233,11 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         x.ss[t] = a->ssb + (size_t)(t0 + t) * nsb * 16;
         x.ds[t] = a->dsb + (size_t)(t0 + t) * nsb;
     }
+    if (T == 1 && full == nsb && re - rb >= 4 * MM_Q8_STREAMS) {
+        const uint64_t len = (re - rb) / MM_Q8_STREAMS;
+        q8_decode_streams(j, rb, len, t0, &x, vnni);
+        rb += MM_Q8_STREAMS * len;
+    }
     for (uint64_t r = rb; r < re; r++) {
         uint64_t wr = j->row0 + r;
         const int8_t *w = mm_q8_row(j->W, in, wr);
@@ -203,7 +246,7 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
         for (uint64_t g = 0; g < full; g++) q8_sb(w + MM_SB * g, MM_SB, in, &x, g, T, vnni, 1, acc);
         if (full < nsb) q8_sb(w + MM_SB * full, in - MM_SB * full, in, &x, full, T, vnni, 0, acc);
-        float ws = x86_h2f((const uint8_t *)j->W->data + j->rows * in + 2 * wr);
+        float ws = q8_row_scale(j, wr);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = _mm512_reduce_add_ps(acc[t]) * ws;
     }
