@@ -1,7 +1,8 @@
 /*
  * membw.h — memory read bandwidth probe shared by bench/membw.c (its own
  * program) and bench/matmul_bench.c: n_threads threads each stream a slice
- * of a buffer much larger than the caches with 512-bit loads (AVX-512) or
+ * (as 4 interleaved sequential streams, membw_probe.c) of a buffer much
+ * larger than the caches with 512-bit loads (AVX-512) or
  * 256-bit loads (AVX2) or plain 64-bit loads, best of `runs` passes.
  * Returns bytes/second (0 on failure).
  */
