@@ -10,11 +10,14 @@
 #   decode tok/s, the roofline (bandwidth / weight bytes read per token), the
 #   fraction of it reached, prefill tok/s and GFLOP/s (2 flops per matrix
 #   weight per token), and the ratio to llama.cpp;
-#   then REPS more decode runs per file, each between two probes, with the
-#   fraction of the roofline of that moment (the higher of its two probes).
-# The host's bandwidth moves (30-70 GB/s on the development VM), so the first
+#   then bench/decode_roofline per file: SEGMENTS decode segments of 8
+#   tokens, each between two probe passes in the same process, with the
+#   median fraction of the bandwidth beside each segment (the higher of its
+#   two probes).
+# The host's bandwidth moves (30-75 GB/s on the development VM), so the first
 # fraction (against the highest probe of the whole run) is the conservative
 # one; the second compares decode with the memory it actually had.
+# The probe reads 4 interleaved streams per thread (bench/membw_probe.c).
 #
 # llama.cpp baseline: with LLAMACPP=1 the same random model is also written
 # as GGUF Q8_0 and Q4_0 files (bench/gguf_write.py, llama.cpp's quantizers),
@@ -29,7 +32,7 @@
 # usage: bench/llama_1b.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, /tmp/cmf_llama_1b;
 #   WORK_DIR without spaces or ":", which separate the result lists)
 #   env: THREADS (default: physical cores; a list such as "1 2" runs each),
-#        PP (128), TG (64), REPS (3),
+#        PP (128), TG (64), REPS (3), SEGMENTS (24),
 #        LLAMACPP (0; 1 = measure llama.cpp in this run, needs node >= 20 and npm),
 #        NODE_LLAMA_CPP_VERSION (3.22.1)
 # Needs ~4.5 GB of disk in WORK_DIR (+1.8 GB GGUF and 90 MB npm with
@@ -38,13 +41,14 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
 work=${2:-/tmp/cmf_llama_1b}
-pp=${PP:-128}; tg=${TG:-64}; reps=${REPS:-3}
+pp=${PP:-128}; tg=${TG:-64}; reps=${REPS:-3}; segments=${SEGMENTS:-24}
 llamacpp=${LLAMACPP:-0}
 nlc_version=${NODE_LLAMA_CPP_VERSION:-3.22.1}
 cmf=$build/tools/cmf
 membw=$build/bench/membw
-for b in "$cmf" "$membw"; do
-  [ -x "$b" ] || { echo "llama_1b.sh: $b not built (cmake --build $build --target cmf membw)" >&2; exit 1; }
+roofline=$build/bench/decode_roofline
+for b in "$cmf" "$membw" "$roofline"; do
+  [ -x "$b" ] || { echo "llama_1b.sh: $b not built (cmake --build $build --target cmf membw decode_roofline)" >&2; exit 1; }
 done
 threads=${THREADS:-0}   # 0: cmf's default (physical cores)
 mkdir -p "$work"
@@ -125,25 +129,21 @@ for t in $threads; do
   done
 done
 probe
-# Decode against the bandwidth of the same moment: REPS single decode runs
-# per file, each between two probes; its roofline is the higher of the two.
-pairs=()
+# Decode against the bandwidth of the same moment: SEGMENTS segments of 8
+# decode steps, each between two probe passes (bench/decode_roofline).
+roofs=()
 for t in $threads; do
   tflag=(); [ "$t" != 0 ] && tflag=(-t "$t")
   for q in q8 q4tp; do
-    for r in $(seq 1 "$reps"); do
-      before=$("$membw" -s 1024 -r 3 | sed -E 's/^membw: ([0-9.]+) GB\/s.*/\1/')
-      "$cmf" bench "$work/$q.cmf" -p 0 -n "$tg" -r 1 "${tflag[@]}" --json > "$work/$q.t$t.pair$r.json"
-      after=$("$membw" -s 1024 -r 3 | sed -E 's/^membw: ([0-9.]+) GB\/s.*/\1/')
-      pairs+=("$q:$t:$before:$after:$work/$q.t$t.pair$r.json")
-    done
+    "$roofline" "$work/$q.cmf" --pairs "$segments" --tokens 8 "${tflag[@]}" --json > "$work/$q.t$t.roof.json"
+    roofs+=("$q:$work/$q.t$t.roof.json")
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 - "${bws[*]}" "${pairs[*]}" "${jsons[@]}" <<'PY'
-import json, statistics, sys
+/usr/bin/python3 - "${bws[*]}" "${roofs[*]}" "${jsons[@]}" <<'PY'
+import json, sys
 probes = [float(v) for v in sys.argv[1].split()]
-pairs = [p.split(":", 4) for p in sys.argv[2].split()]
+roofs = [p.split(":", 1) for p in sys.argv[2].split()]
 bw = max(probes) * 1e9
 # issue 4's llama.cpp figures (another 2-core AVX-512 VNNI machine): tg, pp128
 quoted = {"q8": (12.3, 70.0), "q4tp": (20.0, 84.0)}
@@ -190,20 +190,18 @@ for q, tg, pp, ltg, lpp in cmp:
         label = f"{q} vs {gname[q]}*"
         print(f"{label:15} {tg['threads']:3d} {ms(tg):>16} {qt:9.2f} quoted {tg['avg_ts']/qt:5.2f}x {'':>6}"
               f"  {ms(pp):>16} {qp:9.2f} quoted {pp['avg_ts']/qp:5.2f}x")
-if pairs:
-    print("\ndecode between two probes (roofline of each run = the higher of its two probes;"
-          " this host's bandwidth moves within a run):")
-    print(f"{'quant':6} {'thr':>3} {'tg tok/s':>9} {'GB/s':>6} {'probes GB/s':>14} {'of roof':>8}")
-    frac = {}
-    for q, t, b0, b1, path in pairs:
-        r = json.load(open(path))[0]
-        gbs = r["avg_ts"] * r["bytes_per_token"] / 1e9
-        f = gbs / max(float(b0), float(b1))
-        frac.setdefault((q, r["threads"]), []).append(f)
-        print(f"{q:6} {r['threads']:3d} {r['avg_ts']:9.2f} {gbs:6.1f} {float(b0):6.1f} {float(b1):6.1f} {100*f:7.0f}%")
-    for (q, t), fs in frac.items():
-        print(f"{q} ({t} threads): median {100*statistics.median(fs):.0f} % of the roofline"
-              f" (range {100*min(fs):.0f}-{100*max(fs):.0f} %, {len(fs)} runs)")
+if roofs:
+    print("\ndecode against the bandwidth beside it (bench/decode_roofline: segments of 8 decode steps,"
+          " each between two probe passes):")
+    print(f"{'quant':6} {'thr':>3} {'segments':>8} {'tg tok/s':>9} {'GB/s':>6} {'probe median':>12}"
+          f" {'of higher':>9} {'of mean':>8} {'of run max':>10}")
+    for q, path in roofs:
+        r = json.load(open(path))
+        print(f"{q:6} {r['threads']:3d} {r['pairs']:8d} {r['decode_tps']:9.2f} {r['weights_gbps']:6.1f}"
+              f" {r['probe_median_gbps']:12.1f} {100*r['frac_higher_median']:8.0f}% {100*r['frac_mean_median']:7.0f}%"
+              f" {100*r['frac_of_max']:9.0f}%")
+    print("of higher / of mean: median over segments of (weights read per second) / (the higher / the mean of"
+          " its two probes); of run max: all segments against the highest probe of that program's run")
 for n in notes:
     print("measured in this run: " + n)
 if notes:
