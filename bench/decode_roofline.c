@@ -27,6 +27,7 @@
 
 #include "backend/cpu/cpu.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,10 +133,15 @@ int main(int argc, char **argv) {
     frac = malloc(sizeof(double) * (size_t)pairs);
     fracm = malloc(sizeof(double) * (size_t)pairs);
     if (!probe || !logits || !probes || !seg || !frac || !fracm) {
-        cmf_error_set(&err, CMF_ERR_NOMEM, "decode_roofline: out of memory");
+        cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory (probe buffer %ld MiB)", mib);
         goto fail;
     }
     const double bpt = (double)info.decode_bytes;
+    /* a model or probe buffer that fits the caches measures the caches */
+    if (info.decode_bytes < (256u << 20) || mib < 256)
+        fprintf(stderr, "decode_roofline: warning: %s under 256 MiB may be served from the caches; "
+                        "the fractions then exceed what memory bandwidth explains\n",
+                info.decode_bytes < (256u << 20) ? "a model reading" : "a probe buffer");
     double warm; /* the first passes over a fresh mapping fault the pages in */
     if (segment(m, kv, k_tok, info.n_vocab, logits, &warm, &err) != CMF_OK ||
         segment(m, kv, k_tok, info.n_vocab, logits, &warm, &err) != CMF_OK)
@@ -160,15 +166,31 @@ int main(int argc, char **argv) {
     double tps = (double)(pairs * k_tok) / t_dec, overall_rate = bpt * tps;
     double pmed = median(probes, (int)pairs + 1);
     double fmed = median(frac, (int)pairs), fmmed = median(fracm, (int)pairs);
-    if (json) {
-        printf("{\"model\": \"%s\", \"cpu\": \"%s\", \"threads\": %d, \"decode_bytes\": %llu, "
-               "\"pairs\": %ld, \"tokens_per_segment\": %ld, \"probe_mib\": %ld, "
-               "\"decode_tps\": %.4f, \"weights_gbps\": %.3f, \"probe_median_gbps\": %.3f, "
-               "\"probe_max_gbps\": %.3f, \"frac_higher_median\": %.4f, "
-               "\"frac_mean_median\": %.4f, \"frac_of_max\": %.4f}\n",
-               path, cmf_cpu_level_name(cmf_cpu_level_get()), nt,
-               (unsigned long long)info.decode_bytes, pairs, k_tok, mib, tps, overall_rate / 1e9,
-               pmed / 1e9, best / 1e9, fmed, fmmed, overall_rate / best);
+    if (json) { /* cJSON escapes the path */
+        cJSON *o = cJSON_CreateObject();
+        char *txt = NULL;
+        if (o && cJSON_AddStringToObject(o, "model", path) &&
+            cJSON_AddStringToObject(o, "cpu", cmf_cpu_level_name(cmf_cpu_level_get())) &&
+            cJSON_AddNumberToObject(o, "threads", nt) &&
+            cJSON_AddNumberToObject(o, "decode_bytes", (double)info.decode_bytes) &&
+            cJSON_AddNumberToObject(o, "pairs", (double)pairs) &&
+            cJSON_AddNumberToObject(o, "tokens_per_segment", (double)k_tok) &&
+            cJSON_AddNumberToObject(o, "probe_mib", (double)mib) &&
+            cJSON_AddNumberToObject(o, "decode_tps", tps) &&
+            cJSON_AddNumberToObject(o, "weights_gbps", overall_rate / 1e9) &&
+            cJSON_AddNumberToObject(o, "probe_median_gbps", pmed / 1e9) &&
+            cJSON_AddNumberToObject(o, "probe_max_gbps", best / 1e9) &&
+            cJSON_AddNumberToObject(o, "frac_higher_median", fmed) &&
+            cJSON_AddNumberToObject(o, "frac_mean_median", fmmed) &&
+            cJSON_AddNumberToObject(o, "frac_of_max", overall_rate / best))
+            txt = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!txt) {
+            cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory (JSON output)");
+            goto fail;
+        }
+        printf("%s\n", txt);
+        cJSON_free(txt);
     } else {
         printf("decode %.2f tok/s (%ld x %ld tokens, %d threads, cpu %s), %.2f GB/s of weights "
                "(%.1f MB per token)\n",

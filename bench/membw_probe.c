@@ -114,7 +114,7 @@ struct cmf_membw_buf {
 cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 256) n_threads = 256;
-    bytes &= ~(size_t)((size_t)n_threads * 4096 - 1);
+    bytes -= bytes % ((size_t)n_threads * 4096); /* whole pages per thread (any thread count) */
     cmf_membw_buf *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     if (bytes == 0 || posix_memalign((void **)&b->p, 4096, bytes) != 0) {

@@ -18,6 +18,7 @@
 /* internal CPU-engine header: default thread count and kernel level, for the report */
 #include "../src/backend/cpu/cpu.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,15 @@ static double flops_per_token(const cmf_file *f) {
         if (t->ndim >= 2) flops += 2.0 * (double)t->nelem;
     }
     return flops;
+}
+
+/* s as a JSON string literal on stdout (escaped by cJSON) */
+static void put_json_str(const char *s) {
+    cJSON *j = cJSON_CreateString(s ? s : "");
+    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
+    fputs(t ? t : "\"\"", stdout);
+    cJSON_free(t);
+    cJSON_Delete(j);
 }
 
 static void stats(const double *x, int n, double *mean, double *sd) {
@@ -219,10 +229,13 @@ int cmd_bench(int argc, char **argv) {
         char name[32];
         snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
         if (json) {
-            printf("%s  {\"model\": \"%s\", \"arch\": \"%s\", \"weight_bytes\": %llu, \"n_params\": %llu, "
+            printf("%s  {\"model\": ", first ? "" : ",\n");
+            put_json_str(path);
+            printf(", \"arch\": ");
+            put_json_str(info.arch_name);
+            printf(", \"weight_bytes\": %llu, \"n_params\": %llu, "
                    "\"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                    "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
-                   first ? "" : ",\n", path, info.arch_name ? info.arch_name : "",
                    (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, nt,
                    cmf_cpu_level_name(cmf_cpu_level_get()), name, np, ng, mean, sd);
             for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);

@@ -35,7 +35,8 @@ extern "C" {
 
 /* Kernel levels, in increasing capability. The level used is the best one
  * the CPU supports, unless the environment variable CMF_CPU names one:
- * CMF_CPU=ref (plain C reference), avx2, avx512, avx512vnni, neon, neondot.
+ * CMF_CPU=ref (plain C reference), avx2, avx512, avx512vnni, avx512gfni
+ * (avx512vnni + GFNI), neon, neondot.
  * Asking for a level the CPU lacks falls back to the best supported level
  * below it. */
 typedef enum cmf_cpu_level {
