@@ -187,11 +187,11 @@ AI float q8_row_scale(const mm_job *j, uint64_t wr) {
 /* Decode (one token) reads W as MM_Q8_STREAMS sequential streams per task:
  * the task's rows split in that many equal runs, one row of each run at a
  * time, interleaved superblock by superblock (256 bytes of each row in
- * turn). A read loop with four such streams per thread moved 20-25 % more
- * than one stream (bench/decode_roofline's probe pattern against 4-stream
- * variants, 2 threads, Zen 5 VM); q8 decode of the TinyLlama shape +6 % (2
- * streams +1.5 %). q4 rows interleaved this way (whole rows) were 10-20 %
- * slower, so q4 reads one stream. */
+ * turn). A read loop with four such streams per thread moved 10-25 % more
+ * than one stream (the probe's pattern, bench/membw_probe.c; 2 threads, Zen
+ * 5 VM); q8 decode of the TinyLlama shape +6 % (2 streams +1.5 %, 8 -5 %).
+ * q4 rows interleaved this way (whole rows) were 10-20 % slower, so q4
+ * reads one stream. */
 #ifndef MM_Q8_STREAMS
 #define MM_Q8_STREAMS 4
 #endif
@@ -402,7 +402,8 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
         __m512 de = _mm512_load_ps(a->de + tc);
 #pragma GCC unroll 4
         for (int k = 0; k < R; k++) {
-            __m512i ip = mm_dpbusd(mm_dpbusd(se, lo[k], xe, isa != Q4_AVX512), hi[k], xo, isa != Q4_AVX512);
+            __m512i ip = mm_dpbusd(mm_dpbusd(se, lo[k], xe, isa != Q4_AVX512), hi[k], xo,
+                                   isa != Q4_AVX512);
             acc[k][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), _mm512_mul_ps(dwv[k], de), acc[k][t]);
         }
     }
@@ -426,6 +427,7 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
     const float *dx = a->d + (size_t)t0 * a->np * 2;
     const float *dsx = a->dsx + (size_t)t0 * a->np * 2;
     const __m512i zero = _mm512_setzero_si512();
+    const int vnni = isa != Q4_AVX512;
     /* one accumulator per quad of a group and one for the offsets: short
      * FMA chains, so the row's final sum does not wait on a long one */
     __m512 acc[5] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
@@ -436,10 +438,10 @@ AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, c
         const uint8_t *p0_ = nib + (b) * st;                                                 \
         if (MM_PF) MM_PREFETCH((const char *)p0_, nb * st);                                  \
         __m512i lo_, hi_;                                                                    \
-        q4_unpack4(p0_, st, (live), isa, &lo_, &hi_);                                             \
+        q4_unpack4(p0_, st, (live), isa, &lo_, &hi_);                                        \
         const int8_t *x_ = xq + 32 * (b);                                                    \
-        __m512i ip_ = mm_dpbusd(mm_dpbusd(zero, lo_, _mm512_load_si512(x_), isa != Q4_AVX512), hi_,      \
-                                _mm512_load_si512(x_ + 64), isa != Q4_AVX512);                           \
+        __m512i ip_ = mm_dpbusd(mm_dpbusd(zero, lo_, _mm512_load_si512(x_), vnni), hi_,      \
+                                _mm512_load_si512(x_ + 64), vnni);                           \
         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_), (dd), acc[k]);                     \
     } while (0)
     const uint64_t full = nb & ~(uint64_t)15;
