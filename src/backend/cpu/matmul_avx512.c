@@ -5,9 +5,9 @@
  * Every kernel computes a tile of T tokens (<= 8 for q4, <= 4 for q8 and
  * fp) against one or two weight rows at a time, so each weight vector is
  * loaded (and unpacked) once per T tokens. Decode (T = 1) of q4 has its own
- * row loop (q4_dot1, one per q4 dtype): one row at a time in memory order,
- * X pointers walked directly, one accumulator per quad position; the
- * activations are quantized here too (mm_quant_avx512).
+ * row loop (q4_dot_rows, one per q4 dtype): four rows from four runs of the
+ * task's rows group by group, X pointers walked directly; the activations
+ * are quantized here too (mm_quant_avx512).
  *
  *  fp (f32/f16/bf16): 16 weights per vector converted to f32, FMA with X.
  *  q8 (q8_row/q8_2f): one row at a time, superblocks of 256 inputs (X has
@@ -27,7 +27,7 @@
  *     matmul_int.h), both dotted into one int32 vector whose 128-bit lane L
  *     is block L; in the token tiles the -8 offset is folded into the
  *     accumulator's start value (-2*sum(qx) per lane) and the scales dw*dx
- *     applied per lane; decode (q4_dot1) forms dw*dx once per 16 blocks and
+ *     applied per lane; decode (q4_dot_rows) forms dw*dx once per 16 blocks and
  *     subtracts the offset there in float. With GFNI (level avx512gfni) the
  *     high nibbles take one vgf2p8affineqb instead of a shift and a mask.
  * VNNI: vpdpbusd; without it maddubs + madd (no saturation: |u8| <= 128,
@@ -303,18 +303,27 @@ AI void q4_unpack4(const uint8_t *p, size_t stride, uint64_t live, const int isa
 static void q4tp_ladders16(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, int nr,
                            const float *tab, float *lad) {
     const uint8_t *ls = (const uint8_t *)W->data + rows * nb * 16 + 4 * r;
-    float t0[16] __attribute__((aligned(64))), m[16] __attribute__((aligned(64)));
-    for (int k = 0; k < 16; k++) {
-        uint16_t lo = 0, st = 0;
-        if (k < nr) {
-            memcpy(&lo, ls + 4 * k, 2);
-            memcpy(&st, ls + 4 * k + 2, 2);
+    __m512 t0v, mv;
+    if (tab) { /* 16 (lo, step) f16 pairs in one load, rows >= nr as (0, 0) */
+        __m512i v = _mm512_maskz_loadu_epi32((__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1), ls);
+        t0v = _mm512_i32gather_ps(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), tab, 4);
+        mv = _mm512_i32gather_ps(_mm512_srli_epi32(v, 16), tab, 4);
+    } else {
+        float t0[16] __attribute__((aligned(64))), m[16] __attribute__((aligned(64)));
+        for (int k = 0; k < 16; k++) {
+            uint16_t lo = 0, st = 0;
+            if (k < nr) {
+                memcpy(&lo, ls + 4 * k, 2);
+                memcpy(&st, ls + 4 * k + 2, 2);
+            }
+            t0[k] = exp2f(_cvtsh_ss(lo));
+            m[k] = exp2f(_cvtsh_ss(st));
         }
-        t0[k] = tab ? tab[lo] : exp2f(_cvtsh_ss(lo));
-        m[k] = tab ? tab[st] : exp2f(_cvtsh_ss(st));
+        t0v = _mm512_load_ps(t0);
+        mv = _mm512_load_ps(m);
     }
-    __m512 lo16[16], hi16[16], mv = _mm512_load_ps(m);
-    lo16[0] = _mm512_load_ps(t0);
+    __m512 lo16[16], hi16[16];
+    lo16[0] = t0v;
     for (int c = 1; c < 16; c++) lo16[c] = _mm512_mul_ps(lo16[c - 1], mv);
     hi16[0] = _mm512_mul_ps(lo16[15], mv);
     for (int c = 1; c < 16; c++) hi16[c] = _mm512_mul_ps(hi16[c - 1], mv);
@@ -409,66 +418,111 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
     }
 }
 
-/* Decode (one token t0) of one q4-family row, X pointers walked directly,
- * one accumulator per quad position. Per 16-block group the
- * products dw*dx of the blocks are formed once (16 lanes, block order) and
- * the -8 offset is applied there as float: acc -= dw * (dx * 8 sum(qx)) (the
- * dsx plane); per quad only the raw nibbles (u8 0..15) meet X in vpdpbusd
- * (3 loads). Whole groups run without masks; a last group of fewer than 16
- * blocks takes the masked path. dt: Q4_BLOCK, Q4_TILED or Q4_TP. */
-AI float q4_dot1(const mm_job *j, uint64_t wr, __m512 tlo, __m512 thi, int t0, const int isa,
-                 const int dt) {
+/* Decode reads q4 weights as MM_Q4_STREAMS streams per task, as q8 does
+ * (q8_decode_streams): the task's rows split in that many equal runs, one
+ * row of each run at a time, interleaved group by group (16 blocks = 256
+ * nibble bytes of each row in turn; whole rows in turn were 10-20 % slower
+ * than one stream, and a read loop over four streams moved less when it
+ * switched streams every 1 KB than every 256 bytes). The X loads and
+ * scales of a group serve all the rows. TinyLlama decode (2 threads, Zen 5
+ * VM): q4_block +10-18 %, q4tp unchanged from DRAM (-20 % time per row from
+ * L2). MM_Q4_STREAMS=1 turns it off. */
+#ifndef MM_Q4_STREAMS
+#define MM_Q4_STREAMS 4
+#endif
+
+/* One decode quad: acc + float(nibbles of blocks b..b+3 (live of them) of
+ * the row at nib . X's int8 quad) * dd (the quad's dw*dx lanes); the same
+ * offset MM_PF_ROWS rows ahead prefetched. */
+AI __m512 q4_quad(const uint8_t *nib, size_t st, uint64_t nb, uint64_t b, uint64_t live,
+                  const int8_t *xq, __m512 dd, __m512 acc, const int isa) {
+    const uint8_t *p = nib + b * st;
+    if (MM_PF) MM_PREFETCH((const char *)p, nb * st);
+    __m512i lo, hi;
+    q4_unpack4(p, st, live, isa, &lo, &hi);
+    const int8_t *x = xq + 32 * b;
+    const int vnni = isa != Q4_AVX512;
+    __m512i ip = mm_dpbusd(mm_dpbusd(_mm512_setzero_si512(), lo, _mm512_load_si512(x), vnni), hi,
+                           _mm512_load_si512(x + 64), vnni);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), dd, acc);
+}
+
+/* The last group (cnt < 16 blocks, lanes >= cnt masked) of q4_dot_rows for
+ * row wr: its sum, in the same steps as a whole group. */
+static __attribute__((noinline)) float q4_dot_tail(const mm_job *j, uint64_t wr, const float *lad,
+                                                   int t0, const int isa, const int dt) {
     const mm_act *a = j->a;
-    const uint64_t nb = a->nb;
-    const size_t st = dt == Q4_TILED ? 18 : 16; /* bytes from one block's nibbles to the next */
+    const uint64_t nb = a->nb, g = nb & ~(uint64_t)15, cnt = nb - g;
+    const size_t st = dt == Q4_TILED ? 18 : 16;
     const uint8_t *nib = (const uint8_t *)j->W->data + st * nb * wr + (dt == Q4_TILED ? 2 : 0);
     const uint8_t *sr = q4_scale_row(j->W, j->rows, nb, wr, dt);
     const int8_t *xq = a->q + (size_t)t0 * a->qstride;
+    const float *dx = a->d + (size_t)t0 * a->np * 2, *dsx = a->dsx + (size_t)t0 * a->np * 2;
+    const __mmask16 live = (__mmask16)((1u << cnt) - 1);
+    __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
+    if (dt == Q4_TP) {
+        tlo = _mm512_load_ps(lad);
+        thi = _mm512_load_ps(lad + 16);
+    }
+    __m512 dw = q4_dw16(sr, g, cnt, dt, tlo, thi);
+    __m512 dd16 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, dx + g));
+    __m512 acc = _mm512_fnmadd_ps(dw, _mm512_maskz_loadu_ps(live, dsx + g), _mm512_setzero_ps());
+    for (uint64_t q = 0; q < cnt; q += 4)
+        acc = q4_quad(nib, st, nb, g + q, cnt - q, xq,
+                      _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dd16), acc, isa);
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* Decode (token t0) of the S rows wr[k] of a q4-family dtype dt, group by
+ * group. Per 16-block group of a row the products dw*dx of the blocks are
+ * formed once (16 lanes, block order) and the -8 offset is applied there as
+ * float: acc -= dw * (dx * 8 sum(qx)) (the dsx plane); per quad only the raw
+ * nibbles (u8 0..15) meet X in vpdpbusd. Two accumulators per row (short FMA
+ * chains). Whole groups run without masks; a last group of fewer than 16
+ * blocks is q4_dot_tail's. lad[k]: row k's q4tp ladder (32 floats),
+ * unused for the other dtypes. */
+AI void q4_dot_rows(const mm_job *j, const int S, const uint64_t *wr, const float *const *lad,
+                    float *out, int t0, const int isa, const int dt) {
+    const mm_act *a = j->a;
+    const uint64_t nb = a->nb;
+    const size_t st = dt == Q4_TILED ? 18 : 16; /* bytes from one block's nibbles to the next */
+    const int8_t *xq = a->q + (size_t)t0 * a->qstride;
     const float *dx = a->d + (size_t)t0 * a->np * 2;
     const float *dsx = a->dsx + (size_t)t0 * a->np * 2;
-    const __m512i zero = _mm512_setzero_si512();
-    const int vnni = isa != Q4_AVX512;
-    /* one accumulator per quad of a group and one for the offsets: short
-     * FMA chains, so the row's final sum does not wait on a long one */
-    __m512 acc[5] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps(), _mm512_setzero_ps()};
-    /* quad of blocks b..b+3 (live of them) times the scale lanes dd */
-#define Q4_DOT1_STEP(k, b, live, dd)                                                         \
-    do {                                                                                     \
-        const uint8_t *p0_ = nib + (b) * st;                                                 \
-        if (MM_PF) MM_PREFETCH((const char *)p0_, nb * st);                                  \
-        __m512i lo_, hi_;                                                                    \
-        q4_unpack4(p0_, st, (live), isa, &lo_, &hi_);                                        \
-        const int8_t *x_ = xq + 32 * (b);                                                    \
-        __m512i ip_ = mm_dpbusd(mm_dpbusd(zero, lo_, _mm512_load_si512(x_), vnni), hi_,      \
-                                _mm512_load_si512(x_ + 64), vnni);                           \
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip_), (dd), acc[k]);                     \
-    } while (0)
-    const uint64_t full = nb & ~(uint64_t)15;
+    const uint8_t *nib[MM_Q4_STREAMS], *sr[MM_Q4_STREAMS];
+    __m512 acc[MM_Q4_STREAMS][2];
+    assert(S <= MM_Q4_STREAMS);
+#pragma GCC unroll 8
+    for (int k = 0; k < S; k++) {
+        nib[k] = (const uint8_t *)j->W->data + st * nb * wr[k] + (dt == Q4_TILED ? 2 : 0);
+        sr[k] = q4_scale_row(j->W, j->rows, nb, wr[k], dt);
+        acc[k][0] = acc[k][1] = _mm512_setzero_ps();
+    }
     const __m512i qi0 = _mm512_load_si512(k_quad_idx[0]), qi1 = _mm512_load_si512(k_quad_idx[1]);
     const __m512i qi2 = _mm512_load_si512(k_quad_idx[2]), qi3 = _mm512_load_si512(k_quad_idx[3]);
+    const uint64_t full = nb & ~(uint64_t)15;
     for (uint64_t g = 0; g < full; g += 16) {
-        __m512 dw = q4_dw16(sr, g, 16, dt, tlo, thi);
-        __m512 dd16 = _mm512_mul_ps(dw, _mm512_loadu_ps(dx + g));
-        acc[4] = _mm512_fnmadd_ps(dw, _mm512_loadu_ps(dsx + g), acc[4]);
-        Q4_DOT1_STEP(0, g, 4, _mm512_permutexvar_ps(qi0, dd16));
-        Q4_DOT1_STEP(1, g + 4, 4, _mm512_permutexvar_ps(qi1, dd16));
-        Q4_DOT1_STEP(2, g + 8, 4, _mm512_permutexvar_ps(qi2, dd16));
-        Q4_DOT1_STEP(3, g + 12, 4, _mm512_permutexvar_ps(qi3, dd16));
+        const __m512 dxg = _mm512_loadu_ps(dx + g), dsxg = _mm512_loadu_ps(dsx + g);
+#pragma GCC unroll 8
+        for (int k = 0; k < S; k++) {
+            __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
+            if (dt == Q4_TP) {
+                tlo = _mm512_load_ps(lad[k]);
+                thi = _mm512_load_ps(lad[k] + 16);
+            }
+            __m512 dw = q4_dw16(sr[k], g, 16, dt, tlo, thi);
+            __m512 dd16 = _mm512_mul_ps(dw, dxg);
+            acc[k][0] = _mm512_fnmadd_ps(dw, dsxg, acc[k][0]);
+            acc[k][1] = q4_quad(nib[k], st, nb, g, 4, xq, _mm512_permutexvar_ps(qi0, dd16), acc[k][1], isa);
+            acc[k][0] = q4_quad(nib[k], st, nb, g + 4, 4, xq, _mm512_permutexvar_ps(qi1, dd16), acc[k][0], isa);
+            acc[k][1] = q4_quad(nib[k], st, nb, g + 8, 4, xq, _mm512_permutexvar_ps(qi2, dd16), acc[k][1], isa);
+            acc[k][0] = q4_quad(nib[k], st, nb, g + 12, 4, xq, _mm512_permutexvar_ps(qi3, dd16), acc[k][0], isa);
+        }
     }
-    if (full < nb) { /* the last group: cnt < 16 blocks, lanes >= cnt masked */
-        const uint64_t g = full, cnt = nb - full;
-        const __mmask16 live = (__mmask16)((1u << cnt) - 1);
-        __m512 dw = q4_dw16(sr, g, cnt, dt, tlo, thi);
-        __m512 dd16 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, dx + g));
-        acc[4] = _mm512_fnmadd_ps(dw, _mm512_maskz_loadu_ps(live, dsx + g), acc[4]);
-        for (uint64_t q = 0; q < cnt; q += 4)
-            Q4_DOT1_STEP(0, g + q, cnt - q,
-                         _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dd16));
-    }
-#undef Q4_DOT1_STEP
-    __m512 s01 = _mm512_add_ps(acc[0], acc[1]), s23 = _mm512_add_ps(acc[2], acc[3]);
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s01, s23), acc[4]));
+#pragma GCC unroll 8
+    for (int k = 0; k < S; k++) out[k] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][0], acc[k][1]));
+    if (full < nb) /* out of line: inlined here it slowed the loop above (q4_block -20 %) */
+        for (int k = 0; k < S; k++) out[k] += q4_dot_tail(j, wr[k], lad[k], t0, isa, dt);
 }
 
 /* Rows [r, r+R) x tokens [t0, t0+T) (R*T accumulators), four blocks (128 inputs,
@@ -507,44 +561,75 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
             j->Y[(size_t)(t0 + t) * j->ldy + r + (uint64_t)k] = _mm512_reduce_add_ps(acc[k][t]);
 }
 
-/* Decode rows [bs, be) (one 16-row ladder batch) of dtype dt for token t0. */
-AI void q4_decode_rows(mm_job *j, uint64_t bs, uint64_t be, int t0, const float *lad, const int isa,
-                       const int dt) {
-    for (uint64_t r = bs; r < be; r++) {
-        __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
-        if (dt == Q4_TP) {
-            tlo = _mm512_load_ps(lad + 32 * (r - bs));
-            thi = _mm512_load_ps(lad + 32 * (r - bs) + 16);
+/* q4tp: prefetch the code and lo/step planes (separate streams, after all
+ * nibbles) of the 16 rows from absolute row `first` (MM_PF_SCALES). */
+AI void q4tp_prefetch_planes(const mm_job *j, uint64_t first) {
+    const uint64_t nb = j->a->nb, cb = (nb * 5 + 7) / 8;
+    const uint8_t *planes = (const uint8_t *)j->W->data + j->rows * nb * 16;
+    if (!MM_PF_SCALES || first >= j->rows) return;
+    const uint64_t nr = j->rows - first < 16 ? j->rows - first : 16;
+    const char *c0 = (const char *)planes + 4 * j->rows + cb * first;
+    for (uint64_t o = 0; o < nr * cb; o += 64) _mm_prefetch(c0 + o, _MM_HINT_T0);
+    _mm_prefetch((const char *)planes + 4 * first, _MM_HINT_T0);
+}
+
+/* Decode (token t0) of rows [rb, rb + S * len): S runs of len rows, row i
+ * of every run at a time (q4_dot_rows); S = 1 is one row at a time in
+ * memory order. The q4tp ladders are built per run, 16 rows at a time. */
+AI void q4_decode(mm_job *j, uint64_t rb, uint64_t len, const int S, int t0, const int isa,
+                  const int dt) {
+    float lad[MM_Q4_STREAMS][32 * 16] __attribute__((aligned(64)));
+    for (uint64_t i0 = 0; i0 < len; i0 += 16) {
+        const int n16 = len - i0 < 16 ? (int)(len - i0) : 16;
+        if (dt == Q4_TP)
+            for (int k = 0; k < S; k++) {
+                const uint64_t r = j->row0 + rb + (uint64_t)k * len + i0;
+                q4tp_prefetch_planes(j, r + 16);
+                q4tp_ladders16(j->W, j->rows, j->a->nb, r, n16, j->exp2_f16, lad[k]);
+            }
+        for (int i = 0; i < n16; i++) {
+            uint64_t wr[MM_Q4_STREAMS];
+            const float *lp[MM_Q4_STREAMS];
+            float out[MM_Q4_STREAMS];
+#pragma GCC unroll 8
+            for (int k = 0; k < S; k++) {
+                wr[k] = j->row0 + rb + (uint64_t)k * len + i0 + (uint64_t)i;
+                lp[k] = lad[k] + 32 * i;
+            }
+            q4_dot_rows(j, S, wr, lp, out, t0, isa, dt);
+#pragma GCC unroll 8
+            for (int k = 0; k < S; k++) j->Y[(size_t)t0 * j->ldy + wr[k] - j->row0] = out[k];
         }
-        j->Y[(size_t)t0 * j->ldy + r] = q4_dot1(j, j->row0 + r, tlo, thi, t0, isa, dt);
     }
+}
+
+/* q4_decode of rows [rb, re): MM_Q4_STREAMS runs while each has >= 4 rows,
+ * the rows left one at a time. */
+AI void q4_decode_task(mm_job *j, uint64_t rb, uint64_t re, int t0, const int isa, const int dt) {
+    if (MM_Q4_STREAMS > 1 && re - rb >= 4 * MM_Q4_STREAMS) {
+        const uint64_t len = (re - rb) / MM_Q4_STREAMS;
+        q4_decode(j, rb, len, MM_Q4_STREAMS, t0, isa, dt);
+        rb += MM_Q4_STREAMS * len;
+    }
+    if (rb < re) q4_decode(j, rb, re - rb, 1, t0, isa, dt);
 }
 
 AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const int isa) {
     float lad[32 * 16] __attribute__((aligned(64)));
     const bool tp = j->W->dtype == CMF_DT_Q4TP;
+    if (T == 1) {
+        if (tp) q4_decode_task(j, rb, re, t0, isa, Q4_TP);
+        else if (j->W->dtype == CMF_DT_Q4_TILED) q4_decode_task(j, rb, re, t0, isa, Q4_TILED);
+        else q4_decode_task(j, rb, re, t0, isa, Q4_BLOCK);
+        return;
+    }
     for (uint64_t bs = rb; bs < re; bs += 16) { /* batches of 16 rows share a ladder pass */
         uint64_t be = re - bs < 16 ? re : bs + 16;
         if (tp) {
-            if (MM_PF_SCALES) { /* the code and lo/step planes of the next batch */
-                const uint64_t nb = j->a->nb, cb = (nb * 5 + 7) / 8, ahead = j->row0 + bs + 16 * MM_PF_SCALES;
-                const uint8_t *planes = (const uint8_t *)j->W->data + j->rows * nb * 16;
-                if (ahead < j->rows) {
-                    const uint64_t nr = j->rows - ahead < 16 ? j->rows - ahead : 16;
-                    const char *c0 = (const char *)planes + 4 * j->rows + cb * ahead;
-                    for (uint64_t o = 0; o < nr * cb; o += 64) _mm_prefetch(c0 + o, _MM_HINT_T0);
-                    _mm_prefetch((const char *)planes + 4 * ahead, _MM_HINT_T0);
-                }
-            }
+            q4tp_prefetch_planes(j, j->row0 + bs + 16);
             q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + bs, (int)(be - bs), j->exp2_f16, lad);
         }
         uint64_t r = bs;
-        if (T == 1) { /* decode: one row at a time, in memory order (see q8_tile) */
-            if (tp) q4_decode_rows(j, bs, be, t0, lad, isa, Q4_TP);
-            else if (j->W->dtype == CMF_DT_Q4_TILED) q4_decode_rows(j, bs, be, t0, lad, isa, Q4_TILED);
-            else q4_decode_rows(j, bs, be, t0, lad, isa, Q4_BLOCK);
-            continue;
-        }
         for (; r + 2 <= be; r += 2) q4_rows(j, r, t0, 2, T, isa, lad, (int)(r - bs));
         if (r < be) q4_rows(j, r, t0, 1, T, isa, lad, (int)(r - bs));
     }
