@@ -447,6 +447,30 @@ AI __m512 q4_quad(const uint8_t *nib, size_t st, uint64_t nb, uint64_t b, uint64
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(ip), dd, acc);
 }
 
+/* Start of 16-block group g (cnt blocks, lanes >= cnt zero) of a decode
+ * row: returns dd16 = dw * dx per block and subtracts the -8 offsets,
+ * acc -= dw * dsx (dx, dsx: X's block scales and offset plane at g, masked
+ * loads when cnt < 16). lad: the row's q4tp ladder. */
+AI __m512 q4_group(const uint8_t *sr, uint64_t g, uint64_t cnt, const float *lad, const float *dx,
+                   const float *dsx, const int dt, __m512 *acc) {
+    __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
+    if (dt == Q4_TP) {
+        tlo = _mm512_load_ps(lad);
+        thi = _mm512_load_ps(lad + 16);
+    }
+    __m512 dw = q4_dw16(sr, g, cnt, dt, tlo, thi), dxg, dsxg;
+    if (cnt >= 16) {
+        dxg = _mm512_loadu_ps(dx + g);
+        dsxg = _mm512_loadu_ps(dsx + g);
+    } else {
+        const __mmask16 live = (__mmask16)((1u << cnt) - 1);
+        dxg = _mm512_maskz_loadu_ps(live, dx + g);
+        dsxg = _mm512_maskz_loadu_ps(live, dsx + g);
+    }
+    *acc = _mm512_fnmadd_ps(dw, dsxg, *acc);
+    return _mm512_mul_ps(dw, dxg);
+}
+
 /* The last group (cnt < 16 blocks, lanes >= cnt masked) of q4_dot_rows for
  * row wr: its sum, in the same steps as a whole group. */
 static __attribute__((noinline)) float q4_dot_tail(const mm_job *j, uint64_t wr, const float *lad,
@@ -458,15 +482,8 @@ static __attribute__((noinline)) float q4_dot_tail(const mm_job *j, uint64_t wr,
     const uint8_t *sr = q4_scale_row(j->W, j->rows, nb, wr, dt);
     const int8_t *xq = a->q + (size_t)t0 * a->qstride;
     const float *dx = a->d + (size_t)t0 * a->np * 2, *dsx = a->dsx + (size_t)t0 * a->np * 2;
-    const __mmask16 live = (__mmask16)((1u << cnt) - 1);
-    __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
-    if (dt == Q4_TP) {
-        tlo = _mm512_load_ps(lad);
-        thi = _mm512_load_ps(lad + 16);
-    }
-    __m512 dw = q4_dw16(sr, g, cnt, dt, tlo, thi);
-    __m512 dd16 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(live, dx + g));
-    __m512 acc = _mm512_fnmadd_ps(dw, _mm512_maskz_loadu_ps(live, dsx + g), _mm512_setzero_ps());
+    __m512 acc = _mm512_setzero_ps();
+    const __m512 dd16 = q4_group(sr, g, cnt, lad, dx, dsx, dt, &acc);
     for (uint64_t q = 0; q < cnt; q += 4)
         acc = q4_quad(nib, st, nb, g + q, cnt - q, xq,
                       _mm512_permutexvar_ps(_mm512_load_si512(k_quad_idx[q >> 2]), dd16), acc, isa);
@@ -502,17 +519,9 @@ AI void q4_dot_rows(const mm_job *j, const int S, const uint64_t *wr, const floa
     const __m512i qi2 = _mm512_load_si512(k_quad_idx[2]), qi3 = _mm512_load_si512(k_quad_idx[3]);
     const uint64_t full = nb & ~(uint64_t)15;
     for (uint64_t g = 0; g < full; g += 16) {
-        const __m512 dxg = _mm512_loadu_ps(dx + g), dsxg = _mm512_loadu_ps(dsx + g);
 #pragma GCC unroll 8
         for (int k = 0; k < S; k++) {
-            __m512 tlo = _mm512_setzero_ps(), thi = _mm512_setzero_ps();
-            if (dt == Q4_TP) {
-                tlo = _mm512_load_ps(lad[k]);
-                thi = _mm512_load_ps(lad[k] + 16);
-            }
-            __m512 dw = q4_dw16(sr[k], g, 16, dt, tlo, thi);
-            __m512 dd16 = _mm512_mul_ps(dw, dxg);
-            acc[k][0] = _mm512_fnmadd_ps(dw, dsxg, acc[k][0]);
+            const __m512 dd16 = q4_group(sr[k], g, 16, lad[k], dx, dsx, dt, &acc[k][0]);
             acc[k][1] = q4_quad(nib[k], st, nb, g, 4, xq, _mm512_permutexvar_ps(qi0, dd16), acc[k][1], isa);
             acc[k][0] = q4_quad(nib[k], st, nb, g + 4, 4, xq, _mm512_permutexvar_ps(qi1, dd16), acc[k][0], isa);
             acc[k][1] = q4_quad(nib[k], st, nb, g + 8, 4, xq, _mm512_permutexvar_ps(qi2, dd16), acc[k][1], isa);
