@@ -507,9 +507,10 @@ int main(void) {
      * the rows left over), also as the last token of a 5-token call */
     run_case(CMF_DT_Q8_ROW, 203, 512, 1, 3, 197, pool);
     run_case(CMF_DT_Q8_2F, 150, 768, 5, 0, 150, pool);
-    /* q4 decode with tasks of >= 16 rows: four row runs per task group by
-     * group (whole groups and a masked last group), the rows left over one
-     * at a time; also as the last token of a 5-token call */
+    /* q4 decode with tasks of >= 16 rows: q4_block and q4_tiled read four
+     * row runs per task group by group, q4tp one run (whole groups and a
+     * masked last group), the rows left over one at a time; also as the
+     * last token of a 5-token call */
     run_case(CMF_DT_Q4TP, 301, 32 * 48, 1, 2, 297, pool);
     run_case(CMF_DT_Q4_BLOCK, 250, 32 * 37, 1, 0, 250, pool);
     run_case(CMF_DT_Q4_TILED, 230, 32 * 20, 1, 1, 226, pool);

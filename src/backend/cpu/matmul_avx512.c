@@ -6,8 +6,8 @@
  * fp) against one or two weight rows at a time, so each weight vector is
  * loaded (and unpacked) once per T tokens. Decode (T = 1) of q4 has its own
  * row loop (q4_dot_rows, one per q4 dtype): four rows from four runs of the
- * task's rows group by group, X pointers walked directly; the activations
- * are quantized here too (mm_quant_avx512).
+ * task's rows group by group (q4tp: one row at a time), X pointers walked
+ * directly; the activations are quantized here too (mm_quant_avx512).
  *
  *  fp (f32/f16/bf16): 16 weights per vector converted to f32, FMA with X.
  *  q8 (q8_row/q8_2f): one row at a time, superblocks of 256 inputs (X has
@@ -425,8 +425,8 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
  * than one stream, and a read loop over four streams moved less when it
  * switched streams every 1 KB than every 256 bytes). The X loads and
  * scales of a group serve all the rows. TinyLlama decode (2 threads, Zen 5
- * VM): q4_block +10-18 %, q4tp unchanged from DRAM (-20 % time per row from
- * L2). MM_Q4_STREAMS=1 turns it off. */
+ * VM): q4_block +17 % (64 -> 75 tok/s); q4tp reads one run (q4_decode_task).
+ * MM_Q4_STREAMS=1 turns it off. */
 #ifndef MM_Q4_STREAMS
 #define MM_Q4_STREAMS 4
 #endif
@@ -613,9 +613,12 @@ AI void q4_decode(mm_job *j, uint64_t rb, uint64_t len, const int S, int t0, con
 }
 
 /* q4_decode of rows [rb, re): MM_Q4_STREAMS runs while each has >= 4 rows,
- * the rows left one at a time. */
+ * the rows left one at a time. q4tp reads one run: its code and lo/step
+ * planes are separate streams, and with four runs (12 streams per thread)
+ * TinyLlama decode was 3-7 % slower than one (2 runs: 3 %; the planes
+ * prefetched row by row instead of per 16-row batch: no better). */
 AI void q4_decode_task(mm_job *j, uint64_t rb, uint64_t re, int t0, const int isa, const int dt) {
-    if (MM_Q4_STREAMS > 1 && re - rb >= 4 * MM_Q4_STREAMS) {
+    if (MM_Q4_STREAMS > 1 && dt != Q4_TP && re - rb >= 4 * MM_Q4_STREAMS) {
         const uint64_t len = (re - rb) / MM_Q4_STREAMS;
         q4_decode(j, rb, len, MM_Q4_STREAMS, t0, isa, dt);
         rb += MM_Q4_STREAMS * len;
