@@ -19,6 +19,15 @@
  * overall rate against the highest probe of the run (as llama_1b.sh does).
  * decode_bytes = cmf_model_info.decode_bytes (weights one token reads).
  *
+ * Beside each probe pass a second pass reads the model's own weight tensors
+ * with plain loads in the pattern a decode step reads them
+ * (cmf_membw_read_spans: tensors in file order, each split between the
+ * threads in contiguous parts, one stream per thread): the most the memory
+ * gives that access pattern without any arithmetic. wfrac_i = rate_i /
+ * max(weights pass before, after). The probe's pattern (4 streams per
+ * thread, far apart) can read more than any pattern a layer-by-layer
+ * decode can use (bench/README.md, "Where decode stands").
+ *
  *   build/bench/decode_roofline MODEL.cmf [-t N] [--pairs P] [--tokens K]
  *                               [--mib M] [--json]
  */
@@ -63,6 +72,30 @@ static cmf_status segment(cmf_model *m, cmf_kv_cache *kv, long k, uint32_t n_voc
     }
     *dt = now_s() - t0;
     return st;
+}
+
+static int cmp_span(const void *a, const void *b) {
+    const char *x = ((const cmf_membw_span *)a)->p, *y = ((const cmf_membw_span *)b)->p;
+    return x < y ? -1 : x > y;
+}
+
+/* The tensors one decode step reads in full (all but an untied token
+ * embedding, of which it reads one row), tensors under 64 KiB left out, in
+ * file order. *out = NULL and 0 when allocation fails. */
+static size_t weight_spans(const cmf_file *f, cmf_membw_span **out) {
+    size_t n = cmf_file_tensor_count(f), k = 0;
+    cmf_membw_span *sp = malloc(sizeof *sp * (n ? n : 1));
+    *out = sp;
+    if (!sp) return 0;
+    const cmf_tensor *emb = cmf_file_find(f, "model.embed_tokens.weight");
+    if (!cmf_file_find(f, "lm_head.weight")) emb = NULL; /* tied: the output reads it all */
+    for (size_t i = 0; i < n; i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        if (t == emb || t->nbytes < (64u << 10)) continue;
+        sp[k++] = (cmf_membw_span){t->data, (size_t)t->nbytes};
+    }
+    qsort(sp, k, sizeof *sp, cmp_span);
+    return k;
 }
 
 static int usage(FILE *o) {
@@ -116,7 +149,8 @@ int main(int argc, char **argv) {
     cmf_kv_cache *kv = NULL;
     cmf_membw_buf *probe = NULL;
     float *logits = NULL;
-    double *probes = NULL, *seg = NULL, *frac = NULL, *fracm = NULL;
+    double *probes = NULL, *seg = NULL, *frac = NULL, *fracm = NULL, *wpass = NULL, *wfrac = NULL;
+    cmf_membw_span *spans = NULL;
     int rc = 1;
     if (cmf_file_open(path, &f, &err) != CMF_OK) goto fail;
     cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL};
@@ -132,7 +166,10 @@ int main(int argc, char **argv) {
     seg = malloc(sizeof(double) * (size_t)pairs);
     frac = malloc(sizeof(double) * (size_t)pairs);
     fracm = malloc(sizeof(double) * (size_t)pairs);
-    if (!probe || !logits || !probes || !seg || !frac || !fracm) {
+    wpass = malloc(sizeof(double) * (size_t)(pairs + 1));
+    wfrac = malloc(sizeof(double) * (size_t)pairs);
+    size_t n_spans = weight_spans(f, &spans);
+    if (!probe || !logits || !probes || !seg || !frac || !fracm || !wpass || !wfrac || !spans) {
         cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory (probe buffer %ld MiB)", mib);
         goto fail;
     }
@@ -148,24 +185,30 @@ int main(int argc, char **argv) {
         goto fail;
     double t_dec = 0, best = 0;
     probes[0] = cmf_membw_buf_read(probe);
+    wpass[0] = cmf_membw_read_spans(spans, n_spans, nt);
     for (long i = 0; i < pairs; i++) {
         double dt;
         if (segment(m, kv, k_tok, info.n_vocab, logits, &dt, &err) != CMF_OK) goto fail;
         probes[i + 1] = cmf_membw_buf_read(probe);
+        wpass[i + 1] = cmf_membw_read_spans(spans, n_spans, nt);
         t_dec += dt;
         double rate = bpt * (double)k_tok / dt, a = probes[i], b = probes[i + 1];
         seg[i] = (double)k_tok / dt;
         frac[i] = rate / (a > b ? a : b);
         fracm[i] = rate / (0.5 * (a + b));
+        double wa = wpass[i], wb = wpass[i + 1], wm = wa > wb ? wa : wb;
+        wfrac[i] = wm > 0 ? rate / wm : 0;
         if (!json)
             printf("segment %3ld: %7.2f tok/s  %6.2f GB/s of weights  probes %6.2f / %6.2f GB/s  "
-                   "%5.1f %% of the higher\n",
-                   i, seg[i], rate / 1e9, a / 1e9, b / 1e9, 100 * frac[i]);
+                   "%5.1f %% of the higher; weights read alone %6.2f / %6.2f GB/s, %5.1f %%\n",
+                   i, seg[i], rate / 1e9, a / 1e9, b / 1e9, 100 * frac[i], wa / 1e9, wb / 1e9,
+                   100 * wfrac[i]);
     }
     for (long i = 0; i <= pairs; i++) best = probes[i] > best ? probes[i] : best;
     double tps = (double)(pairs * k_tok) / t_dec, overall_rate = bpt * tps;
     double pmed = median(probes, (int)pairs + 1);
     double fmed = median(frac, (int)pairs), fmmed = median(fracm, (int)pairs);
+    double wmed = median(wpass, (int)pairs + 1), wfmed = median(wfrac, (int)pairs);
     if (json) { /* cJSON escapes the path */
         cJSON *o = cJSON_CreateObject();
         char *txt = NULL;
@@ -182,7 +225,9 @@ int main(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "probe_max_gbps", best / 1e9) &&
             cJSON_AddNumberToObject(o, "frac_higher_median", fmed) &&
             cJSON_AddNumberToObject(o, "frac_mean_median", fmmed) &&
-            cJSON_AddNumberToObject(o, "frac_of_max", overall_rate / best))
+            cJSON_AddNumberToObject(o, "frac_of_max", overall_rate / best) &&
+            cJSON_AddNumberToObject(o, "weights_read_median_gbps", wmed / 1e9) &&
+            cJSON_AddNumberToObject(o, "frac_weights_read_median", wfmed))
             txt = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (!txt) {
@@ -201,12 +246,19 @@ int main(int argc, char **argv) {
         printf("fraction of the bandwidth beside each segment: median %.1f %% (higher probe), "
                "%.1f %% (mean of the two); of the run's highest probe: %.1f %%\n",
                100 * fmed, 100 * fmmed, 100 * overall_rate / best);
+        printf("weights read alone in decode's pattern (%zu tensors, one stream per thread): median "
+               "%.2f GB/s (%.0f %% of the probe median); decode: median %.1f %% of the higher pass "
+               "beside each segment\n",
+               n_spans, wmed / 1e9, pmed > 0 ? 100 * wmed / pmed : 0, 100 * wfmed);
     }
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "decode_roofline: %s\n", err.msg[0] ? err.msg : "failed");
 done:
+    free(spans);
+    free(wfrac);
+    free(wpass);
     free(fracm);
     free(frac);
     free(seg);

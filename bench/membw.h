@@ -23,4 +23,17 @@ double cmf_membw_buf_read(cmf_membw_buf *b);
 const char *cmf_membw_how(const cmf_membw_buf *b);
 void cmf_membw_buf_free(cmf_membw_buf *b);
 
+/* Plain reads of `spans` in order (bench/decode_roofline.c: a model's
+ * weight tensors as a decode step reads them): each span cut into
+ * n_threads contiguous parts at multiples of 256 bytes, thread t reading
+ * part t of every span as one stream with a prefetch 2 KiB ahead (the
+ * pattern of the decode kernels: each thread walks one contiguous range of
+ * every matrix), no barrier between spans. Returns bytes read per second
+ * (0 if a thread could not be started). */
+typedef struct cmf_membw_span {
+    const void *p;
+    size_t n;
+} cmf_membw_span;
+double cmf_membw_read_spans(const cmf_membw_span *spans, size_t n_spans, int n_threads);
+
 #endif
