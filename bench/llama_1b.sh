@@ -199,11 +199,12 @@ if roofs:
         r = json.load(open(path))
         print(f"{q:6} {r['threads']:3d} {r['pairs']:8d} {r['decode_tps']:9.2f} {r['weights_gbps']:6.1f}"
               f" {r['probe_median_gbps']:12.1f} {100*r['frac_higher_median']:8.0f}% {100*r['frac_mean_median']:7.0f}%"
-              f" {100*r['frac_of_max']:9.0f}% {r['weights_read_median_gbps']:13.1f}"
-              f" {100*r['frac_weights_read_median']:5.0f}%")
+              f" {100*r['frac_of_max']:9.0f}%"
+              + (f" {r['weights_read_median_gbps']:13.1f} {100*r['frac_weights_read_median']:5.0f}%"
+                 if r.get('weights_read_median_gbps') is not None else f" {'-':>13} {'-':>6}"))
     print("of higher / of mean: median over segments of (weights read per second) / (the higher / the mean of"
           " its two probes); of run max: all segments against the highest probe of that program's run;"
-          " weights alone: median GB/s of plain loads over the model's own tensors in decode's pattern"
+          " weights alone: median GB/s of plain loads over the model's own tensors split as decode splits them"
           " (one stream per thread, each tensor split between the threads), of it: median over segments"
           " against the higher such pass beside it")
 for n in notes:

@@ -24,11 +24,11 @@ const char *cmf_membw_how(const cmf_membw_buf *b);
 void cmf_membw_buf_free(cmf_membw_buf *b);
 
 /* Plain reads of `spans` in order (bench/decode_roofline.c: a model's
- * weight tensors as a decode step reads them): each span cut into
+ * weight tensors, split as a decode step splits them): each span cut into
  * n_threads contiguous parts at multiples of 256 bytes, thread t reading
- * part t of every span as one stream with a prefetch 2 KiB ahead (the
- * pattern of the decode kernels: each thread walks one contiguous range of
- * every matrix), no barrier between spans. Returns bytes read per second
+ * part t of every span as one stream with a prefetch 2 KiB ahead (512- and
+ * 256-bit readers) as the decode kernels split a matrix (each thread one
+ * contiguous range of it), no barrier between spans. Returns bytes read per second
  * (0 if a thread could not be started). */
 typedef struct cmf_membw_span {
     const void *p;

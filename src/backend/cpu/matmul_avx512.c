@@ -190,8 +190,7 @@ AI float q8_row_scale(const mm_job *j, uint64_t wr) {
  * turn). A read loop with four such streams per thread moved 10-25 % more
  * than one stream (the probe's pattern, bench/membw_probe.c; 2 threads, Zen
  * 5 VM); q8 decode of the TinyLlama shape +6 % (2 streams +1.5 %, 8 -5 %).
- * q4 rows interleaved this way (whole rows) were 10-20 % slower, so q4
- * reads one stream. */
+ * q4_block and q4_tiled do the same group by group (q4_decode_task). */
 #ifndef MM_Q8_STREAMS
 #define MM_Q8_STREAMS 4
 #endif
