@@ -194,19 +194,23 @@ if roofs:
     print("\ndecode against the bandwidth beside it (bench/decode_roofline: segments of 8 decode steps,"
           " each between two probe passes):")
     print(f"{'quant':6} {'thr':>3} {'segments':>8} {'tg tok/s':>9} {'GB/s':>6} {'probe median':>12}"
-          f" {'of higher':>9} {'of mean':>8} {'of run max':>10} {'weights alone':>13} {'of it':>6}")
+          f" {'of higher':>9} {'of mean':>8} {'of run max':>10} {'weights alone':>13} {'of it':>6}"
+          f" {'probe on weights':>16} {'of it':>6}")
     for q, path in roofs:
         r = json.load(open(path))
         print(f"{q:6} {r['threads']:3d} {r['pairs']:8d} {r['decode_tps']:9.2f} {r['weights_gbps']:6.1f}"
               f" {r['probe_median_gbps']:12.1f} {100*r['frac_higher_median']:8.0f}% {100*r['frac_mean_median']:7.0f}%"
               f" {100*r['frac_of_max']:9.0f}%"
               + (f" {r['weights_read_median_gbps']:13.1f} {100*r['frac_weights_read_median']:5.0f}%"
-                 if r.get('weights_read_median_gbps') is not None else f" {'-':>13} {'-':>6}"))
+                 if r.get('weights_read_median_gbps') is not None else f" {'-':>13} {'-':>6}")
+              + (f" {r['weights_probe_median_gbps']:16.1f} {100*r['frac_weights_probe_median']:5.0f}%"
+                 if r.get('weights_probe_median_gbps') is not None else f" {'-':>16} {'-':>6}"))
     print("of higher / of mean: median over segments of (weights read per second) / (the higher / the mean of"
           " its two probes); of run max: all segments against the highest probe of that program's run;"
           " weights alone: median GB/s of plain loads over the model's own tensors split as decode splits them"
           " (one stream per thread, each tensor split between the threads), of it: median over segments"
-          " against the higher such pass beside it")
+          " against the higher such pass beside it; probe on weights: the probe's reader over the model's"
+          " mapped weights (its pattern on decode's pages), of it: likewise")
 for n in notes:
     print("measured in this run: " + n)
 if notes:

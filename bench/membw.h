@@ -19,6 +19,11 @@ double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how);
  * (bytes/second). new returns NULL when out of memory or bytes rounds to 0. */
 typedef struct cmf_membw_buf cmf_membw_buf;
 cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads);
+/* The same reader over memory the caller owns (bench/decode_roofline.c: a
+ * model's mapped weights), `bytes` rounded down as in new; the region must
+ * stay readable until free, which does not free it. NULL when out of memory
+ * or bytes rounds to 0. */
+cmf_membw_buf *cmf_membw_buf_wrap(const void *p, size_t bytes, int n_threads);
 double cmf_membw_buf_read(cmf_membw_buf *b);
 const char *cmf_membw_how(const cmf_membw_buf *b);
 void cmf_membw_buf_free(cmf_membw_buf *b);

@@ -155,18 +155,39 @@ struct cmf_membw_buf {
     uint8_t *p;
     size_t bytes;
     int n_threads, kind;
+    int owned; /* p is ours (new), not the caller's (wrap) */
 };
 
-cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads) {
-    if (n_threads < 1) n_threads = 1;
-    if (n_threads > 256) n_threads = 256;
-    bytes -= bytes % ((size_t)n_threads * 4096); /* whole pages per thread (any thread count) */
+/* A buffer object of `bytes` rounded down to whole pages per thread, p not
+ * yet set; NULL when out of memory or nothing is left. */
+static cmf_membw_buf *buf_alloc(size_t *bytes, int *n_threads) {
+    if (*n_threads < 1) *n_threads = 1;
+    if (*n_threads > 256) *n_threads = 256;
+    *bytes -= *bytes % ((size_t)*n_threads * 4096); /* whole pages per thread (any thread count) */
+    if (*bytes == 0) return NULL;
     cmf_membw_buf *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    if (bytes == 0 || posix_memalign((void **)&b->p, 4096, bytes) != 0) {
+    unsigned f = cmf_cpu_features();
+    b->kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
+    b->bytes = *bytes;
+    b->n_threads = *n_threads;
+    return b;
+}
+
+cmf_membw_buf *cmf_membw_buf_wrap(const void *p, size_t bytes, int n_threads) {
+    cmf_membw_buf *b = p ? buf_alloc(&bytes, &n_threads) : NULL;
+    if (b) b->p = (uint8_t *)(uintptr_t)p; /* only read */
+    return b;
+}
+
+cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads) {
+    cmf_membw_buf *b = buf_alloc(&bytes, &n_threads);
+    if (!b) return NULL;
+    if (posix_memalign((void **)&b->p, 4096, bytes) != 0) {
         free(b);
         return NULL;
     }
+    b->owned = 1;
     /* touch every page with distinct pseudo-random words, as weights are:
      * identical pages could be merged by the host (KSM) and read from cache */
     uint64_t z = 0x9E3779B97F4A7C15ull;
@@ -176,10 +197,6 @@ cmf_membw_buf *cmf_membw_buf_new(size_t bytes, int n_threads) {
         z ^= z << 17;
         memcpy(b->p + i, &z, 8);
     }
-    unsigned f = cmf_cpu_features();
-    b->kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
-    b->bytes = bytes;
-    b->n_threads = n_threads;
     return b;
 }
 
@@ -258,7 +275,7 @@ double cmf_membw_read_spans(const cmf_membw_span *spans, size_t n_spans, int n_t
 
 void cmf_membw_buf_free(cmf_membw_buf *b) {
     if (!b) return;
-    free(b->p);
+    if (b->owned) free(b->p);
     free(b);
 }
 
