@@ -507,8 +507,8 @@ int main(void) {
      * the rows left over), also as the last token of a 5-token call */
     run_case(CMF_DT_Q8_ROW, 203, 512, 1, 3, 197, pool);
     run_case(CMF_DT_Q8_2F, 150, 768, 5, 0, 150, pool);
-    /* q4 decode with tasks of >= 16 rows: q4_block and q4_tiled read four
-     * row runs per task group by group, q4tp one run (whole groups and a
+    /* q4 decode with tasks of >= 16 rows: four row runs per task group by
+     * group (q4tp after a prefetch of the task's planes; whole groups and a
      * masked last group), the rows left over one at a time; also as the
      * last token of a 5-token call */
     run_case(CMF_DT_Q4TP, 301, 32 * 48, 1, 2, 297, pool);

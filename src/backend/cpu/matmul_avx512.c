@@ -54,10 +54,11 @@
 /* the same offset MM_PF_ROWS rows ahead (rows of `rowbytes` bytes) */
 #define MM_PREFETCH(p, rowbytes) _mm_prefetch((p) + MM_PF_ROWS * (rowbytes), _MM_HINT_T0)
 /* q4tp: the code and lo/step planes (separate streams, after all nibbles)
- * of the next 16-row ladder batch are prefetched with each batch: decode
- * +2-5 % (TinyLlama q4tp, 2 threads, bench/decode_roofline); prefetching
- * two batches ahead while building the next batch's ladders early was
- * 10 % slower. MM_PF_SCALES=0 turns it off. */
+ * are prefetched ahead of the ladders: in the token-tile kernels the next
+ * 16-row batch's with each batch (+2-5 %, TinyLlama q4tp, 2 threads,
+ * bench/decode_roofline; two batches ahead while building the next
+ * batch's ladders early was 10 % slower), in decode all of a task's at its
+ * start (q4_decode_task). MM_PF_SCALES=0 turns both off. */
 #ifndef MM_PF_SCALES
 #define MM_PF_SCALES 1
 #endif
@@ -424,7 +425,8 @@ AI void q4_step(const mm_job *j, const uint8_t *const *nib, size_t stride, uint6
  * than one stream, and a read loop over four streams moved less when it
  * switched streams every 1 KB than every 256 bytes). The X loads and
  * scales of a group serve all the rows. TinyLlama decode (2 threads, Zen 5
- * VM): q4_block +17 % (64 -> 75 tok/s); q4tp reads one run (q4_decode_task).
+ * VM): q4_block +17 % (64 -> 75 tok/s); q4tp with its planes prefetched per
+ * task (q4_decode_task).
  * MM_Q4_STREAMS=1 turns it off. */
 #ifndef MM_Q4_STREAMS
 #define MM_Q4_STREAMS 4
@@ -570,15 +572,15 @@ AI void q4_rows(mm_job *j, uint64_t r, int t0, const int R, const int T, const i
 }
 
 /* q4tp: prefetch the code and lo/step planes (separate streams, after all
- * nibbles) of the 16 rows from absolute row `first` (MM_PF_SCALES). */
-AI void q4tp_prefetch_planes(const mm_job *j, uint64_t first) {
+ * nibbles) of up to n rows from absolute row `first` (MM_PF_SCALES). */
+AI void q4tp_prefetch_planes(const mm_job *j, uint64_t first, uint64_t n) {
     const uint64_t nb = j->a->nb, cb = (nb * 5 + 7) / 8;
     const uint8_t *planes = (const uint8_t *)j->W->data + j->rows * nb * 16;
     if (!MM_PF_SCALES || first >= j->rows) return;
-    const uint64_t nr = j->rows - first < 16 ? j->rows - first : 16;
+    const uint64_t nr = j->rows - first < n ? j->rows - first : n;
     const char *c0 = (const char *)planes + 4 * j->rows + cb * first;
     for (uint64_t o = 0; o < nr * cb; o += 64) _mm_prefetch(c0 + o, _MM_HINT_T0);
-    _mm_prefetch((const char *)planes + 4 * first, _MM_HINT_T0);
+    for (uint64_t o = 0; o < 4 * nr; o += 64) _mm_prefetch((const char *)planes + 4 * first + o, _MM_HINT_T0);
 }
 
 /* Decode (token t0) of rows [rb, rb + S * len): S runs of len rows, row i
@@ -590,11 +592,9 @@ AI void q4_decode(mm_job *j, uint64_t rb, uint64_t len, const int S, int t0, con
     for (uint64_t i0 = 0; i0 < len; i0 += 16) {
         const int n16 = len - i0 < 16 ? (int)(len - i0) : 16;
         if (dt == Q4_TP)
-            for (int k = 0; k < S; k++) {
-                const uint64_t r = j->row0 + rb + (uint64_t)k * len + i0;
-                q4tp_prefetch_planes(j, r + 16);
-                q4tp_ladders16(j->W, j->rows, j->a->nb, r, n16, j->exp2_f16, lad[k]);
-            }
+            for (int k = 0; k < S; k++)
+                q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + rb + (uint64_t)k * len + i0, n16,
+                               j->exp2_f16, lad[k]);
         for (int i = 0; i < n16; i++) {
             uint64_t wr[MM_Q4_STREAMS];
             const float *lp[MM_Q4_STREAMS];
@@ -612,12 +612,15 @@ AI void q4_decode(mm_job *j, uint64_t rb, uint64_t len, const int S, int t0, con
 }
 
 /* q4_decode of rows [rb, re): MM_Q4_STREAMS runs while each has >= 4 rows,
- * the rows left one at a time. q4tp reads one run: its code and lo/step
- * planes are separate streams, and with four runs (12 streams per thread)
- * TinyLlama decode was 3-7 % slower than one (2 runs: 3 %; the planes
- * prefetched row by row instead of per 16-row batch: no better). */
+ * the rows left one at a time. q4tp first prefetches the code and lo/step
+ * planes of all the task's rows (~11 KB for a 256 KiB task), so the runs
+ * read no plane streams beside the nibbles: with the planes prefetched per
+ * 16-row batch of each run (12 streams per thread) four runs decoded 3-7 %
+ * slower than one; this way +4-8 % (TinyLlama q4tp, 2 threads, four
+ * in-process A/B runs, bench/README.md). */
 AI void q4_decode_task(mm_job *j, uint64_t rb, uint64_t re, int t0, const int isa, const int dt) {
-    if (MM_Q4_STREAMS > 1 && dt != Q4_TP && re - rb >= 4 * MM_Q4_STREAMS) {
+    if (dt == Q4_TP) q4tp_prefetch_planes(j, j->row0 + rb, re - rb);
+    if (MM_Q4_STREAMS > 1 && re - rb >= 4 * MM_Q4_STREAMS) {
         const uint64_t len = (re - rb) / MM_Q4_STREAMS;
         q4_decode(j, rb, len, MM_Q4_STREAMS, t0, isa, dt);
         rb += MM_Q4_STREAMS * len;
@@ -637,7 +640,7 @@ AI void q4_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
     for (uint64_t bs = rb; bs < re; bs += 16) { /* batches of 16 rows share a ladder pass */
         uint64_t be = re - bs < 16 ? re : bs + 16;
         if (tp) {
-            q4tp_prefetch_planes(j, j->row0 + bs + 16);
+            q4tp_prefetch_planes(j, j->row0 + bs + 16, 16);
             q4tp_ladders16(j->W, j->rows, j->a->nb, j->row0 + bs, (int)(be - bs), j->exp2_f16, lad);
         }
         uint64_t r = bs;
