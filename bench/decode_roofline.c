@@ -28,8 +28,8 @@
  * rate_i / max(weights pass before, after). A third pass runs the probe's
  * own reader over the model's mapped weights (the span from the first to
  * the last of those tensors in the shard of the largest): the probe's
- * pattern on decode's pages. On the development VM it read 65-98 % of
- * what the probe's buffer read, depending on the region's size (where the
+ * pattern on decode's pages. On the development VM it read 65-100 % of
+ * what the probe's buffer read, depending on the region and the moment (where the
  * concurrent streams lie decides the speed there: bench/README.md, "Where
  * decode stands"). Models with no tensor of 64 KiB or more skip both
  * passes, and a region under a page per thread the third (JSON: null).
