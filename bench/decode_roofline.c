@@ -28,10 +28,10 @@
  * rate_i / max(weights pass before, after). A third pass runs the probe's
  * own reader over the model's mapped weights (the span from the first to
  * the last of those tensors in the shard of the largest): the probe's
- * pattern on decode's pages. On the development VM it read 65-100 % of
- * what the probe's buffer read, depending on the region and the moment (where the
- * concurrent streams lie decides the speed there: bench/README.md, "Where
- * decode stands"). Models with no tensor of 64 KiB or more skip both
+ * pattern on decode's pages. On the development VM it read 76-100 % of
+ * the probe's median in runs whose probe was not in a slow phase (where
+ * the concurrent streams lie decides the speed there: bench/README.md,
+ * "Where decode stands"). Models with no tensor of 64 KiB or more skip both
  * passes, and a region under a page per thread the third (JSON: null).
  *
  *   build/bench/decode_roofline MODEL.cmf [-t N] [--pairs P] [--tokens K]
@@ -307,7 +307,8 @@ int main(int argc, char **argv) {
         else
             printf("weights read alone: skipped (no tensor of 64 KiB or more)\n");
         if (!wprobe)
-            printf("the probe's reader over the weights: skipped (no region of a page per thread)\n");
+            printf("the probe's reader over the weights: skipped (%s)\n",
+                   n_spans ? "no region of a page per thread" : "no tensor of 64 KiB or more");
         else
             printf("the probe's reader over the weights (%.1f MB mapped): median %.2f GB/s (%.0f %% of "
                    "the probe median); decode: median %.1f %% of the higher pass beside each segment\n",

@@ -13,7 +13,9 @@
 #   then bench/decode_roofline per file: SEGMENTS decode segments of 8
 #   tokens, each between two probe passes in the same process, with the
 #   median fraction of the bandwidth beside each segment (the higher of its
-#   two probes).
+#   two probes), and against two passes beside each probe: plain loads over
+#   the model's tensors split as decode splits them ("weights alone") and
+#   the probe's reader over the mapped weights ("probe on weights").
 # The host's bandwidth moves (30-75 GB/s on the development VM), so the first
 # fraction (against the highest probe of the whole run) is the conservative
 # one; the second compares decode with the memory it actually had.

@@ -7,6 +7,8 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <glob.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,12 +63,34 @@ static int parse(int argc, char **argv, imp_args *a, bool want_tok, bool want_sh
     return -1;
 }
 
+/* The first shard of a sharded write to `out` ("<stem>-00001-of-N.cmf",
+ * format/writer.c), malloc'd; NULL when there is none. */
+static char *first_shard(const char *out) {
+    size_t n = strlen(out), stem = n > 4 && !strcmp(out + n - 4, ".cmf") ? n - 4 : n;
+    char *pat = malloc(stem + 32);
+    if (!pat) return NULL;
+    snprintf(pat, stem + 32, "%.*s-00001-of-?????.cmf", (int)stem, out);
+    glob_t g;
+    char *first = NULL;
+    int rc = glob(pat, 0, NULL, &g);
+    if (rc == 0 && g.gl_pathc > 0) first = strdup(g.gl_pathv[0]);
+    if (rc == 0) globfree(&g);
+    free(pat);
+    return first;
+}
+
 static void summary(const char *cmd, const char *out) {
     cmf_file *f = NULL;
     cmf_error err = {0};
+    char *shard = NULL;
     if (cmf_file_open(out, &f, &err) != CMF_OK) {
-        fprintf(stderr, "cmf %s: wrote %s\n", cmd, out);
-        return;
+        shard = first_shard(out);
+        if (!shard || cmf_file_open(shard, &f, &err) != CMF_OK) {
+            fprintf(stderr, "cmf %s: wrote %s\n", cmd, shard ? shard : out);
+            free(shard);
+            return;
+        }
+        out = shard;
     }
     size_t tl = 0;
     cmf_file_tokenizer_json(f, &tl);
@@ -75,9 +99,14 @@ static void summary(const char *cmd, const char *out) {
     const cJSON *e;
     cJSON_ArrayForEach(e, keep) if (cJSON_IsString(e))
         fprintf(stderr, "cmf %s: --quant keep: GGUF %s -> %s\n", cmd, e->string, e->valuestring);
-    fprintf(stderr, "cmf %s: wrote %s (%zu tensors%s)\n", cmd, out, cmf_file_tensor_count(f),
-            tl ? ", tokenizer" : ", no tokenizer");
+    if (shard)
+        fprintf(stderr, "cmf %s: wrote %u shards, open them as %s (%zu tensors%s)\n", cmd,
+                cmf_file_shard_count(f), out, cmf_file_tensor_count(f), tl ? ", tokenizer" : ", no tokenizer");
+    else
+        fprintf(stderr, "cmf %s: wrote %s (%zu tensors%s)\n", cmd, out, cmf_file_tensor_count(f),
+                tl ? ", tokenizer" : ", no tokenizer");
     cmf_file_close(f);
+    free(shard);
 }
 
 static const char convert_usage[] =

@@ -29,6 +29,12 @@ check "import-llama2c without --tokenizer" 2 "$CMF" import-llama2c "$DATA/models
 check "convert parity/qwen3" 0 "$CMF" convert "$DATA/parity/qwen3" -o "$T/qwen3.cmf" --quant q4t
 grep -q "no tokenizer.json" "$T/err.txt" || { echo "FAIL: missing-tokenizer warning"; fail=1; }
 check "verify converted" 0 "$CMF" verify "$T/qwen3.cmf"
+# a sharded convert names the shard to open, not the path it did not write
+check "convert sharded" 0 "$CMF" convert "$DATA/parity/qwen3-moe" -o "$T/moe.cmf" --quant f32 --shard-max-gb 0.001 --no-progress
+[ ! -e "$T/moe.cmf" ] && [ -f "$T/moe-00001-of-00002.cmf" ] &&
+    grep -q "wrote 2 shards, open them as $T/moe-00001-of-00002.cmf" "$T/err.txt" ||
+    { echo "FAIL: sharded convert output or message"; cat "$T/err.txt"; ls "$T"; fail=1; }
+check "info of the first shard" 0 "$CMF" info "$T/moe-00001-of-00002.cmf"
 
 check "import-gguf stories260K" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-gguf.cmf"
 check "verify gguf import" 0 "$CMF" verify "$T/s-gguf.cmf"
