@@ -7,7 +7,6 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
-#include <glob.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,28 +62,12 @@ static int parse(int argc, char **argv, imp_args *a, bool want_tok, bool want_sh
     return -1;
 }
 
-/* The first shard of a sharded write to `out` ("<stem>-00001-of-N.cmf",
- * format/writer.c), malloc'd; NULL when there is none. */
-static char *first_shard(const char *out) {
-    size_t n = strlen(out), stem = n > 4 && !strcmp(out + n - 4, ".cmf") ? n - 4 : n;
-    char *pat = malloc(stem + 32);
-    if (!pat) return NULL;
-    snprintf(pat, stem + 32, "%.*s-00001-of-?????.cmf", (int)stem, out);
-    glob_t g;
-    char *first = NULL;
-    int rc = glob(pat, 0, NULL, &g);
-    if (rc == 0 && g.gl_pathc > 0) first = strdup(g.gl_pathv[0]);
-    if (rc == 0) globfree(&g);
-    free(pat);
-    return first;
-}
-
 static void summary(const char *cmd, const char *out) {
     cmf_file *f = NULL;
     cmf_error err = {0};
     char *shard = NULL;
     if (cmf_file_open(out, &f, &err) != CMF_OK) {
-        shard = first_shard(out);
+        shard = cmf_shard_first_path(out);
         if (!shard || cmf_file_open(shard, &f, &err) != CMF_OK) {
             fprintf(stderr, "cmf %s: wrote %s\n", cmd, shard ? shard : out);
             free(shard);

@@ -94,6 +94,11 @@ void cmf_file_close(cmf_file *f);
 const char *cmf_file_path(const cmf_file *f);
 uint32_t cmf_file_required_features(const cmf_file *f);
 uint32_t cmf_file_shard_count(const cmf_file *f);       /* 1 when not sharded */
+/* The first shard a sharded write to `path` produced (cmf_writer_opts.
+ * shard_max_bytes: "<stem>-00001-of-NNNNN.cmf", stem = path minus ".cmf",
+ * in path's directory), malloc'd, to pass to cmf_file_open; NULL when there
+ * is none (or out of memory). Reads the directory; thread-safe. */
+char *cmf_shard_first_path(const char *path);
 const char *cmf_file_shard_path(const cmf_file *f, uint32_t i);
 
 size_t cmf_file_tensor_count(const cmf_file *f);

@@ -6,6 +6,7 @@
  * small shared helpers: UTF-8 validation and shard file naming (§9).
  */
 #include "format_internal.h"
+#include <dirent.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,4 +166,32 @@ char *cmf_shard_name(const char *stem, size_t stem_len, uint32_t no, uint32_t co
     if (!s) return NULL;
     snprintf(s, cap, "%.*s-%05u-of-%05u.cmf", (int)stem_len, stem, no, count);
     return s;
+}
+
+size_t cmf_shard_stem_len(const char *path) {
+    size_t n = strlen(path);
+    return n >= 4 && !strcmp(path + n - 4, ".cmf") ? n - 4 : n;
+}
+
+char *cmf_shard_first_path(const char *path) {
+    if (!path) return NULL;
+    size_t stem = cmf_shard_stem_len(path);
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0, blen = stem - (slash ? dlen + 1 : 0);
+    char *dir = slash ? strndup(path, dlen ? dlen : 1) : strdup(".");
+    DIR *d = dir ? opendir(dir) : NULL;
+    free(dir);
+    if (!d) return NULL;
+    const char *base = path + stem - blen;
+    char *first = NULL;
+    struct dirent *e;
+    while (!first && (e = readdir(d)) != NULL) {
+        uint32_t no, count;
+        size_t sl;
+        if (cmf_shard_name_parse(e->d_name, &no, &count, &sl) && no == 1 && sl == blen &&
+            !memcmp(e->d_name, base, blen))
+            first = cmf_shard_name(path, stem, 1, count);
+    }
+    closedir(d);
+    return first;
 }

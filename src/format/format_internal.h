@@ -115,6 +115,8 @@ struct cmf_file {
 bool cmf_shard_name_parse(const char *path, uint32_t *no, uint32_t *count, size_t *stem_len);
 /* malloc'd "<stem>-%05u-of-%05u.cmf"; NULL on OOM. */
 char *cmf_shard_name(const char *stem, size_t stem_len, uint32_t no, uint32_t count);
+/* The stem of an output path whose write is sharded: path minus ".cmf". */
+size_t cmf_shard_stem_len(const char *path);
 
 /* sign.c: verify `<path>.sig` against the file. *present false when no
  * .sig exists. Problems go to msg (a one-line reason) when !*ok; signer

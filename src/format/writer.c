@@ -431,11 +431,10 @@ cmf_status cmf_writer_finish(cmf_writer *w, cmf_error *err) {
     uint32_t n = w->nshards, done = 0, renamed = 0;
     char **finals = calloc(n, sizeof *finals), **tmps = calloc(n, sizeof *tmps);
     if (!finals || !tmps) { st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", w->path); goto out; }
-    size_t pl = strlen(w->path), stem = pl >= 4 && !strcmp(w->path + pl - 4, ".cmf") ? pl - 4 : pl;
+    size_t stem = cmf_shard_stem_len(w->path);
     for (uint32_t k = 0; k < n; k++) {
         if (n == 1) {
-            finals[k] = malloc(pl + 1);
-            if (finals[k]) memcpy(finals[k], w->path, pl + 1);
+            finals[k] = strdup(w->path);
         } else {
             finals[k] = cmf_shard_name(w->path, stem, k + 1, n);
         }

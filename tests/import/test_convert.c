@@ -212,7 +212,15 @@ static void test_sharded(const char *data, const char *tmp) {
     cmf_import_opts os = {.quant = "f32", .shard_max_gb = 0.0005};
     cmf_status st = cmf_convert_hf(single_dir, out_c, &os, &err);
     CHECK(st == CMF_OK, "shard-max-gb convert: %s", err.msg);
+    char *first = cmf_shard_first_path(out_c);
     snprintf(out_c, sizeof out_c, "%s/split-00001-of-00002.cmf", tmp);
+    CHECK(first && !strcmp(first, out_c), "cmf_shard_first_path: %s, expected %s", first ? first : "NULL", out_c);
+    free(first);
+    char none[4400];
+    snprintf(none, sizeof none, "%s/never-written.cmf", tmp);
+    first = cmf_shard_first_path(none);
+    CHECK(first == NULL, "cmf_shard_first_path of an unwritten path: %s", first ? first : "");
+    free(first);
     CHECK(compare_cmf(out_c, out_b, 0.0f) == 0, "2-shard output differs from single file");
     check_verify(out_c);
 }
