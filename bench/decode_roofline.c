@@ -85,19 +85,26 @@ static int cmp_span(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The tensors one decode step reads in full (all but an untied token
- * embedding, of which it reads one row), tensors under 64 KiB left out, in
- * file order. *out = NULL and 0 when allocation fails. */
+/* Tensor i if one decode step reads it in full and it has 64 KiB or more,
+ * else NULL (an untied token embedding is read one row per token). */
+static const cmf_tensor *decode_tensor(const cmf_file *f, size_t i) {
+    const cmf_tensor *t = cmf_file_tensor_at(f, i);
+    if (t->nbytes < (64u << 10)) return NULL;
+    if (t == cmf_file_find(f, "model.embed_tokens.weight") && cmf_file_find(f, "lm_head.weight"))
+        return NULL; /* tied: the output reads it all */
+    return t;
+}
+
+/* The decode_tensor()s in file order. *out = NULL and 0 when allocation
+ * fails. */
 static size_t weight_spans(const cmf_file *f, cmf_membw_span **out) {
     size_t n = cmf_file_tensor_count(f), k = 0;
     cmf_membw_span *sp = malloc(sizeof *sp * (n ? n : 1));
     *out = sp;
     if (!sp) return 0;
-    const cmf_tensor *emb = cmf_file_find(f, "model.embed_tokens.weight");
-    if (!cmf_file_find(f, "lm_head.weight")) emb = NULL; /* tied: the output reads it all */
     for (size_t i = 0; i < n; i++) {
-        const cmf_tensor *t = cmf_file_tensor_at(f, i);
-        if (t == emb || t->nbytes < (64u << 10)) continue;
+        const cmf_tensor *t = decode_tensor(f, i);
+        if (!t) continue;
         sp[k++] = (cmf_membw_span){t->data, (size_t)t->nbytes};
     }
     qsort(sp, k, sizeof *sp, cmp_span);
@@ -105,22 +112,21 @@ static size_t weight_spans(const cmf_file *f, cmf_membw_span **out) {
 }
 
 /* The mapped region the probe's reader reads over the weights: from the
- * first to the end of the last tensor of weight_spans' kind in the shard of
- * the largest such tensor (one mapping). *n = 0 when there is none. */
+ * first to the end of the last decode_tensor() in the shard of the largest
+ * (one mapping). *n = 0 when there is none. */
 static const void *weight_region(const cmf_file *f, size_t *n) {
     size_t cnt = cmf_file_tensor_count(f);
-    const cmf_tensor *emb = cmf_file_find(f, "model.embed_tokens.weight"), *big = NULL;
-    if (!cmf_file_find(f, "lm_head.weight")) emb = NULL;
+    const cmf_tensor *big = NULL;
     for (size_t i = 0; i < cnt; i++) {
-        const cmf_tensor *t = cmf_file_tensor_at(f, i);
-        if (t != emb && t->nbytes >= (64u << 10) && (!big || t->nbytes > big->nbytes)) big = t;
+        const cmf_tensor *t = decode_tensor(f, i);
+        if (t && (!big || t->nbytes > big->nbytes)) big = t;
     }
     *n = 0;
     if (!big) return NULL;
     const char *lo = big->data, *hi = lo + big->nbytes;
     for (size_t i = 0; i < cnt; i++) {
-        const cmf_tensor *t = cmf_file_tensor_at(f, i);
-        if (t == emb || t->nbytes < (64u << 10) || t->shard != big->shard) continue;
+        const cmf_tensor *t = decode_tensor(f, i);
+        if (!t || t->shard != big->shard) continue;
         const char *p = t->data;
         if (p < lo) lo = p;
         if (p + t->nbytes > hi) hi = p + t->nbytes;
