@@ -8,7 +8,8 @@
  *   cmf/chat.h       Jinja chat templates
  *   cmf/model.h      model, KV cache, batched forward pass
  *   cmf/sample.h     samplers and stop strings
- *   cmf/generate.h   the prefill/decode loop shared by run, chat and serve
+ *   cmf/generate.h   one conversation: the session run and chat use
+ *   cmf/engine.h     many sequences: continuous batching on a paged KV cache
  *
  * Link with `pkg-config --cflags --libs cmf`.
  */
@@ -23,5 +24,6 @@
 #include "cmf/model.h"
 #include "cmf/sample.h"
 #include "cmf/generate.h"
+#include "cmf/engine.h"
 
 #endif /* CMF_H */

@@ -99,6 +99,15 @@ typedef struct cmf_batch {
     const char *const *skill; /* [n_tokens] skill id per token (§7), NULL
                                  entries or NULL array = backbone. Reserved:
                                  the CPU engine requires NULL for now. */
+    /* Row classes (batch invariance): when row_classes is set, tokens
+     * [0, n_decode) are computed with the numerics of a one-token decode
+     * step and the rest with those of a prompt, each token's result
+     * independent of the other tokens in the batch; the engine uses this so
+     * a sequence's logits do not depend on its batch-mates. When clear
+     * (zero-initialized batches), the backend picks the kernels by batch
+     * size as before. */
+    bool row_classes;
+    uint32_t n_decode;
 } cmf_batch;
 
 /* Run the batch. Rules: for each sequence, its tokens in the batch are in

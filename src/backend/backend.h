@@ -88,15 +88,20 @@ typedef struct cmf_backend_ops {
 
     /* Y[i][j] = sum_k X[i][k] · W[row0 + j][k] for i < n, j < n_rows:
      * rows [row0, row0+n_rows) of W (fused qkv / gate_up splits). X is
-     * contiguous [n][in]; Y rows have stride ldy (floats). */
+     * contiguous [n][in]; Y rows have stride ldy (floats).
+     * Row classes: rows [0, n_dec) are computed as a one-token decode step
+     * computes them, rows [n_dec, n) as a prompt is computed; within a class
+     * a row's result does not depend on the other rows (batch invariance,
+     * docs/ENGINE.md). n_dec < 0: the backend picks the class by n. */
     cmf_status (*matmul)(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
-                         const float *X, uint32_t n, float *Y, size_t ldy, cmf_error *err);
+                         const float *X, uint32_t n, int32_t n_dec, float *Y, size_t ldy,
+                         cmf_error *err);
     /* Several products of the same X (q/k/v, gate/up), 1 <= n_parts <=
      * CMF_MM_MAX_PARTS, each as matmul computes it; a backend may share work
      * between them (the CPU one quantizes X once and runs all parts' rows as
      * one parallel job). Errors as matmul, for the first part at fault. */
     cmf_status (*matmul_parts)(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
-                               const float *X, uint32_t n, cmf_error *err);
+                               const float *X, uint32_t n, int32_t n_dec, cmf_error *err);
     /* Embedding lookup: out[i] = row tok[i] of E (any dtype), [n][dim]. */
     cmf_status (*get_rows)(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
                            float *out, cmf_error *err);

@@ -1,53 +1,36 @@
 /*
- * session.c — the prefill/decode loop of cmf/generate.h, shared by
- * `cmf run`, `cmf chat` and later `cmf serve`.
+ * session.c — one conversation or completion (cmf/generate.h), a
+ * one-sequence wrapper over the engine (src/engine/engine.c), so `cmf run`,
+ * `cmf chat` and a C program go through the same scheduler, sampler and
+ * stop rules as a server's sequences.
  *
- * State: the token list `tok[0..n_tok)` mirrors KV sequence 0, except that
- * the last token sampled by cmf_session_generate may still be "pending":
- * it was streamed to the caller but its forward pass (which only produces
- * the logits for the token after it) is deferred until generation
- * continues. So a turn that ends never pays for a forward whose logits
- * nobody reads, and the next generate call runs it first. `n_kv` counts
- * the tokens actually in the KV cache (n_tok or n_tok - 1).
- *
- * Prefill reuses the longest common prefix of the new ids with the cached
- * ones (chat turns re-send the whole conversation), truncates the rest
- * with cmf_kv_seq_truncate, and runs the new suffix through
- * cmf_model_forward in batches of CMF_PREFILL_CHUNK tokens (logits of the
- * last token only). If nothing is new, the last token is run again to get
- * its logits back.
- *
- * Decode: sample -> accept -> EOS check -> detokenize -> stop strings ->
- * callback, one token at a time (llama.cpp's main loop does the same).
- * The detokenizer stream is primed with the last few cached tokens so that
- * a generated SentencePiece "▁word" keeps its leading space (a fresh
- * decode would strip it as the start of the text).
+ * The session keeps one engine sequence with keep = true: between calls it
+ * holds its tokens and KV. A prefill is a turn with n_predict 0 (the engine
+ * keeps the longest common prefix with what is cached and leaves the last
+ * token's logits at hand); a generate call is a turn over the same tokens,
+ * which samples from those logits, or first runs the last token sampled by
+ * the previous turn (it is "pending": streamed to the caller but not yet in
+ * the KV cache, since its forward only serves the token after it).
  */
 #include "cmf/generate.h"
 
-#include <assert.h>
+#include "cmf/engine.h"
+
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define CMF_PREFILL_CHUNK 512u /* default tokens per prefill batch */
-#define CMF_DETOK_PRIME 4u /* tokens of context pushed (and discarded) first */
+#define CMF_PREFILL_CHUNK 512u /* default and largest tokens per step */
 
 struct cmf_session {
     cmf_model *model;
     const cmf_tokenizer *tok_;
-    cmf_kv_cache *kv;
-    cmf_sampler *sampler;
+    cmf_engine *eng;
+    uint64_t seq;          /* the kept engine sequence, 0 before the first prefill */
+    cmf_sampler_params sampler; /* seed resolved at creation */
     uint32_t n_ctx, n_vocab;
-    uint32_t n_sample;  /* ids >= n_sample (no tokenizer entry) get logit -inf */
-    int32_t *tok;       /* [n_ctx + 1] prompt + generated ids */
-    size_t n_tok, n_kv; /* n_kv == n_tok or n_tok - 1 (one pending token) */
-    float *logits;      /* [n_vocab] logits after tok[n_kv - 1] */
-    bool have_logits;   /* logits belong to the current n_kv */
-    uint32_t n_batch;   /* tokens per prefill batch (<= CMF_PREFILL_CHUNK) */
-    int32_t *pos;       /* [CMF_PREFILL_CHUNK] batch scratch */
-    int32_t *seq;       /* [CMF_PREFILL_CHUNK] all zero */
     size_t last_prefill_n;
     double last_prefill_s;
 };
@@ -82,25 +65,20 @@ cmf_status cmf_session_new(cmf_model *model, const cmf_tokenizer *tok,
     s->model = model;
     s->tok_ = tok;
     s->n_ctx = n_ctx;
-    s->n_batch = CMF_PREFILL_CHUNK;
     s->n_vocab = info.n_vocab;
-    /* Checkpoints often pad the embedding past the tokenizer's ids (Qwen:
-     * 151936 rows, 151665 ids); ids without text are never sampled. */
-    s->n_sample = info.n_vocab;
-    if (tok && cmf_tokenizer_vocab_size(tok) > 0 && cmf_tokenizer_vocab_size(tok) < info.n_vocab)
-        s->n_sample = (uint32_t)cmf_tokenizer_vocab_size(tok);
-    s->tok = malloc(((size_t)n_ctx + 1) * sizeof *s->tok);
-    s->logits = malloc((size_t)info.n_vocab * sizeof *s->logits);
-    s->pos = malloc(CMF_PREFILL_CHUNK * sizeof *s->pos);
-    s->seq = calloc(CMF_PREFILL_CHUNK, sizeof *s->seq);
-    if (!s->tok || !s->logits || !s->pos || !s->seq) {
-        cmf_session_free(s);
-        return cmf_error_set(err, CMF_ERR_NOMEM, "session: out of memory (n_ctx %u, n_vocab %u)",
-                             n_ctx, info.n_vocab);
+    /* Fix the seed now, so cmf_session_seed answers before the first turn
+     * and every turn's sampler draws from the same stream. */
+    s->sampler = p->sampler;
+    cmf_sampler *probe = NULL;
+    cmf_status st = cmf_sampler_new(&p->sampler, info.n_vocab, &probe, err);
+    if (st == CMF_OK) {
+        s->sampler.seed = cmf_sampler_seed(probe);
+        s->sampler.has_seed = true;
+        cmf_sampler_free(probe);
+        cmf_engine_params ep = {.n_ctx = n_ctx, .n_seq_max = 1, .n_seq_ctx = n_ctx,
+                                .n_batch = CMF_PREFILL_CHUNK, .kv_type = p->kv_type};
+        st = cmf_engine_new(model, tok, &ep, &s->eng, err);
     }
-    cmf_kv_params kp = {.n_ctx = n_ctx, .n_seq_max = 1, .page_size = 0, .type = p->kv_type};
-    cmf_status st = cmf_kv_create(model, &kp, &s->kv, err);
-    if (st == CMF_OK) st = cmf_sampler_new(&p->sampler, info.n_vocab, &s->sampler, err);
     if (st != CMF_OK) {
         cmf_session_free(s);
         return cmf_error_prefix(err, "session (n_ctx %u)", n_ctx);
@@ -111,41 +89,63 @@ cmf_status cmf_session_new(cmf_model *model, const cmf_tokenizer *tok,
 
 void cmf_session_free(cmf_session *s) {
     if (!s) return;
-    cmf_kv_free(s->kv);
-    cmf_sampler_free(s->sampler);
-    free(s->tok);
-    free(s->logits);
-    free(s->pos);
-    free(s->seq);
+    cmf_engine_free(s->eng);
     free(s);
 }
 
-/* Run tok[n_kv .. n_kv + n) (already in s->tok) through the model, keeping
- * the logits of the last one. On failure the KV cache and n_kv stay at the
- * last batch that went through. */
-static cmf_status forward_tokens(cmf_session *s, size_t n, cmf_error *err) {
-    s->have_logits = false;
-    while (n > 0) {
-        uint32_t nb = n > s->n_batch ? s->n_batch : (uint32_t)n;
-        for (uint32_t i = 0; i < nb; i++) s->pos[i] = (int32_t)(s->n_kv + i);
-        cmf_batch b = {.n_tokens = nb,
-                       .tokens = s->tok + s->n_kv,
-                       .pos = s->pos,
-                       .seq_id = s->seq,
-                       .logits = NULL, /* last token of the batch only */
-                       .skill = NULL};
-        cmf_status st = cmf_model_forward(s->model, s->kv, &b, s->logits, err);
-        if (st != CMF_OK) {
-            /* Re-sync with what the cache really holds. */
-            uint32_t kl = cmf_kv_seq_len(s->kv, 0);
-            s->n_kv = kl < s->n_kv ? kl : s->n_kv;
-            return st;
-        }
-        s->n_kv += nb;
-        n -= nb;
+/* What one turn's engine callback collects and forwards. */
+typedef struct turn {
+    cmf_text_cb cb;
+    void *user;
+    const cmf_gen_params *gp;
+    bool done;
+    cmf_stop_reason stop;
+    cmf_status status;
+    char msg[sizeof(((cmf_error *)0)->msg)];
+    size_t n_generated;
+} turn;
+
+static bool on_event(const cmf_seq_event *ev, void *user) {
+    turn *t = user;
+    t->n_generated = ev->n_generated;
+    if (ev->done) {
+        t->done = true;
+        t->stop = ev->stop;
+        t->status = ev->status;
+        if (ev->msg) snprintf(t->msg, sizeof t->msg, "%s", ev->msg);
     }
-    for (uint32_t i = s->n_sample; i < s->n_vocab; i++) s->logits[i] = -INFINITY;
-    s->have_logits = true;
+    if (ev->len && t->cb && !t->cb(ev->text, ev->len, t->user)) return false;
+    return true;
+}
+
+/* Run the session's sequence through one turn of the engine. */
+static cmf_status run_turn(cmf_session *s, const int32_t *ids, size_t n, const cmf_gen_params *gp,
+                           int32_t n_predict, turn *t, size_t *n_computed, cmf_error *err) {
+    cmf_seq_params sp = {.prompt = ids, .n_prompt = n, .sampler = s->sampler, .n_predict = n_predict,
+                         .keep = true, .cb = on_event, .user = t};
+    if (gp) {
+        sp.eos_ids = gp->eos_ids;
+        sp.n_eos = gp->n_eos;
+        sp.stop_strings = gp->stop_strings;
+        sp.n_stop = gp->n_stop;
+    }
+    cmf_status st = s->seq ? cmf_engine_resume(s->eng, s->seq, &sp, err)
+                           : cmf_engine_add(s->eng, &sp, &s->seq, err);
+    if (st != CMF_OK) return st;
+    *n_computed = 0;
+    while (!t->done) {
+        cmf_engine_step_info info;
+        st = cmf_engine_step(s->eng, &info, err);
+        if (st != CMF_OK && !t->done) return st;
+        *n_computed += info.n_tokens;
+        if (!t->done && info.n_tokens == 0 && cmf_engine_idle(s->eng))
+            return cmf_error_set(err, CMF_ERR_INTERNAL, "session: the engine went idle mid-turn");
+    }
+    if (t->status != CMF_OK) {
+        cmf_error_set(err, t->status, "%s", t->msg);
+        if (!cmf_engine_seq_tokens(s->eng, s->seq, NULL)) s->seq = 0; /* the engine dropped it */
+        return t->status;
+    }
     return CMF_OK;
 }
 
@@ -164,53 +164,14 @@ cmf_status cmf_session_prefill_tokens(cmf_session *s, const int32_t *ids, size_t
                                  "prefill: token %zu has id %d, outside the vocabulary [0, %u)", i,
                                  (int)ids[i], s->n_vocab);
     double t0 = now_s();
-    /* Longest common prefix with what the KV cache holds (a pending token
-     * is not in the cache, so it is not reused). */
-    size_t lcp = 0;
-    while (lcp < n && lcp < s->n_kv && s->tok[lcp] == ids[lcp]) lcp++;
-    if (lcp == n) lcp = n - 1; /* nothing new: re-run the last token for its logits */
-    if (lcp < s->n_kv) {
-        cmf_status st = cmf_kv_seq_truncate(s->kv, 0, (uint32_t)lcp, err);
-        if (st != CMF_OK) return cmf_error_prefix(err, "prefill: truncating the KV cache");
-        s->n_kv = lcp;
-    }
-    memcpy(s->tok + lcp, ids + lcp, (n - lcp) * sizeof *ids);
-    s->n_tok = n;
-    /* The penalty window covers the prompt. */
-    cmf_sampler_reset(s->sampler);
-    for (size_t i = 0; i < n; i++) cmf_sampler_accept(s->sampler, ids[i]);
-    cmf_status st = forward_tokens(s, n - s->n_kv, err);
-    s->last_prefill_n = n - lcp;
+    turn t;
+    memset(&t, 0, sizeof t);
+    size_t computed = 0;
+    cmf_status st = run_turn(s, ids, n, NULL, 0, &t, &computed, err);
+    s->last_prefill_n = computed;
     s->last_prefill_s = now_s() - t0;
-    if (st != CMF_OK) {
-        s->n_tok = s->n_kv;
-        return cmf_error_prefix(err, "prefill (%zu tokens from position %zu)", n - lcp, lcp);
-    }
+    if (st != CMF_OK) return cmf_error_prefix(err, "prefill (%zu tokens)", n);
     return CMF_OK;
-}
-
-static bool is_eos(const cmf_gen_params *gp, int32_t t) {
-    for (size_t i = 0; i < gp->n_eos; i++)
-        if (gp->eos_ids[i] == t) return true;
-    return false;
-}
-
-/* Text out of the detokenizer goes through the stop matcher to the
- * callback. Returns false when generation must end (*reason set). */
-static bool emit_text(cmf_stop_matcher *m, const char *text, size_t len, cmf_text_cb cb,
-                      void *user, cmf_stop_reason *reason) {
-    const char *out;
-    size_t out_len;
-    bool stop = cmf_stop_matcher_feed(m, text, len, &out, &out_len);
-    if (out_len && cb && !cb(out, out_len, user)) {
-        *reason = CMF_STOP_CALLBACK;
-        return false;
-    }
-    if (stop) {
-        *reason = CMF_STOP_STRING;
-        return false;
-    }
-    return true;
 }
 
 cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_text_cb cb,
@@ -231,125 +192,63 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
     if (gp->n_stop && !s->tok_)
         return cmf_error_set(err, CMF_ERR_ARG,
                              "generate: stop strings need a tokenizer (the session has none)");
-    if (s->n_tok == 0 || (!s->have_logits && s->n_kv == s->n_tok))
+    size_t n = 0;
+    const int32_t *ids = s->seq ? cmf_engine_seq_tokens(s->eng, s->seq, &n) : NULL;
+    if (!ids || n == 0)
         return cmf_error_set(err, CMF_ERR_ARG,
                              "generate: nothing to continue from: call cmf_session_prefill_tokens "
                              "first");
-
-    cmf_stop_matcher *m = NULL;
-    cmf_detok_stream *ds = NULL;
+    if (n > s->n_ctx) { /* the pending token has no room in the context */
+        if (stats) stats->stop = CMF_STOP_CONTEXT_FULL;
+        return CMF_OK;
+    }
+    /* resume copies the prompt: the sequence's own tokens are a safe source */
+    int32_t *copy = malloc(n * sizeof *copy);
+    if (!copy) return cmf_error_set(err, CMF_ERR_NOMEM, "generate: out of memory");
+    memcpy(copy, ids, n * sizeof *copy);
     double t0 = now_s();
-    size_t n_gen = 0;
-    cmf_stop_reason reason = CMF_STOP_MAX_TOKENS;
-    cmf_status st = cmf_stop_matcher_new(gp->stop_strings, gp->n_stop, &m, err);
-    if (st != CMF_OK) return cmf_error_prefix(err, "generate");
-    const char *text;
-    size_t len;
-    if (s->tok_) {
-        st = cmf_detok_stream_new(s->tok_, true, &ds, err);
-        if (st != CMF_OK) goto out;
-        /* Prime with context; its text is not ours to print. Best effort:
-         * a context id the tokenizer rejects (one past its vocabulary)
-         * only costs the priming. */
-        size_t k = s->n_tok < CMF_DETOK_PRIME ? s->n_tok : CMF_DETOK_PRIME;
-        for (size_t i = s->n_tok - k; i < s->n_tok; i++) {
-            cmf_error perr;
-            if (cmf_detok_stream_push(ds, s->tok[i], &text, &len, &perr) != CMF_OK) {
-                cmf_detok_stream_free(ds);
-                ds = NULL;
-                st = cmf_detok_stream_new(s->tok_, true, &ds, err);
-                if (st != CMF_OK) goto out;
-                break;
-            }
-        }
-    }
-
-    for (;;) {
-        if (gp->n_predict >= 0 && n_gen >= (size_t)gp->n_predict) {
-            reason = CMF_STOP_MAX_TOKENS;
-            break;
-        }
-        if (s->n_kv < s->n_tok) { /* run the pending token */
-            if (s->n_kv >= s->n_ctx) {
-                reason = CMF_STOP_CONTEXT_FULL;
-                break;
-            }
-            st = forward_tokens(s, 1, err);
-            if (st == CMF_ERR_CONTEXT_FULL) { /* the shared page pool ran out */
-                reason = CMF_STOP_CONTEXT_FULL;
-                st = CMF_OK;
-                break;
-            }
-            if (st != CMF_OK) {
-                cmf_error_prefix(err, "generate: decoding token %zu", n_gen);
-                goto out;
-            }
-        }
-        assert(s->have_logits && s->n_kv == s->n_tok);
-        int32_t t = cmf_sampler_sample(s->sampler, s->logits);
-        cmf_sampler_accept(s->sampler, t);
-        s->tok[s->n_tok++] = t; /* pending: s->tok has n_ctx + 1 slots */
-        n_gen++;
-        if (is_eos(gp, t)) {
-            reason = CMF_STOP_EOS;
-            break;
-        }
-        if (ds) {
-            st = cmf_detok_stream_push(ds, t, &text, &len, err);
-            if (st != CMF_OK) {
-                cmf_error_prefix(err, "generate: detokenizing id %d", (int)t);
-                goto out;
-            }
-            if (!emit_text(m, text, len, cb, user, &reason)) break;
-        }
-    }
-    /* Release what the detokenizer and the matcher still hold. */
-    if (ds && reason != CMF_STOP_STRING && reason != CMF_STOP_CALLBACK) {
-        st = cmf_detok_stream_flush(ds, &text, &len, err);
-        if (st != CMF_OK) goto out;
-        if (emit_text(m, text, len, cb, user, &reason)) {
-            cmf_stop_matcher_flush(m, &text, &len);
-            if (len && cb && !cb(text, len, user)) reason = CMF_STOP_CALLBACK;
-        }
-    }
-out: /* st is CMF_OK unless an error jumped here */
+    turn t;
+    memset(&t, 0, sizeof t);
+    t.cb = cb;
+    t.user = user;
+    t.gp = gp;
+    size_t computed = 0;
+    cmf_status st = run_turn(s, copy, n, gp, gp->n_predict, &t, &computed, err);
+    free(copy);
     if (stats) {
-        stats->n_generated = n_gen;
+        stats->n_generated = t.n_generated;
         stats->gen_seconds = now_s() - t0;
-        stats->stop = reason;
+        stats->stop = t.done ? t.stop : CMF_STOP_MAX_TOKENS;
     }
-    cmf_detok_stream_free(ds);
-    cmf_stop_matcher_free(m);
-    return st;
+    if (st != CMF_OK) return cmf_error_prefix(err, "generate: decoding token %zu", t.n_generated);
+    return CMF_OK;
 }
 
 const cmf_tokenizer *cmf_session_tokenizer(const cmf_session *s) { return s ? s->tok_ : NULL; }
 
 const int32_t *cmf_session_tokens(const cmf_session *s, size_t *n) {
-    if (n) *n = s ? s->n_tok : 0;
-    return s ? s->tok : NULL;
+    if (n) *n = 0;
+    return s && s->seq ? cmf_engine_seq_tokens(s->eng, s->seq, n) : NULL;
 }
 
-uint64_t cmf_session_seed(const cmf_session *s) { return s ? cmf_sampler_seed(s->sampler) : 0; }
+uint64_t cmf_session_seed(const cmf_session *s) { return s ? s->sampler.seed : 0; }
 
 uint32_t cmf_session_n_ctx(const cmf_session *s) { return s ? s->n_ctx : 0; }
 
 const float *cmf_session_logits(const cmf_session *s) {
-    return s && s->have_logits && s->n_kv == s->n_tok ? s->logits : NULL;
+    return s && s->seq ? cmf_engine_seq_logits(s->eng, s->seq) : NULL;
 }
 
 void cmf_session_set_batch_size(cmf_session *s, uint32_t n_batch) {
     if (!s) return;
     if (n_batch == 0 || n_batch > CMF_PREFILL_CHUNK) n_batch = CMF_PREFILL_CHUNK;
-    s->n_batch = n_batch;
+    cmf_engine_set_n_batch(s->eng, n_batch);
 }
 
 void cmf_session_reset(cmf_session *s) {
     if (!s) return;
-    cmf_kv_seq_truncate(s->kv, 0, 0, NULL);
-    s->n_tok = s->n_kv = 0;
-    s->have_logits = false;
+    if (s->seq) cmf_engine_release(s->eng, s->seq);
+    s->seq = 0;
     s->last_prefill_n = 0;
     s->last_prefill_s = 0;
-    cmf_sampler_reset(s->sampler);
 }

@@ -40,6 +40,7 @@ typedef struct fwd_buf {
     float *moe_w;  /* [n][n_expert] router scores */
     int32_t *moe_idx; /* [n] tokens routed to the expert */
     float *moe_g;  /* [n] their routing weights */
+    int32_t n_dec;      /* rows [0, n_dec) of this micro-batch are decode-class; -1 = by n */
     cmf_kv_view *views; /* [n] */
     size_t *slots;      /* [n] element offset of each token's K/V */
 } fwd_buf;
@@ -140,7 +141,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     cmf_mm_part qkv[3] = {{L->wqkv ? L->wqkv : L->wq, 0, qd, b->q, qd},
                           {L->wqkv ? L->wqkv : L->wk, L->wqkv ? qd : 0, kvd, b->k, kvd},
                           {L->wqkv ? L->wqkv : L->wv, L->wqkv ? qd + kvd : 0, kvd, b->v, kvd}};
-    if ((st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, err))) return st;
+    if ((st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, b->n_dec, err))) return st;
     add_bias(b->q, L->bq, n, qd);
     add_bias(b->k, L->bk, n, kvd);
     add_bias(b->v, L->bv, n, kvd);
@@ -179,7 +180,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         .scale = hp->attn_scale, .softcap = hp->attn_softcap,
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
-    if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->o, hp->n_embd, err))) return st;
+    if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;
     add_bias(b->o, L->bo, n, hp->n_embd);
     return CMF_OK;
 }
@@ -192,15 +193,15 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
  *           (Shazeer et al. 2017; Mixtral; Qwen-MoE shared expert)
  */
 static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *wu, const cmf_tensor *wgu,
-                          const cmf_tensor *wd, const float *x, uint32_t n, float *out, fwd_buf *b,
-                          cmf_error *err) {
+                          const cmf_tensor *wd, const float *x, uint32_t n, int32_t n_dec, float *out,
+                          fwd_buf *b, cmf_error *err) {
     cmf_backend *be = m->be;
     uint32_t ff = (uint32_t)wd->shape[1];
     cmf_status st;
     cmf_mm_part gu[2] = {{wgu ? wgu : wg, 0, ff, b->gate, ff}, {wgu ? wgu : wu, wgu ? ff : 0, ff, b->up, ff}};
-    if ((st = be->ops->matmul_parts(be, gu, 2, x, n, err))) return st;
+    if ((st = be->ops->matmul_parts(be, gu, 2, x, n, n_dec, err))) return st;
     be->ops->glu(be, b->gate, ff, b->gate, b->up, ff, n, ff, m->hp.act);
-    return be->ops->matmul(be, wd, 0, m->hp.n_embd, b->gate, n, out, m->hp.n_embd, err);
+    return be->ops->matmul(be, wd, 0, m->hp.n_embd, b->gate, n, n_dec, out, m->hp.n_embd, err);
 }
 
 static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf *b, cmf_error *err) {
@@ -208,7 +209,7 @@ static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf 
     cmf_backend *be = m->be;
     uint32_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
     cmf_status st;
-    if ((st = be->ops->matmul(be, L->router, 0, ne, b->xn, n, b->moe_w, ne, err))) return st;
+    if ((st = be->ops->matmul(be, L->router, 0, ne, b->xn, n, b->n_dec, b->moe_w, ne, err))) return st;
     /* per token: scores -> keep the top-k weights, zero the rest */
     for (uint32_t t = 0; t < n; t++) {
         float *w = b->moe_w + (size_t)t * ne;
@@ -245,7 +246,7 @@ static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf 
     /* per expert: gather its tokens, run it as one batch, scatter-add */
     memset(b->o, 0, (size_t)n * E * sizeof(float));
     for (uint32_t e = 0; e < ne; e++) {
-        uint32_t cnt = 0;
+        uint32_t cnt = 0, cnt_dec = 0; /* decode-class rows come first and stay first */
         for (uint32_t t = 0; t < n; t++) {
             float g = b->moe_w[(size_t)t * ne + e];
             if (g == 0.0f) continue;
@@ -253,18 +254,20 @@ static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf 
             b->moe_g[cnt] = g;
             memcpy(b->moe_x + (size_t)cnt * E, b->xn + (size_t)t * E, E * sizeof(float));
             cnt++;
+            if (b->n_dec >= 0 && t < (uint32_t)b->n_dec) cnt_dec++;
         }
         if (!cnt) continue;
         /* expert output into moe_x (its input rows are consumed first) */
-        if ((st = glu_mlp(m, L->e_gate[e], L->e_up[e], NULL, L->e_down[e], b->moe_x, cnt, b->moe_x, b, err)))
+        if ((st = glu_mlp(m, L->e_gate[e], L->e_up[e], NULL, L->e_down[e], b->moe_x, cnt,
+                              b->n_dec < 0 ? -1 : (int32_t)cnt_dec, b->moe_x, b, err)))
             return st;
         for (uint32_t i = 0; i < cnt; i++)
             be->ops->add_scaled(be, b->o + (size_t)b->moe_idx[i] * E, b->moe_x + (size_t)i * E, E, b->moe_g[i]);
     }
     if (L->s_down) {
-        if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->moe_x, b, err))) return st;
+        if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->n_dec, b->moe_x, b, err))) return st;
         /* gate of the shared expert: σ(xn·w_sg), one value per token */
-        if (L->s_gate_inp && (st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn, n, b->moe_g, 1, err)))
+        if (L->s_gate_inp && (st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn, n, b->n_dec, b->moe_g, 1, err)))
             return st;
         for (uint32_t t = 0; t < n; t++) {
             float g = L->s_gate_inp ? 1.0f / (1.0f + expf(-b->moe_g[t])) : 1.0f;
@@ -280,6 +283,9 @@ static cmf_status check_batch(const cmf_kv_cache *kv, const cmf_batch *bt, uint3
                               cmf_error *err) {
     if (bt->n_tokens == 0 || !bt->tokens || !bt->pos)
         return cmf_error_set(err, CMF_ERR_ARG, "forward: empty batch or NULL tokens/pos");
+    if (bt->row_classes && bt->n_decode > bt->n_tokens)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: n_decode %u > n_tokens %u", bt->n_decode,
+                             bt->n_tokens);
     for (uint32_t s = 0; s < kv->n_seq; s++) new_len[s] = kv->seq_len[s];
     for (uint32_t t = 0; t < bt->n_tokens; t++) {
         int32_t s = bt->seq_id ? bt->seq_id[t] : 0;
@@ -328,7 +334,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
         else memcpy(b->xn, b->x, nE * sizeof(float));
         if (L->router) st = moe_ffn(m, L, n, b, err);
-        else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->o, b, err);
+        else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
@@ -337,15 +343,17 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
 
     /* logits of the requested rows: norm(x)·Woutᵀ / logits_scaling, softcap */
     uint32_t n_out = 0;
+    int32_t out_dec = b->n_dec < 0 ? -1 : 0; /* decode-class rows among them */
     for (uint32_t t = 0; t < n; t++) {
         bool want = bt->logits ? bt->logits[t] != 0 : t == n - 1;
         if (!want) continue;
         memmove(b->xn + (size_t)n_out * E, b->x + (size_t)t * E, E * sizeof(float));
         n_out++;
+        if (b->n_dec >= 0 && t < (uint32_t)b->n_dec) out_dec++;
     }
     if (n_out == 0 || !logits_out) return CMF_OK;
     be->ops->rmsnorm(be, b->xn, b->xn, E, n_out, E, m->out_norm, hp->norm_add_one, hp->norm_eps);
-    if ((st = be->ops->matmul(be, m->output, 0, hp->n_vocab, b->xn, n_out, logits_out, hp->n_vocab, err)))
+    if ((st = be->ops->matmul(be, m->output, 0, hp->n_vocab, b->xn, n_out, out_dec, logits_out, hp->n_vocab, err)))
         return st;
     size_t nl = (size_t)n_out * hp->n_vocab;
     if (hp->logits_scale != 1.0f) be->ops->softcap(be, logits_out, nl, 0.0f, 1.0f / hp->logits_scale);
@@ -381,6 +389,12 @@ cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *ba
         const int8_t *want = batch->logits ? batch->logits + off : (off + cn < n ? none : NULL);
         cmf_batch sub = {.n_tokens = cn, .tokens = batch->tokens + off, .pos = batch->pos + off,
                          .seq_id = batch->seq_id ? batch->seq_id + off : NULL, .logits = want};
+        if (batch->row_classes) { /* the decode-class rows of this micro-batch */
+            uint32_t nd = batch->n_decode > off ? batch->n_decode - off : 0;
+            b->n_dec = (int32_t)(nd < cn ? nd : cn);
+        } else {
+            b->n_dec = -1;
+        }
         st = forward_layers(m, kv, &sub, b, logits_out, err);
         if (!st && logits_out) /* rows written by this micro-batch */
             for (uint32_t i = 0; i < cn; i++)

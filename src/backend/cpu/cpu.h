@@ -180,6 +180,18 @@ typedef struct cmf_cpu_mm_part {
 cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                 const float *X, int n, cmf_error *err);
 
+/* cmf_cpu_matmul_parts with the kernel class fixed per row instead of
+ * chosen by n: rows [0, n_dec) of X are computed as the one-token (decode)
+ * kernels compute them, rows [n_dec, n) as the prompt GEMM computes them
+ * (at levels without a GEMM both classes are the same kernels). Each class
+ * gives a row a result that does not depend on the other rows of the call,
+ * so a sequence's logits do not depend on which other sequences share its
+ * batch (the engine's batch invariance, docs/ENGINE.md). n_dec < 0: the
+ * class is chosen by n as cmf_cpu_matmul_parts does. Errors: those of
+ * cmf_cpu_matmul; CMF_ERR_ARG for n_dec > n. */
+cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                                      const float *X, int n, int n_dec, cmf_error *err);
+
 /* True when cmf_cpu_matmul has a direct kernel for dt (no slow path). */
 bool cmf_cpu_matmul_fast(cmf_dtype dt);
 

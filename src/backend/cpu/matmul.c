@@ -414,8 +414,40 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
     return cmf_cpu_matmul_parts(p, &part, 1, X, n, err);
 }
 
+/* Which kernel class computes the rows of one call: chosen by n (AUTO),
+ * the one-token decode kernels, or the prompt GEMM (where one exists). */
+enum { MM_CLASS_AUTO, MM_CLASS_DECODE, MM_CLASS_PROMPT };
+
+static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                           const float *X, int n, int cls, cmf_error *err);
+
 cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                 const float *X, int n, cmf_error *err) {
+    return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, err);
+}
+
+cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                                      const float *X, int n, int n_dec, cmf_error *err) {
+    if (n_dec < 0) return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, err);
+    if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS || n_dec > n)
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts, %d parts or n_dec %d > n %d",
+                             nparts, n_dec, n);
+    if (n_dec > 0) {
+        cmf_status st = mm_parts(p, parts, nparts, X, n_dec, MM_CLASS_DECODE, err);
+        if (st != CMF_OK || n_dec == n) return st;
+    }
+    /* the prompt rows: the same parts, their Y rows after the decode rows */
+    cmf_cpu_mm_part rest[CMF_CPU_MM_MAX_PARTS];
+    for (int i = 0; i < nparts; i++) {
+        rest[i] = parts[i];
+        rest[i].Y = parts[i].Y + (size_t)n_dec * (size_t)(parts[i].ldy > 0 ? parts[i].ldy : 0);
+    }
+    uint64_t in = parts[0].W && parts[0].W->ndim ? parts[0].W->shape[parts[0].W->ndim - 1] : 0;
+    return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, err);
+}
+
+static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                           const float *X, int n, int cls, cmf_error *err) {
     if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts or %d parts", nparts);
     uint64_t rows_of[CMF_CPU_MM_MAX_PARTS], in = 0;
@@ -428,7 +460,7 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
     if (empty) return CMF_OK;
     if (nparts > 1 && !can_share(parts, nparts, in)) {
         for (int i = 0; i < nparts; i++) {
-            cmf_status st = cmf_cpu_matmul_parts(p, &parts[i], 1, X, n, err);
+            cmf_status st = mm_parts(p, &parts[i], 1, X, n, cls, err);
             if (st != CMF_OK) return st;
         }
         return CMF_OK;
@@ -444,8 +476,10 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
 #if defined(__x86_64__) || defined(__i386__)
     /* prefill at the AVX-512 levels: blocked GEMM (gemm_avx512.c) */
     int gemm_min = fam == FAM_Q8 ? MM_GEMM_MIN_N_Q8 : fam == FAM_Q4 ? MM_GEMM_MIN_N_Q4 : MM_GEMM_MIN_N;
-    if (cmf_cpu_level_is_avx512(lv) && fam != FAM_SLOW && n >= gemm_min)
-        fn = mm_gemm_avx512;
+    bool prompt = cls == MM_CLASS_PROMPT || (cls == MM_CLASS_AUTO && n >= gemm_min);
+    if (cmf_cpu_level_is_avx512(lv) && fam != FAM_SLOW && prompt) fn = mm_gemm_avx512;
+#else
+    (void)cls;
 #endif
     bool gemm = fn != pick(fam, lv);
     mm_act act;

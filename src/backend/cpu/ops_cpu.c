@@ -35,18 +35,20 @@ static void cpu_release(cmf_backend *b, float *buf) {
 /* ---- matmul and embedding rows ----------------------------------------- */
 
 static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
-                             const float *X, uint32_t n, float *Y, size_t ldy, cmf_error *err) {
-    return cmf_cpu_matmul(pool_of(b), W, row0, n_rows, X, (int)n, Y, (int)ldy, err);
+                             const float *X, uint32_t n, int32_t n_dec, float *Y, size_t ldy,
+                             cmf_error *err) {
+    cmf_cpu_mm_part part = {W, row0, n_rows, Y, (int)ldy};
+    return cmf_cpu_matmul_parts_split(pool_of(b), &part, 1, X, (int)n, (int)n_dec, err);
 }
 
 static cmf_status cpu_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
-                                   const float *X, uint32_t n, cmf_error *err) {
+                                   const float *X, uint32_t n, int32_t n_dec, cmf_error *err) {
     cmf_cpu_mm_part pp[CMF_CPU_MM_MAX_PARTS];
     if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "cpu matmul_parts: %u parts", n_parts);
     for (uint32_t i = 0; i < n_parts; i++)
         pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy};
-    return cmf_cpu_matmul_parts(pool_of(b), pp, (int)n_parts, X, (int)n, err);
+    return cmf_cpu_matmul_parts_split(pool_of(b), pp, (int)n_parts, X, (int)n, (int)n_dec, err);
 }
 
 static cmf_status cpu_get_rows(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,

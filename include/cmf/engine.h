@@ -1,0 +1,152 @@
+/*
+ * cmf/engine.h — many sequences over one model: continuous batching on a
+ * paged KV cache (the scheduler shape of vLLM, Kwon et al. 2023, "Efficient
+ * Memory Management for Large Language Model Serving with PagedAttention").
+ *
+ * A cmf_engine owns a model's KV cache and a set of sequences. Each
+ * cmf_engine_step() builds one batch under a token budget — first one
+ * token for every decoding sequence, then prompt chunks of the sequences
+ * still prefilling, oldest first —, runs one forward pass, samples every
+ * sequence whose logits came out with its own sampler chain and seed, and
+ * delivers the token and its text (complete UTF-8 only, stop strings held
+ * back) through the sequence's callback. When the KV pages run out, the
+ * youngest running sequence is preempted: its pages are freed and it is
+ * requeued to recompute its tokens later; its output is unchanged.
+ *
+ * Batch invariance: a sequence's logits are bit-identical whatever other
+ * sequences share its steps, however its prompt is chunked, and whether it
+ * was preempted or not: every token is computed in the row class it had
+ * when first computed (prompt tokens as a prompt, sampled tokens as a
+ * one-token decode; cmf_batch.row_classes). See docs/ENGINE.md.
+ *
+ * Thread-safety: cmf_engine_add, cmf_engine_cancel and cmf_engine_wait may
+ * be called from any thread at any time (a locked inbox the next step
+ * drains). Everything else — cmf_engine_step, cmf_engine_resume,
+ * cmf_engine_release, the getters — belongs to the one thread that steps
+ * the engine; callbacks run on that thread, inside cmf_engine_step.
+ */
+#ifndef CMF_ENGINE_H
+#define CMF_ENGINE_H
+
+#include "cmf/generate.h"
+#include "cmf/model.h"
+#include "cmf/sample.h"
+#include "cmf/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cmf_engine cmf_engine;
+
+typedef struct cmf_engine_params {
+    uint32_t n_ctx;      /* KV token slots shared by all sequences (0 = min(4096, n_ctx_train) · n_seq_max, at most 65536) */
+    uint32_t n_seq_max;  /* sequences holding KV at once (0 = 16; at most 1024) */
+    uint32_t n_seq_ctx;  /* positions one sequence may reach (0 = min(n_ctx, n_ctx_train or 4096)) */
+    uint32_t n_batch;    /* token budget of one step (0 = 512; at least n_seq_max decodes fit) */
+    uint32_t page_size;  /* KV tokens per page (0 = 16) */
+    cmf_kv_type kv_type; /* CMF_KV_F16 default */
+    bool prefix_cache;   /* reuse the KV pages of prompts already seen */
+} cmf_engine_params;
+
+/* What a sequence's callback is told, once per sampled token and once at
+ * the end. Pointers are valid during the call only. */
+typedef struct cmf_seq_event {
+    uint64_t id;           /* from cmf_engine_add */
+    int32_t token;         /* the sampled id; -1 in an end event with no new token */
+    const char *text;      /* text completed by this token (UTF-8, may be empty) */
+    size_t len;
+    const float *logits;   /* [n_vocab] the logits the token was sampled from
+                              (ids past the tokenizer set to -inf); NULL in an end event */
+    uint32_t n_vocab;
+    size_t n_generated;    /* tokens sampled so far, this one included */
+    bool done;             /* last event of the sequence (or of this turn, for kept ones) */
+    cmf_stop_reason stop;  /* when done */
+    cmf_status status;     /* when done: CMF_OK, or the error that ended it (message in msg) */
+    const char *msg;
+} cmf_seq_event;
+
+/* Return false to cancel the sequence (it ends with CMF_STOP_CALLBACK). */
+typedef bool (*cmf_seq_cb)(const cmf_seq_event *ev, void *user);
+
+typedef struct cmf_seq_params {
+    const int32_t *prompt;  /* [n_prompt] ids, copied; at least one */
+    size_t n_prompt;
+    cmf_sampler_params sampler;
+    int32_t n_predict;      /* max new tokens; < 0 = until a stop or the context; 0 = prefill only */
+    const int32_t *eos_ids; /* copied; an EOS ends the sequence, is not printed */
+    size_t n_eos;
+    const char *const *stop_strings; /* copied; text stops before them */
+    size_t n_stop;
+    uint64_t weight_set;    /* 0 = the backbone (skills later) */
+    bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
+    cmf_seq_cb cb;          /* may be NULL */
+    void *user;
+} cmf_seq_params;
+
+/* The model (and tokenizer, which may be NULL: then no text is delivered
+ * and stop strings are refused) must outlive the engine.
+ * Errors: CMF_ERR_ARG (bad params), CMF_ERR_NOMEM. */
+cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_engine_params *p,
+                          cmf_engine **out, cmf_error *err);
+void cmf_engine_free(cmf_engine *e);
+
+/* Queue a sequence; *id names it in events and cancel. Thread-safe. It is
+ * admitted by a later step (FIFO) when a sequence slot is free.
+ * Errors: CMF_ERR_ARG (empty prompt, id outside the vocabulary, prompt
+ * longer than n_seq_ctx, stop strings without a tokenizer),
+ * CMF_ERR_NOMEM. */
+cmf_status cmf_engine_add(cmf_engine *e, const cmf_seq_params *sp, uint64_t *id, cmf_error *err);
+/* End a sequence at the next step (CMF_STOP_CALLBACK); unknown or ended
+ * ids are ignored. Thread-safe. */
+void cmf_engine_cancel(cmf_engine *e, uint64_t id);
+/* Block until the engine has work (a queued or live sequence) or
+ * timeout_ms passes (< 0: no timeout). Thread-safe. Returns true with work. */
+bool cmf_engine_wait(cmf_engine *e, int timeout_ms);
+
+typedef struct cmf_engine_step_info {
+    uint32_t n_tokens;    /* tokens in the step's batch */
+    uint32_t n_decode;    /* of which one-token decodes */
+    uint32_t n_running;   /* sequences holding KV after the step */
+    uint32_t n_waiting;   /* queued (incl. preempted) */
+    uint32_t n_preempted; /* preemptions during this step */
+} cmf_engine_step_info;
+
+/* One step: drain the inbox, admit, build the batch, forward, sample,
+ * deliver. Does nothing (n_tokens 0) without work. Errors: those of the
+ * forward pass other than a full cache (which preempts or ends sequences
+ * with CMF_STOP_CONTEXT_FULL); the sequences of a failed step end with
+ * that error in their end event, the engine stays usable. */
+cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error *err);
+/* True when no sequence is queued or running (kept idle ones don't count). */
+bool cmf_engine_idle(cmf_engine *e);
+
+/* Continue a kept, finished sequence with new parameters: sp->prompt is its
+ * whole token list (e.g. the conversation so far); the longest common
+ * prefix with what its KV holds is kept, the rest recomputed, then
+ * generation runs as for a new sequence (sp->keep is implied). Errors:
+ * CMF_ERR_ARG (unknown id, not kept or still running, bad prompt). */
+cmf_status cmf_engine_resume(cmf_engine *e, uint64_t id, const cmf_seq_params *sp, cmf_error *err);
+/* Free a kept sequence (its KV pages and tokens). Unknown ids are ignored. */
+void cmf_engine_release(cmf_engine *e, uint64_t id);
+
+/* Of a kept sequence (NULL / 0 otherwise): its tokens (prompt + sampled;
+ * the last sampled one is not yet in the KV cache), the logits after its
+ * last token when they are at hand (after a prefill-only turn, or a turn
+ * that ended on a stop that needs no new forward), the seed in use. */
+const int32_t *cmf_engine_seq_tokens(const cmf_engine *e, uint64_t id, size_t *n);
+const float *cmf_engine_seq_logits(const cmf_engine *e, uint64_t id);
+uint64_t cmf_engine_seq_seed(const cmf_engine *e, uint64_t id);
+
+/* Token budget of later steps (clamped to [n_seq_max, the budget given at
+ * creation]). Stepping thread only. */
+void cmf_engine_set_n_batch(cmf_engine *e, uint32_t n_batch);
+
+/* Facts of the engine: the KV cache (for stats), sizes in use. */
+cmf_kv_cache *cmf_engine_kv(cmf_engine *e);
+uint32_t cmf_engine_n_seq_ctx(const cmf_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CMF_ENGINE_H */

@@ -1,0 +1,781 @@
+/*
+ * engine.c — continuous batching over one model (cmf/engine.h).
+ *
+ * The life of a sequence:
+ *   queued  --admit-->  running  --finish-->  freed, or idle (kept)
+ *      ^                  |                        |
+ *      +----preempt-------+          resume -------+-> running
+ * A running sequence holds a KV sequence id (a "slot") and its tokens
+ * tok[0..n_tok); the first n_kv of them are in the KV cache. Work left for
+ * it is tok[n_kv..n_tok): the prompt while prefilling, exactly one token
+ * (the one sampled last, "pending") while decoding, everything after a
+ * preemption. Each token carries its row class (dec[i]: sampled tokens are
+ * decode-class, prompt tokens prompt-class) and is always recomputed in
+ * that class, which keeps every logit independent of the batch
+ * (docs/ENGINE.md).
+ *
+ * One step:
+ *   1. drain the inbox (sequences added, ids cancelled, from any thread);
+ *   2. admit queued sequences, oldest first, while slots are free (with
+ *      the prefix cache, attach the cached pages of the prompt's prefix);
+ *   3. sample the running sequences whose logits are at hand (resumed
+ *      ones); build the batch: one chunk per running sequence, decode-class
+ *      chunks first (the one-token decodes), then prompt chunks in
+ *      admission order until the token budget is spent;
+ *   4. forward; a full KV cache preempts the youngest running sequence
+ *      (its pages freed, requeued) and the batch is built again;
+ *   5. per sequence whose last token ran: sample, stop checks, text,
+ *      callback; finished sequences are freed or kept.
+ */
+#include "cmf/engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ENGINE_DETOK_PRIME 4u /* context tokens pushed (and discarded) first */
+#define ENGINE_MAX_SEQ 1024u
+
+enum { SEQ_QUEUED, SEQ_RUNNING, SEQ_IDLE };
+
+typedef struct eseq {
+    uint64_t id;
+    int state;
+    int32_t slot;             /* KV sequence id while running, -1 otherwise */
+    int32_t *tok;             /* [cap] prompt + sampled ids */
+    uint8_t *dec;             /* [cap] 1 = sampled (decode-class) */
+    size_t n_tok, n_kv, cap;
+    cmf_sampler *smp;
+    cmf_detok_stream *ds;
+    cmf_stop_matcher *stop;
+    int32_t *eos;
+    size_t n_eos;
+    int32_t n_predict;
+    size_t n_gen;
+    uint64_t weight_set;
+    bool keep, cancelled;
+    bool ready;               /* logits (below) belong to tok[0..n_tok) */
+    float *logits;            /* [n_vocab], kept sequences only */
+    cmf_seq_cb cb;
+    void *user;
+    struct eseq *next;        /* inbox link */
+} eseq;
+
+struct cmf_engine {
+    cmf_model *model;
+    const cmf_tokenizer *tok;
+    cmf_kv_cache *kv;
+    uint32_t n_vocab, n_sample, n_seq_max, n_seq_ctx, n_batch;
+    uint32_t cap_batch;       /* rows of the batch scratch */
+    bool prefix_cache;
+    /* owned by the stepping thread */
+    eseq **seqs;              /* [n_seqs] every known sequence, by id */
+    size_t n_seqs, cap_seqs;
+    int32_t *free_slots;      /* stack of KV sequence ids */
+    uint32_t n_free_slots;
+    /* batch scratch */
+    int32_t *b_tok, *b_pos, *b_seq;
+    int8_t *b_logits;
+    eseq **b_owner;           /* [n_seq_max] sequence of each chunk */
+    uint32_t *b_off, *b_len;  /* its rows in the batch */
+    float *logits;            /* [n_seq_max][n_vocab] */
+    /* inbox, shared with other threads */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eseq *inbox_head, *inbox_tail;
+    uint64_t *cancel;
+    size_t n_cancel, cap_cancel;
+    uint64_t next_id;
+    size_t n_pending;         /* queued + running (for cmf_engine_wait) */
+};
+
+/* ---- sequences ---------------------------------------------------------- */
+
+static void seq_free(eseq *s) {
+    if (!s) return;
+    free(s->tok);
+    free(s->dec);
+    cmf_sampler_free(s->smp);
+    cmf_detok_stream_free(s->ds);
+    cmf_stop_matcher_free(s->stop);
+    free(s->eos);
+    free(s->logits);
+    free(s);
+}
+
+static bool seq_reserve(eseq *s, size_t n) {
+    if (n <= s->cap) return true;
+    size_t cap = s->cap ? s->cap : 64;
+    while (cap < n) cap *= 2;
+    int32_t *t = realloc(s->tok, cap * sizeof *t);
+    if (!t) return false;
+    s->tok = t;
+    uint8_t *d = realloc(s->dec, cap);
+    if (!d) return false;
+    s->dec = d;
+    s->cap = cap;
+    return true;
+}
+
+static cmf_status check_prompt(const cmf_engine *e, const cmf_seq_params *sp, cmf_error *err) {
+    if (!sp || !sp->prompt || sp->n_prompt == 0)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: empty prompt (no tokens to run)");
+    if (sp->n_prompt > e->n_seq_ctx)
+        return cmf_error_set(err, CMF_ERR_CONTEXT_FULL,
+                             "engine: prompt of %zu tokens does not fit the context of %u",
+                             sp->n_prompt, e->n_seq_ctx);
+    for (size_t i = 0; i < sp->n_prompt; i++)
+        if (sp->prompt[i] < 0 || (uint32_t)sp->prompt[i] >= e->n_vocab)
+            return cmf_error_set(err, CMF_ERR_ARG,
+                                 "engine: prompt token %zu has id %d, outside the vocabulary [0, %u)",
+                                 i, (int)sp->prompt[i], e->n_vocab);
+    if (sp->n_eos && !sp->eos_ids)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: eos_ids is NULL but n_eos is %zu", sp->n_eos);
+    if (sp->n_stop && !e->tok)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: stop strings need a tokenizer (the engine has none)");
+    if (sp->weight_set != 0)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "engine: weight set %llu: only the backbone (0) exists",
+                             (unsigned long long)sp->weight_set);
+    return CMF_OK;
+}
+
+/* The per-turn state of sp: stop ids, stop strings, limits, callback, and a
+ * detokenizer primed with the last prompt tokens (so a SentencePiece
+ * "▁word" keeps its space). */
+static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_params *sp, cmf_error *err) {
+    free(s->eos);
+    s->eos = NULL;
+    s->n_eos = 0;
+    if (sp->n_eos) {
+        if (!(s->eos = malloc(sp->n_eos * sizeof *s->eos)))
+            return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+        memcpy(s->eos, sp->eos_ids, sp->n_eos * sizeof *s->eos);
+        s->n_eos = sp->n_eos;
+    }
+    cmf_stop_matcher_free(s->stop);
+    s->stop = NULL;
+    cmf_status st = cmf_stop_matcher_new(sp->stop_strings, sp->n_stop, &s->stop, err);
+    if (st != CMF_OK) return st;
+    cmf_detok_stream_free(s->ds);
+    s->ds = NULL;
+    if (e->tok) {
+        if ((st = cmf_detok_stream_new(e->tok, true, &s->ds, err))) return st;
+        size_t k = sp->n_prompt < ENGINE_DETOK_PRIME ? sp->n_prompt : ENGINE_DETOK_PRIME;
+        for (size_t i = sp->n_prompt - k; i < sp->n_prompt; i++) {
+            const char *text;
+            size_t len;
+            cmf_error perr;
+            /* best effort: an id the tokenizer rejects only costs the priming */
+            if (cmf_detok_stream_push(s->ds, sp->prompt[i], &text, &len, &perr) != CMF_OK) {
+                cmf_detok_stream_free(s->ds);
+                s->ds = NULL;
+                if ((st = cmf_detok_stream_new(e->tok, true, &s->ds, err))) return st;
+                break;
+            }
+        }
+    }
+    s->n_predict = sp->n_predict;
+    s->n_gen = 0;
+    s->keep = sp->keep;
+    s->cb = sp->cb;
+    s->user = sp->user;
+    s->cancelled = false;
+    /* the penalty window covers the prompt */
+    cmf_sampler_reset(s->smp);
+    for (size_t i = 0; i < sp->n_prompt; i++) cmf_sampler_accept(s->smp, sp->prompt[i]);
+    return CMF_OK;
+}
+
+/* ---- engine ------------------------------------------------------------- */
+
+cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_engine_params *p,
+                          cmf_engine **out, cmf_error *err) {
+    if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_new: out is NULL");
+    *out = NULL;
+    if (!model) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_new: model is NULL");
+    cmf_engine_params dp;
+    memset(&dp, 0, sizeof dp);
+    if (!p) p = &dp;
+    cmf_model_info info;
+    memset(&info, 0, sizeof info);
+    cmf_model_get_info(model, &info);
+    if (info.n_vocab == 0) return cmf_error_set(err, CMF_ERR_ARG, "engine: model has n_vocab 0");
+    uint32_t n_seq = p->n_seq_max ? p->n_seq_max : 16;
+    if (n_seq > ENGINE_MAX_SEQ)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: n_seq_max %u > %u", n_seq, ENGINE_MAX_SEQ);
+    uint32_t train = info.n_ctx_train && info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+    uint64_t n_ctx = p->n_ctx;
+    if (n_ctx == 0) {
+        n_ctx = (uint64_t)train * n_seq;
+        if (n_ctx > 65536) n_ctx = 65536;
+    }
+    if (n_ctx > (1u << 30)) return cmf_error_set(err, CMF_ERR_ARG, "engine: n_ctx %llu too large", (unsigned long long)n_ctx);
+    uint32_t n_seq_ctx = p->n_seq_ctx ? p->n_seq_ctx : (n_ctx < train ? (uint32_t)n_ctx : train);
+    if (n_seq_ctx > n_ctx) n_seq_ctx = (uint32_t)n_ctx;
+    uint32_t n_batch = p->n_batch ? p->n_batch : 512;
+    if (n_batch < n_seq) n_batch = n_seq; /* every decode fits one step */
+
+    cmf_engine *e = calloc(1, sizeof *e);
+    if (!e) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+    e->model = model;
+    e->tok = tok;
+    e->n_vocab = info.n_vocab;
+    /* Checkpoints often pad the embedding past the tokenizer's ids (Qwen:
+     * 151936 rows, 151665 ids); ids without text are never sampled. */
+    e->n_sample = info.n_vocab;
+    if (tok && cmf_tokenizer_vocab_size(tok) > 0 && cmf_tokenizer_vocab_size(tok) < info.n_vocab)
+        e->n_sample = (uint32_t)cmf_tokenizer_vocab_size(tok);
+    e->n_seq_max = n_seq;
+    e->n_seq_ctx = n_seq_ctx;
+    e->n_batch = e->cap_batch = n_batch;
+    e->prefix_cache = p->prefix_cache;
+    e->next_id = 1;
+    if (pthread_mutex_init(&e->mu, NULL)) {
+        free(e);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: pthread_mutex_init failed");
+    }
+    if (pthread_cond_init(&e->cv, NULL)) {
+        pthread_mutex_destroy(&e->mu);
+        free(e);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: pthread_cond_init failed");
+    }
+    e->free_slots = malloc(n_seq * sizeof *e->free_slots);
+    e->b_tok = malloc(n_batch * sizeof *e->b_tok);
+    e->b_pos = malloc(n_batch * sizeof *e->b_pos);
+    e->b_seq = malloc(n_batch * sizeof *e->b_seq);
+    e->b_logits = malloc(n_batch);
+    e->b_owner = malloc(n_seq * sizeof *e->b_owner);
+    e->b_off = malloc(n_seq * sizeof *e->b_off);
+    e->b_len = malloc(n_seq * sizeof *e->b_len);
+    e->logits = malloc((size_t)n_seq * info.n_vocab * sizeof *e->logits);
+    if (!e->free_slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->b_owner ||
+        !e->b_off || !e->b_len || !e->logits) {
+        cmf_engine_free(e);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (%u sequences, vocab %u)", n_seq,
+                             info.n_vocab);
+    }
+    for (uint32_t i = 0; i < n_seq; i++) e->free_slots[i] = (int32_t)(n_seq - 1 - i);
+    e->n_free_slots = n_seq;
+    cmf_kv_params kp = {.n_ctx = (uint32_t)n_ctx, .n_seq_max = n_seq, .page_size = p->page_size,
+                        .type = p->kv_type};
+    cmf_status st = cmf_kv_create(model, &kp, &e->kv, err);
+    if (st != CMF_OK) {
+        cmf_engine_free(e);
+        return cmf_error_prefix(err, "engine (n_ctx %llu)", (unsigned long long)n_ctx);
+    }
+    *out = e;
+    return CMF_OK;
+}
+
+void cmf_engine_free(cmf_engine *e) {
+    if (!e) return;
+    for (size_t i = 0; i < e->n_seqs; i++) seq_free(e->seqs[i]);
+    for (eseq *s = e->inbox_head, *nx; s; s = nx) {
+        nx = s->next;
+        seq_free(s);
+    }
+    free(e->seqs);
+    free(e->cancel);
+    cmf_kv_free(e->kv);
+    free(e->free_slots);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_logits);
+    free(e->b_owner);
+    free(e->b_off);
+    free(e->b_len);
+    free(e->logits);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+cmf_kv_cache *cmf_engine_kv(cmf_engine *e) { return e ? e->kv : NULL; }
+
+void cmf_engine_set_n_batch(cmf_engine *e, uint32_t n_batch) {
+    if (!e) return;
+    if (n_batch > e->cap_batch) n_batch = e->cap_batch;
+    if (n_batch < e->n_seq_max) n_batch = e->n_seq_max;
+    e->n_batch = n_batch;
+}
+uint32_t cmf_engine_n_seq_ctx(const cmf_engine *e) { return e ? e->n_seq_ctx : 0; }
+
+cmf_status cmf_engine_add(cmf_engine *e, const cmf_seq_params *sp, uint64_t *id, cmf_error *err) {
+    if (!e) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_add: engine is NULL");
+    cmf_status st = check_prompt(e, sp, err);
+    if (st != CMF_OK) return st;
+    eseq *s = calloc(1, sizeof *s);
+    if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+    s->slot = -1;
+    s->state = SEQ_QUEUED;
+    s->weight_set = sp->weight_set;
+    if (!seq_reserve(s, sp->n_prompt + 1)) {
+        seq_free(s);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory for %zu prompt tokens", sp->n_prompt);
+    }
+    memcpy(s->tok, sp->prompt, sp->n_prompt * sizeof *s->tok);
+    memset(s->dec, 0, sp->n_prompt);
+    s->n_tok = sp->n_prompt;
+    if ((st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err)) ||
+        (st = seq_set_turn(e, s, sp, err))) {
+        seq_free(s);
+        return cmf_error_prefix(err, "engine: adding a sequence");
+    }
+    pthread_mutex_lock(&e->mu);
+    s->id = e->next_id++;
+    if (e->inbox_tail) e->inbox_tail->next = s;
+    else e->inbox_head = s;
+    e->inbox_tail = s;
+    e->n_pending++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (id) *id = s->id;
+    return CMF_OK;
+}
+
+void cmf_engine_cancel(cmf_engine *e, uint64_t id) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancel == e->cap_cancel) {
+        size_t cap = e->cap_cancel ? 2 * e->cap_cancel : 16;
+        uint64_t *c = realloc(e->cancel, cap * sizeof *c);
+        if (!c) { /* out of memory: the cancel is lost; say so in the header */
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cancel = c;
+        e->cap_cancel = cap;
+    }
+    e->cancel[e->n_cancel++] = id;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool cmf_engine_wait(cmf_engine *e, int timeout_ms) {
+    if (!e) return false;
+    pthread_mutex_lock(&e->mu);
+    if (timeout_ms < 0) {
+        while (e->n_pending == 0 && e->n_cancel == 0) pthread_cond_wait(&e->cv, &e->mu);
+    } else if (e->n_pending == 0 && e->n_cancel == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (e->n_pending == 0 && e->n_cancel == 0)
+            if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT) break;
+    }
+    bool work = e->n_pending > 0 || e->n_cancel > 0;
+    pthread_mutex_unlock(&e->mu);
+    return work;
+}
+
+static eseq *find(const cmf_engine *e, uint64_t id) {
+    /* seqs is sorted by id (ids grow; removal keeps the order) */
+    size_t lo = 0, hi = e->n_seqs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (e->seqs[mid]->id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < e->n_seqs && e->seqs[lo]->id == id ? e->seqs[lo] : NULL;
+}
+
+static void drop(cmf_engine *e, eseq *s) {
+    size_t i = 0;
+    while (i < e->n_seqs && e->seqs[i] != s) i++;
+    assert(i < e->n_seqs);
+    memmove(e->seqs + i, e->seqs + i + 1, (e->n_seqs - i - 1) * sizeof *e->seqs);
+    e->n_seqs--;
+    seq_free(s);
+}
+
+/* Give back the KV slot (and pages) of a running sequence. */
+static void unslot(cmf_engine *e, eseq *s) {
+    if (s->slot < 0) return;
+    cmf_kv_seq_truncate(e->kv, s->slot, 0, NULL);
+    assert(e->n_free_slots < e->n_seq_max);
+    e->free_slots[e->n_free_slots++] = s->slot;
+    s->slot = -1;
+    s->n_kv = 0;
+}
+
+static void pending_done(cmf_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    assert(e->n_pending > 0);
+    e->n_pending--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Deliver an event; false when the callback asks to stop. */
+static bool deliver(eseq *s, int32_t token, const char *text, size_t len, const float *logits,
+                    uint32_t n_vocab, bool done, cmf_stop_reason stop, cmf_status status, const char *msg) {
+    if (!s->cb) return true;
+    cmf_seq_event ev = {.id = s->id, .token = token, .text = text ? text : "", .len = len,
+                        .logits = logits, .n_vocab = n_vocab, .n_generated = s->n_gen, .done = done,
+                        .stop = stop, .status = status, .msg = msg};
+    return s->cb(&ev, s->user);
+}
+
+/* End the sequence's turn: flush held text (unless a stop string or the
+ * callback ended it), deliver the end event, then free or keep it. */
+static void finish(cmf_engine *e, eseq *s, cmf_stop_reason why, cmf_status status, const char *msg) {
+    const char *text = NULL;
+    size_t len = 0;
+    char *tail = NULL;
+    if (status == CMF_OK && why != CMF_STOP_STRING && why != CMF_STOP_CALLBACK && s->ds) {
+        cmf_error ferr;
+        const char *t1, *t2;
+        size_t l1 = 0, l2 = 0;
+        if (cmf_detok_stream_flush(s->ds, &t1, &l1, &ferr) != CMF_OK) l1 = 0;
+        bool stop = cmf_stop_matcher_feed(s->stop, t1, l1, &t1, &l1);
+        /* t1 points into the matcher: copy before flushing it */
+        tail = malloc(l1 + 1);
+        if (tail) {
+            memcpy(tail, t1, l1);
+            len = l1;
+            if (stop) {
+                why = CMF_STOP_STRING;
+            } else {
+                cmf_stop_matcher_flush(s->stop, &t2, &l2);
+                char *t = realloc(tail, l1 + l2 + 1);
+                if (t) {
+                    tail = t;
+                    memcpy(tail + l1, t2, l2);
+                    len += l2;
+                }
+            }
+            text = tail;
+        }
+    }
+    bool was_queued = s->state == SEQ_QUEUED || s->state == SEQ_RUNNING;
+    deliver(s, -1, text, len, NULL, 0, true, why, status, msg);
+    free(tail);
+    if (was_queued) pending_done(e);
+    if (s->keep && status == CMF_OK) {
+        s->state = SEQ_IDLE; /* keeps its slot and KV */
+        return;
+    }
+    unslot(e, s);
+    drop(e, s);
+}
+
+/* ---- the step ----------------------------------------------------------- */
+
+/* Move the inbox into seqs (queued, in id order) and apply cancels. */
+static void drain(cmf_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    eseq *in = e->inbox_head;
+    e->inbox_head = e->inbox_tail = NULL;
+    size_t nc = e->n_cancel;
+    uint64_t cancel[64];
+    if (nc > 64) nc = 64; /* the rest next step */
+    memcpy(cancel, e->cancel, nc * sizeof *cancel);
+    memmove(e->cancel, e->cancel + nc, (e->n_cancel - nc) * sizeof *e->cancel);
+    e->n_cancel -= nc;
+    pthread_mutex_unlock(&e->mu);
+    for (eseq *s = in, *nx; s; s = nx) {
+        nx = s->next;
+        s->next = NULL;
+        if (e->n_seqs == e->cap_seqs) {
+            size_t cap = e->cap_seqs ? 2 * e->cap_seqs : 32;
+            eseq **v = realloc(e->seqs, cap * sizeof *v);
+            if (!v) { /* cannot track it: end it now */
+                deliver(s, -1, NULL, 0, NULL, 0, true, CMF_STOP_CALLBACK, CMF_ERR_NOMEM,
+                        "engine: out of memory for a new sequence");
+                pending_done(e);
+                seq_free(s);
+                continue;
+            }
+            e->seqs = v;
+            e->cap_seqs = cap;
+        }
+        e->seqs[e->n_seqs++] = s; /* ids grow: stays sorted */
+    }
+    for (size_t i = 0; i < nc; i++) {
+        eseq *s = find(e, cancel[i]);
+        if (s && s->state != SEQ_IDLE) s->cancelled = true;
+    }
+}
+
+/* Sample the next token of s from logits (ids past the tokenizer masked),
+ * append it as pending, run the stop checks and deliver it. */
+static void sample_one(cmf_engine *e, eseq *s, float *logits) {
+    for (uint32_t i = e->n_sample; i < e->n_vocab; i++) logits[i] = -INFINITY;
+    int32_t t = cmf_sampler_sample(s->smp, logits);
+    cmf_sampler_accept(s->smp, t);
+    if (!seq_reserve(s, s->n_tok + 1)) {
+        finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for a sampled token");
+        return;
+    }
+    s->tok[s->n_tok] = t;
+    s->dec[s->n_tok] = 1;
+    s->n_tok++;
+    s->n_gen++;
+    s->ready = false;
+    for (size_t i = 0; i < s->n_eos; i++)
+        if (s->eos[i] == t) {
+            deliver(s, t, NULL, 0, logits, e->n_vocab, false, CMF_STOP_EOS, CMF_OK, NULL);
+            finish(e, s, CMF_STOP_EOS, CMF_OK, NULL);
+            return;
+        }
+    const char *text = NULL, *out = NULL;
+    size_t len = 0, out_len = 0;
+    bool stop = false;
+    if (s->ds) {
+        cmf_error derr;
+        if (cmf_detok_stream_push(s->ds, t, &text, &len, &derr) != CMF_OK) {
+            finish(e, s, CMF_STOP_CALLBACK, derr.status, derr.msg);
+            return;
+        }
+        stop = cmf_stop_matcher_feed(s->stop, text, len, &out, &out_len);
+    }
+    if (!deliver(s, t, out, out_len, logits, e->n_vocab, false, CMF_STOP_MAX_TOKENS, CMF_OK, NULL)) {
+        finish(e, s, CMF_STOP_CALLBACK, CMF_OK, NULL);
+        return;
+    }
+    if (stop) {
+        finish(e, s, CMF_STOP_STRING, CMF_OK, NULL);
+        return;
+    }
+    if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
+}
+
+/* Admit queued sequences, oldest first, while KV slots are free. */
+static void admit(cmf_engine *e) {
+    for (size_t i = 0; i < e->n_seqs && e->n_free_slots > 0; i++) {
+        eseq *s = e->seqs[i];
+        if (s->state != SEQ_QUEUED || s->cancelled) continue;
+        s->slot = e->free_slots[--e->n_free_slots];
+        s->state = SEQ_RUNNING;
+        s->n_kv = 0;
+        assert(cmf_kv_seq_len(e->kv, s->slot) == 0);
+    }
+}
+
+/* Preempt the youngest running sequence: free its KV, requeue it. Its
+ * tokens, classes, sampler and text state stay, so recomputing gives the
+ * same logits. Returns false when none but `keep_one` is left. */
+static bool preempt_youngest(cmf_engine *e, uint32_t *n_preempted) {
+    eseq *y = NULL;
+    size_t running = 0;
+    for (size_t i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i]->state == SEQ_RUNNING) {
+            running++;
+            y = e->seqs[i]; /* ids grow: the last is the youngest */
+        }
+    if (running < 2) return false;
+    unslot(e, y);
+    y->state = SEQ_QUEUED;
+    y->ready = false;
+    (*n_preempted)++;
+    return true;
+}
+
+/* One chunk of s into the batch: the run of same-class tokens from n_kv,
+ * at most `room` of them. */
+static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uint32_t *n_chunks) {
+    size_t end = s->n_kv;
+    uint8_t cls = s->dec[s->n_kv];
+    while (end < s->n_tok && end - s->n_kv < room && s->dec[end] == cls) end++;
+    uint32_t len = (uint32_t)(end - s->n_kv);
+    for (uint32_t i = 0; i < len; i++) {
+        e->b_tok[n + i] = s->tok[s->n_kv + i];
+        e->b_pos[n + i] = (int32_t)(s->n_kv + i);
+        e->b_seq[n + i] = s->slot;
+        e->b_logits[n + i] = 0;
+    }
+    if (end == s->n_tok) e->b_logits[n + len - 1] = 1; /* its next token is due */
+    uint32_t c = (*n_chunks)++;
+    e->b_owner[c] = s;
+    e->b_off[c] = n;
+    e->b_len[c] = len;
+    return len;
+}
+
+/* Build the batch; returns its token count, *n_dec the decode-class rows. */
+static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
+    uint32_t n = 0;
+    *n_chunks = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < e->n_seqs && n < e->n_batch; i++) {
+            eseq *s = e->seqs[i];
+            if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok) continue;
+            if (s->dec[s->n_kv] != (pass == 0)) continue;
+            n += add_chunk(e, s, n, e->n_batch - n, n_chunks);
+        }
+        if (pass == 0) *n_dec = n;
+    }
+    return n;
+}
+
+cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error *err) {
+    cmf_engine_step_info dummy;
+    if (!info) info = &dummy;
+    memset(info, 0, sizeof *info);
+    if (!e) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_step: engine is NULL");
+    drain(e);
+    /* Each pass may end (and so remove) the sequence at i: advance only
+     * when it is still there. */
+    for (size_t i = 0; i < e->n_seqs;) { /* cancelled ones end now */
+        eseq *s = e->seqs[i];
+        if (s->cancelled) finish(e, s, CMF_STOP_CALLBACK, CMF_OK, NULL);
+        i += i < e->n_seqs && e->seqs[i] == s;
+    }
+    admit(e);
+    for (size_t i = 0; i < e->n_seqs;) {
+        eseq *s = e->seqs[i];
+        if (s->state == SEQ_RUNNING && s->ready && s->n_kv == s->n_tok) {
+            /* logits at hand (a resumed sequence): no forward needed */
+            if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
+            else sample_one(e, s, s->logits);
+        } else if (s->state == SEQ_RUNNING && s->n_kv < s->n_tok && s->n_tok > e->n_seq_ctx) {
+            /* at its position limit: the pending token cannot run */
+            finish(e, s, CMF_STOP_CONTEXT_FULL, CMF_OK, NULL);
+        }
+        i += i < e->n_seqs && e->seqs[i] == s;
+    }
+    uint32_t n_dec = 0, n_chunks = 0, n;
+    cmf_status st;
+    for (;;) {
+        n = build(e, &n_dec, &n_chunks);
+        if (n == 0) break;
+        cmf_batch b = {.n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq_id = e->b_seq,
+                       .logits = e->b_logits, .row_classes = true, .n_decode = n_dec};
+        cmf_error ferr;
+        memset(&ferr, 0, sizeof ferr);
+        st = cmf_model_forward(e->model, e->kv, &b, e->logits, &ferr);
+        if (st == CMF_OK) break;
+        if (st == CMF_ERR_CONTEXT_FULL) {
+            if (preempt_youngest(e, &info->n_preempted)) continue;
+            /* the only running sequence does not fit alone: end it */
+            for (size_t i = 0; i < e->n_seqs; i++)
+                if (e->seqs[i]->state == SEQ_RUNNING) {
+                    finish(e, e->seqs[i], CMF_STOP_CONTEXT_FULL, CMF_OK, NULL);
+                    break;
+                }
+            continue;
+        }
+        /* any other failure ends the sequences of this batch */
+        for (uint32_t c = 0; c < n_chunks; c++) finish(e, e->b_owner[c], CMF_STOP_CALLBACK, st, ferr.msg);
+        if (err) *err = ferr;
+        return st;
+    }
+    info->n_tokens = n;
+    info->n_decode = n_dec;
+    /* advance, then sample in batch order */
+    uint32_t row = 0;
+    for (uint32_t c = 0; c < n_chunks; c++) {
+        eseq *s = e->b_owner[c];
+        s->n_kv += e->b_len[c];
+        assert(cmf_kv_seq_len(e->kv, s->slot) == s->n_kv);
+        if (!e->b_logits[e->b_off[c] + e->b_len[c] - 1]) continue;
+        float *lg = e->logits + (size_t)row++ * e->n_vocab;
+        if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) { /* prefill only */
+            if (s->keep) {
+                if (!s->logits && !(s->logits = malloc((size_t)e->n_vocab * sizeof *s->logits))) {
+                    finish(e, s, CMF_STOP_MAX_TOKENS, CMF_ERR_NOMEM, "engine: out of memory for logits");
+                    continue;
+                }
+                memcpy(s->logits, lg, (size_t)e->n_vocab * sizeof *lg);
+                for (uint32_t i = e->n_sample; i < e->n_vocab; i++) s->logits[i] = -INFINITY;
+                s->ready = true;
+            }
+            finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
+            continue;
+        }
+        if (s->cancelled) continue; /* ends next step */
+        sample_one(e, s, lg);
+    }
+    for (size_t i = 0; i < e->n_seqs; i++) {
+        if (e->seqs[i]->state == SEQ_RUNNING) info->n_running++;
+        if (e->seqs[i]->state == SEQ_QUEUED) info->n_waiting++;
+    }
+    return CMF_OK;
+}
+
+bool cmf_engine_idle(cmf_engine *e) {
+    if (!e) return true;
+    pthread_mutex_lock(&e->mu);
+    bool idle = e->n_pending == 0;
+    pthread_mutex_unlock(&e->mu);
+    return idle;
+}
+
+/* ---- kept sequences ----------------------------------------------------- */
+
+cmf_status cmf_engine_resume(cmf_engine *e, uint64_t id, const cmf_seq_params *sp, cmf_error *err) {
+    if (!e) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_resume: engine is NULL");
+    eseq *s = find(e, id);
+    if (!s || s->state != SEQ_IDLE)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: sequence %llu is not a finished, kept one",
+                             (unsigned long long)id);
+    cmf_status st = check_prompt(e, sp, err);
+    if (st != CMF_OK) return st;
+    size_t n = sp->n_prompt;
+    bool same = n == s->n_tok && memcmp(sp->prompt, s->tok, n * sizeof *s->tok) == 0;
+    if (!(same && s->ready && s->n_kv == s->n_tok)) {
+        /* keep the longest common prefix the KV cache holds */
+        size_t lcp = 0;
+        while (lcp < n && lcp < s->n_kv && s->tok[lcp] == sp->prompt[lcp]) lcp++;
+        if (lcp == n) lcp = n - 1; /* nothing new: re-run the last token for its logits */
+        if (!seq_reserve(s, n + 1)) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+        if (lcp < s->n_kv) {
+            if ((st = cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)lcp, err))) return st;
+            s->n_kv = lcp;
+        }
+        /* tokens already there keep their class (a pending sampled token) */
+        for (size_t i = lcp; i < n; i++) {
+            bool kept = i < s->n_tok && s->tok[i] == sp->prompt[i];
+            s->dec[i] = kept ? s->dec[i] : 0;
+            s->tok[i] = sp->prompt[i];
+        }
+        s->n_tok = n;
+        s->ready = false;
+    }
+    cmf_seq_params tp = *sp;
+    if ((st = seq_set_turn(e, s, &tp, err))) return cmf_error_prefix(err, "engine: resuming");
+    s->keep = true;
+    s->state = SEQ_RUNNING;
+    pthread_mutex_lock(&e->mu);
+    e->n_pending++;
+    pthread_mutex_unlock(&e->mu);
+    return CMF_OK;
+}
+
+void cmf_engine_release(cmf_engine *e, uint64_t id) {
+    if (!e) return;
+    eseq *s = find(e, id);
+    if (!s || s->state != SEQ_IDLE) return;
+    unslot(e, s);
+    drop(e, s);
+}
+
+static const eseq *kept(const cmf_engine *e, uint64_t id) {
+    const eseq *s = e ? find(e, id) : NULL;
+    return s && s->state == SEQ_IDLE ? s : NULL;
+}
+
+const int32_t *cmf_engine_seq_tokens(const cmf_engine *e, uint64_t id, size_t *n) {
+    const eseq *s = kept(e, id);
+    if (n) *n = s ? s->n_tok : 0;
+    return s ? s->tok : NULL;
+}
+
+const float *cmf_engine_seq_logits(const cmf_engine *e, uint64_t id) {
+    const eseq *s = kept(e, id);
+    return s && s->ready && s->n_kv == s->n_tok ? s->logits : NULL;
+}
+
+uint64_t cmf_engine_seq_seed(const cmf_engine *e, uint64_t id) {
+    const eseq *s = e ? find(e, id) : NULL;
+    return s ? cmf_sampler_seed(s->smp) : 0;
+}
