@@ -13,6 +13,7 @@
  * Output: a Markdown table (stdout), or with --json an array of objects
  * {"test","n_prompt","n_gen","threads","avg_ts","stddev_ts","samples_ts",...}.
  */
+#include "bench_parallel.h"
 #include "cli.h"
 
 /* internal CPU-engine header: default thread count and kernel level, for the report */
@@ -41,7 +42,12 @@ static void usage(FILE *o) {
             "  -n N      generated tokens (default 128; 0 skips the tg test)\n"
             "  -r N      repetitions after one warm-up run (default 5)\n"
             "  -t N      threads (default: physical cores)\n"
-            "  --json    machine-readable output\n");
+            "  --json    machine-readable output\n"
+            "  --parallel N,N,...  instead: N sequences decoding together through the\n"
+            "            engine (continuous batching), each with a -p token prompt\n"
+            "            (default 128) and -n greedy tokens (default 128); aggregate\n"
+            "            decode tok/s, inter-token latency and the ratio to N = 1\n"
+            "            (like llama-batched-bench); -r runs, the best kept (default 1)\n");
 }
 
 /* One test: run `reps` timed repetitions (after a warm-up); samples in ts[]. */
@@ -134,7 +140,8 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *path = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
-    bool json = false;
+    bool json = false, p_set = false, r_set = false;
+    int par[16], n_par = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
@@ -144,12 +151,29 @@ int cmd_bench(int argc, char **argv) {
         } else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-p needs a value");
             if (!cli_parse_long(cmd, "-p", v, 0, 1 << 20, &n_prompt)) return CLI_EXIT_USAGE;
+            p_set = true;
         } else if (cli_flag_value(argc, argv, &i, "-n", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-n needs a value");
             if (!cli_parse_long(cmd, "-n", v, 0, 1 << 20, &n_gen)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "-r", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-r needs a value");
             if (!cli_parse_long(cmd, "-r", v, 1, 1000, &reps)) return CLI_EXIT_USAGE;
+            r_set = true;
+        } else if (cli_flag_value(argc, argv, &i, "--parallel", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--parallel needs a list of counts, e.g. 1,4,16");
+            for (const char *q = v; n_par >= 0;) {
+                char num[16];
+                size_t len = strcspn(q, ",");
+                long x;
+                if (len == 0 || len >= sizeof num || n_par == 16)
+                    return cli_usage_error(cmd, "--parallel '%s': want up to 16 counts like 1,4,16", v);
+                memcpy(num, q, len);
+                num[len] = 0;
+                if (!cli_parse_long(cmd, "--parallel", num, 1, 1024, &x)) return CLI_EXIT_USAGE;
+                par[n_par++] = (int)x;
+                if (!q[len]) break;
+                q += len + 1;
+            }
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-t needs a value");
             if (!cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
@@ -165,6 +189,12 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!path) return cli_usage_error(cmd, "missing FILE (see cmf bench --help)");
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
+    if (n_par) {
+        if (!p_set) n_prompt = 128;
+        if (!r_set) reps = 1;
+        if (n_prompt < 1 || n_gen < 2)
+            return cli_usage_error(cmd, "--parallel needs -p >= 1 and -n >= 2");
+    }
 
     cmf_error err = {0};
     cmf_file *f = NULL;
@@ -179,6 +209,11 @@ int cmd_bench(int argc, char **argv) {
     t_load = now_s() - t_load;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
+    if (n_par) {
+        int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
+        rc = bench_parallel(path, m, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, json);
+        goto done;
+    }
     long n_max = n_prompt > n_gen ? n_prompt : n_gen;
     cmf_kv_params kp = {.n_ctx = (uint32_t)(n_max + 16), .n_seq_max = 1, .page_size = 0,
                         .type = CMF_KV_F16};
