@@ -6,6 +6,7 @@
  *   cmf/import.h     Hugging Face, GGUF and llama2.c importers
  *   cmf/tokenizer.h  Hugging Face-compatible tokenizers
  *   cmf/chat.h       Jinja chat templates
+ *   cmf/device.h     devices (cpu, cpu:t=N) shared by the models on them
  *   cmf/model.h      model, KV cache, batched forward pass
  *   cmf/sample.h     samplers and stop strings
  *   cmf/generate.h   one conversation: the session run and chat use

@@ -25,6 +25,7 @@
 #ifndef CMF_MODEL_H
 #define CMF_MODEL_H
 
+#include "cmf/device.h"
 #include "cmf/format.h"
 
 #ifdef __cplusplus
@@ -35,8 +36,10 @@ typedef struct cmf_model cmf_model;
 typedef struct cmf_kv_cache cmf_kv_cache;
 
 typedef struct cmf_model_params {
-    int n_threads;        /* 0 = number of physical cores */
-    const char *backend;  /* "cpu" (default when NULL) */
+    int n_threads;        /* 0 = number of physical cores (ignored with a device) */
+    const char *backend;  /* "cpu" (default when NULL; ignored with a device) */
+    cmf_device *device;   /* run on this shared device (cmf/device.h); NULL = a
+                             private CPU device of n_threads. It must outlive the model. */
 } cmf_model_params;
 
 /* Bind a model to an open file (the file must outlive the model). Reads the

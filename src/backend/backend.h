@@ -135,6 +135,10 @@ struct cmf_backend {
     int n_threads;
 };
 
+/* The backend a device owns (device.c), shared by the models on it. */
+struct cmf_device;
+cmf_backend *cmf_device_backend(struct cmf_device *d);
+
 /* The CPU backend: a persistent pool of n_threads (0 = physical cores). */
 cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err);
 

@@ -63,6 +63,7 @@ struct cmf_model {
     const float *out_norm;
     cmf_rope_table rope_global, rope_local;
     cmf_backend *be;
+    bool own_be;                 /* false: the backend is a shared device's */
     /* decoded small vectors, freed with the model */
     float **vecs;
     size_t n_vecs, cap_vecs;

@@ -381,7 +381,7 @@ static cmf_status load_layer(cmf_model *m, uint32_t il, const cJSON *layer_types
 cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf_model **out,
                           cmf_error *err) {
     *out = NULL;
-    if (params && params->backend && strcmp(params->backend, "cpu") != 0)
+    if (params && !params->device && params->backend && strcmp(params->backend, "cpu") != 0)
         return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend \"%s\" not available (have: cpu)",
                              params->backend);
     const cJSON *hdr = cmf_file_header(f);
@@ -425,7 +425,12 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
     m->decode_bytes = m->weight_bytes;
     if (m->output != m->tok_embd && m->tok_embd->shape[0] > 0) /* one embedding row per token */
         m->decode_bytes -= m->tok_embd->nbytes - m->tok_embd->nbytes / m->tok_embd->shape[0];
-    if ((st = cmf_backend_cpu_new(params ? params->n_threads : 0, &m->be, err))) goto fail;
+    if (params && params->device) {
+        m->be = cmf_device_backend(params->device);
+    } else {
+        if ((st = cmf_backend_cpu_new(params ? params->n_threads : 0, &m->be, err))) goto fail;
+        m->own_be = true;
+    }
     *out = m;
     return CMF_OK;
 fail:
@@ -436,7 +441,7 @@ fail:
 void cmf_model_free(cmf_model *m) {
     if (!m) return;
     if (m->be) cmf_model_scratch_free(m);
-    if (m->be) m->be->ops->free(m->be);
+    if (m->be && m->own_be) m->be->ops->free(m->be);
     if (m->layers)
         for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)m->layers[il].e_gate);
     free(m->layers);
