@@ -16,8 +16,10 @@
  *   - small per-channel vectors (norm weights, biases) are float32 arrays
  *     the model decoded once at load time;
  *   - every op that can fail returns cmf_status and fills err.
- * There is no graph: the model calls the ops one after another, like
- * llama2.c's forward().
+ * A forward pass is one step: begin, the ops in order (like llama2.c's
+ * forward(), no graph), submit, then read the logits back; between the
+ * embedding lookup and the read-back the model never touches activation
+ * memory itself (docs/ENGINE.md).
  */
 #ifndef CMF_BACKEND_H
 #define CMF_BACKEND_H
@@ -79,6 +81,25 @@ typedef struct cmf_mm_part {
 } cmf_mm_part;
 #define CMF_MM_MAX_PARTS 4
 
+/* The mixture-of-experts block of one layer (backend op `moe`):
+ *   p = softmax(x·Wrᵀ) (or sigmoid), top-k experts per token (ties: lowest
+ *   index, as torch.topk), weights renormalised over the k when norm_topk,
+ *   times scale;  out = Σ_e w_e · down_e(act(x·gate_eᵀ) ⊙ x·up_eᵀ)
+ * (Shazeer et al. 2017; Mixtral). Buffers are the caller's backend
+ * buffers: scores [n][n_expert], xg [n][n_embd], g [n], gate/up [n][max ff]. */
+typedef struct cmf_moe_args {
+    uint32_t n, n_embd, n_expert, n_used;
+    int32_t n_dec;                     /* row classes, as matmul */
+    const float *x;                    /* [n][n_embd] */
+    float *out;                        /* [n][n_embd] */
+    const cmf_tensor *router;          /* [n_expert, n_embd] */
+    const cmf_tensor *const *gate, *const *up, *const *down; /* [n_expert] */
+    bool sigmoid, norm_topk;
+    float scale;
+    cmf_act act;
+    float *scores, *xg, *g, *gate_buf, *up_buf;
+} cmf_moe_args;
+
 typedef struct cmf_backend_ops {
     const char *name;
     void (*free)(cmf_backend *b);
@@ -123,6 +144,28 @@ typedef struct cmf_backend_ops {
     void (*add_scaled)(cmf_backend *b, float *y, const float *x, size_t count, float s);
     /* x[i] = c·tanh(x[i]/c) (c > 0), or x[i] *= s when c == 0. */
     void (*softcap)(cmf_backend *b, float *x, size_t count, float c, float s);
+    /* y[i][j] += v[j]: a bias row added to n rows of dim (stride ld). */
+    void (*add_rows)(cmf_backend *b, float *y, size_t ld, const float *v, uint32_t n, uint32_t dim);
+    /* dst = src (count floats, overlap allowed); dst = v. */
+    void (*copy)(cmf_backend *b, float *dst, const float *src, size_t count);
+    void (*fill)(cmf_backend *b, float *dst, size_t count, float v);
+    /* dst row i = src row idx[i] (rows of dim); idx is host memory (the
+     * batch's choice of rows, not activations); in place when idx[i] >= i. */
+    void (*gather_rows)(cmf_backend *b, float *dst, const float *src, uint32_t dim, const uint32_t *idx,
+                        uint32_t n);
+    /* y[t] += σ(g[t]) · x[t] for t < n rows of dim (g NULL: weight 1):
+     * the shared expert's gate (Qwen-MoE). */
+    void (*gate_add)(cmf_backend *b, float *y, const float *x, const float *g, uint32_t n, uint32_t dim);
+    /* The MoE block (cmf_moe_args). Errors: those of matmul, CMF_ERR_NOMEM. */
+    cmf_status (*moe)(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);
+    /* A step: begin, the ops of one forward, submit. A device backend
+     * records the ops into one command buffer and runs it at submit; the
+     * CPU runs each op as it is recorded. Errors of the recorded work
+     * surface at submit (with a message). Results reach host memory only
+     * through read, after submit. */
+    void (*begin)(cmf_backend *b);
+    cmf_status (*submit)(cmf_backend *b, cmf_error *err);
+    void (*read)(cmf_backend *b, float *dst, const float *src, size_t count);
     /* Store K/V rows (float32 [n][kv_dim]) of token i at slot dst[i] of the
      * layer pools (element offset, in elements). */
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, bool f16, const float *k,

@@ -38,8 +38,10 @@ typedef struct fwd_buf {
     float *gate, *up; /* [n][max ffn width] */
     float *moe_x;  /* [n][n_embd] gathered rows for one expert */
     float *moe_w;  /* [n][n_expert] router scores */
-    int32_t *moe_idx; /* [n] tokens routed to the expert */
     float *moe_g;  /* [n] their routing weights */
+    float *logits; /* [n_logits][n_vocab] logits before the read-back */
+    uint32_t n_logits; /* rows allocated there */
+    uint32_t *rows;    /* [n] the rows whose logits were asked for */
     int32_t n_dec;      /* rows [0, n_dec) of this micro-batch are decode-class; -1 = by n */
     cmf_kv_view *views; /* [n] */
     size_t *slots;      /* [n] element offset of each token's K/V */
@@ -49,7 +51,8 @@ static void buf_free(cmf_backend *be, fwd_buf *b) {
     float *fl[] = {b->x, b->xn, b->q, b->k, b->v, b->att, b->o, b->gate, b->up, b->moe_x, b->moe_w, b->moe_g};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
         if (fl[i]) be->ops->release(be, fl[i]);
-    free(b->moe_idx);
+    if (b->logits) be->ops->release(be, b->logits);
+    free(b->rows);
     free(b->views);
     free(b->slots);
 }
@@ -73,13 +76,13 @@ static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_erro
     b->up = be->ops->alloc(be, n * ff);
     b->views = calloc(n, sizeof *b->views);
     b->slots = calloc(n, sizeof *b->slots);
-    bool ok = b->x && b->xn && b->q && b->k && b->v && b->att && b->o && b->gate && b->up && b->views && b->slots;
+    b->rows = calloc(n, sizeof *b->rows);
+    bool ok = b->rows && b->x && b->xn && b->q && b->k && b->v && b->att && b->o && b->gate && b->up && b->views && b->slots;
     if (hp->n_expert) {
         b->moe_x = be->ops->alloc(be, n * (size_t)hp->n_embd);
         b->moe_w = be->ops->alloc(be, n * (size_t)hp->n_expert);
         b->moe_g = be->ops->alloc(be, n);
-        b->moe_idx = calloc(n, sizeof *b->moe_idx);
-        ok = ok && b->moe_x && b->moe_w && b->moe_g && b->moe_idx;
+        ok = ok && b->moe_x && b->moe_w && b->moe_g;
     }
     if (!ok) {
         buf_free(be, b);
@@ -115,10 +118,8 @@ static cmf_status scratch_get(cmf_model *m, uint32_t n, fwd_buf **out, cmf_error
     return CMF_OK;
 }
 
-static void add_bias(float *y, const float *bias, uint32_t n, uint32_t dim) {
-    if (!bias) return;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = 0; j < dim; j++) y[(size_t)i * dim + j] += bias[j];
+static void add_bias(cmf_backend *be, float *y, const float *bias, uint32_t n, uint32_t dim) {
+    if (bias) be->ops->add_rows(be, y, dim, bias, n, dim);
 }
 
 /* ---- attention block ---------------------------------------------------
@@ -142,9 +143,9 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
                           {L->wqkv ? L->wqkv : L->wk, L->wqkv ? qd : 0, kvd, b->k, kvd},
                           {L->wqkv ? L->wqkv : L->wv, L->wqkv ? qd + kvd : 0, kvd, b->v, kvd}};
     if ((st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, b->n_dec, err))) return st;
-    add_bias(b->q, L->bq, n, qd);
-    add_bias(b->k, L->bk, n, kvd);
-    add_bias(b->v, L->bv, n, kvd);
+    add_bias(be, b->q, L->bq, n, qd);
+    add_bias(be, b->k, L->bk, n, kvd);
+    add_bias(be, b->v, L->bv, n, kvd);
 
     if (L->q_norm) {
         if (L->qk_norm_full) { /* olmo2: over the whole projection */
@@ -181,7 +182,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
     if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;
-    add_bias(b->o, L->bo, n, hp->n_embd);
+    add_bias(be, b->o, L->bo, n, hp->n_embd);
     return CMF_OK;
 }
 
@@ -207,72 +208,21 @@ static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *
 static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf *b, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
     cmf_backend *be = m->be;
-    uint32_t E = hp->n_embd, ne = hp->n_expert, k = hp->n_expert_used;
+    uint32_t E = hp->n_embd;
     cmf_status st;
-    if ((st = be->ops->matmul(be, L->router, 0, ne, b->xn, n, b->n_dec, b->moe_w, ne, err))) return st;
-    /* per token: scores -> keep the top-k weights, zero the rest */
-    for (uint32_t t = 0; t < n; t++) {
-        float *w = b->moe_w + (size_t)t * ne;
-        if (hp->router_sigmoid) {
-            for (uint32_t e = 0; e < ne; e++) w[e] = 1.0f / (1.0f + expf(-w[e]));
-        } else {
-            float mx = w[0], s = 0.0f;
-            for (uint32_t e = 1; e < ne; e++) mx = w[e] > mx ? w[e] : mx;
-            for (uint32_t e = 0; e < ne; e++) s += (w[e] = expf(w[e] - mx));
-            for (uint32_t e = 0; e < ne; e++) w[e] /= s;
-        }
-        /* top-k by repeated selection (ties: lowest index, as torch.topk) */
-        float sum = 0.0f;
-        float keep[64];
-        uint32_t idx[64];
-        uint32_t kk = k < 64 ? k : 64;
-        for (uint32_t j = 0; j < kk; j++) {
-            int best = -1;
-            for (uint32_t e = 0; e < ne; e++) {
-                bool used = false;
-                for (uint32_t i = 0; i < j; i++) used |= idx[i] == e;
-                if (!used && (best < 0 || w[e] > w[best])) best = (int)e;
-            }
-            idx[j] = (uint32_t)best;
-            keep[j] = w[best];
-            sum += w[best];
-        }
-        for (uint32_t e = 0; e < ne; e++) w[e] = 0.0f;
-        for (uint32_t j = 0; j < kk; j++) {
-            float g = hp->norm_topk_prob ? keep[j] / sum : keep[j];
-            w[idx[j]] = g * hp->routed_scaling;
-        }
-    }
-    /* per expert: gather its tokens, run it as one batch, scatter-add */
-    memset(b->o, 0, (size_t)n * E * sizeof(float));
-    for (uint32_t e = 0; e < ne; e++) {
-        uint32_t cnt = 0, cnt_dec = 0; /* decode-class rows come first and stay first */
-        for (uint32_t t = 0; t < n; t++) {
-            float g = b->moe_w[(size_t)t * ne + e];
-            if (g == 0.0f) continue;
-            b->moe_idx[cnt] = (int32_t)t;
-            b->moe_g[cnt] = g;
-            memcpy(b->moe_x + (size_t)cnt * E, b->xn + (size_t)t * E, E * sizeof(float));
-            cnt++;
-            if (b->n_dec >= 0 && t < (uint32_t)b->n_dec) cnt_dec++;
-        }
-        if (!cnt) continue;
-        /* expert output into moe_x (its input rows are consumed first) */
-        if ((st = glu_mlp(m, L->e_gate[e], L->e_up[e], NULL, L->e_down[e], b->moe_x, cnt,
-                              b->n_dec < 0 ? -1 : (int32_t)cnt_dec, b->moe_x, b, err)))
-            return st;
-        for (uint32_t i = 0; i < cnt; i++)
-            be->ops->add_scaled(be, b->o + (size_t)b->moe_idx[i] * E, b->moe_x + (size_t)i * E, E, b->moe_g[i]);
-    }
+    cmf_moe_args a = {.n = n, .n_embd = E, .n_expert = hp->n_expert, .n_used = hp->n_expert_used,
+                      .n_dec = b->n_dec, .x = b->xn, .out = b->o, .router = L->router,
+                      .gate = L->e_gate, .up = L->e_up, .down = L->e_down,
+                      .sigmoid = hp->router_sigmoid, .norm_topk = hp->norm_topk_prob,
+                      .scale = hp->routed_scaling, .act = hp->act, .scores = b->moe_w,
+                      .xg = b->moe_x, .g = b->moe_g, .gate_buf = b->gate, .up_buf = b->up};
+    if ((st = be->ops->moe(be, &a, err))) return st;
     if (L->s_down) {
         if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->n_dec, b->moe_x, b, err))) return st;
         /* gate of the shared expert: σ(xn·w_sg), one value per token */
         if (L->s_gate_inp && (st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn, n, b->n_dec, b->moe_g, 1, err)))
             return st;
-        for (uint32_t t = 0; t < n; t++) {
-            float g = L->s_gate_inp ? 1.0f / (1.0f + expf(-b->moe_g[t])) : 1.0f;
-            be->ops->add_scaled(be, b->o + (size_t)t * E, b->moe_x + (size_t)t * E, E, g);
-        }
+        be->ops->gate_add(be, b->o, b->moe_x, L->s_gate_inp ? b->moe_g : NULL, n, E);
     }
     return CMF_OK;
 }
@@ -314,6 +264,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     size_t nE = (size_t)n * E;
     cmf_status st;
 
+    be->ops->begin(be);
     /* x = embed[tokens] · embedding_multiplier */
     if ((st = be->ops->get_rows(be, m->tok_embd, bt->tokens, n, b->x, err))) return st;
     if (hp->embd_mult != 1.0f) be->ops->softcap(be, b->x, nE, 0.0f, hp->embd_mult);
@@ -324,7 +275,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         const cmf_layer *L = &m->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
         if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
-        else memcpy(b->xn, b->x, nE * sizeof(float));
+        else be->ops->copy(be, b->xn, b->x, nE);
         if ((st = attention_block(m, kv, il, bt, b, err))) return cmf_error_prefix(err, "layer %u", il);
         if (L->attn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->attn_post_norm, hp->norm_add_one, hp->norm_eps);
@@ -332,7 +283,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
 
         /* feed-forward: x += r · post_norm(ffn(norm(x))) */
         if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
-        else memcpy(b->xn, b->x, nE * sizeof(float));
+        else be->ops->copy(be, b->xn, b->x, nE);
         if (L->router) st = moe_ffn(m, L, n, b, err);
         else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
@@ -347,17 +298,26 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     for (uint32_t t = 0; t < n; t++) {
         bool want = bt->logits ? bt->logits[t] != 0 : t == n - 1;
         if (!want) continue;
-        memmove(b->xn + (size_t)n_out * E, b->x + (size_t)t * E, E * sizeof(float));
-        n_out++;
+        b->rows[n_out++] = t;
         if (b->n_dec >= 0 && t < (uint32_t)b->n_dec) out_dec++;
     }
-    if (n_out == 0 || !logits_out) return CMF_OK;
+    if (n_out == 0 || !logits_out) return be->ops->submit(be, err);
+    if (b->n_logits < n_out) { /* grown to the most rows asked for so far */
+        if (b->logits) be->ops->release(be, b->logits);
+        b->n_logits = 0;
+        if (!(b->logits = be->ops->alloc(be, (size_t)n_out * hp->n_vocab)))
+            return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory for %u rows of logits", n_out);
+        b->n_logits = n_out;
+    }
+    be->ops->gather_rows(be, b->xn, b->x, E, b->rows, n_out);
     be->ops->rmsnorm(be, b->xn, b->xn, E, n_out, E, m->out_norm, hp->norm_add_one, hp->norm_eps);
-    if ((st = be->ops->matmul(be, m->output, 0, hp->n_vocab, b->xn, n_out, out_dec, logits_out, hp->n_vocab, err)))
+    if ((st = be->ops->matmul(be, m->output, 0, hp->n_vocab, b->xn, n_out, out_dec, b->logits, hp->n_vocab, err)))
         return st;
     size_t nl = (size_t)n_out * hp->n_vocab;
-    if (hp->logits_scale != 1.0f) be->ops->softcap(be, logits_out, nl, 0.0f, 1.0f / hp->logits_scale);
-    if (hp->final_softcap > 0.0f) be->ops->softcap(be, logits_out, nl, hp->final_softcap, 1.0f);
+    if (hp->logits_scale != 1.0f) be->ops->softcap(be, b->logits, nl, 0.0f, 1.0f / hp->logits_scale);
+    if (hp->final_softcap > 0.0f) be->ops->softcap(be, b->logits, nl, hp->final_softcap, 1.0f);
+    if ((st = be->ops->submit(be, err))) return st;
+    be->ops->read(be, logits_out, b->logits, nl);
     return CMF_OK;
 }
 

@@ -12,6 +12,7 @@
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/ops_cpu_int.h"
 
 #include <assert.h>
 #include <math.h>
@@ -414,6 +415,15 @@ static const cmf_backend_ops cpu_ops = {
     .add_scaled = cpu_add_scaled,
     .softcap = cpu_softcap,
     .kv_store = cpu_kv_store,
+    .add_rows = cmf_cpu_op_add_rows,
+    .copy = cmf_cpu_op_copy,
+    .fill = cmf_cpu_op_fill,
+    .gather_rows = cmf_cpu_op_gather_rows,
+    .gate_add = cmf_cpu_op_gate_add,
+    .moe = cmf_cpu_op_moe,
+    .begin = cmf_cpu_op_begin,
+    .submit = cmf_cpu_op_submit,
+    .read = cmf_cpu_op_read,
 };
 
 cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err) {

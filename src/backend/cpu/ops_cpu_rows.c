@@ -1,0 +1,137 @@
+/*
+ * ops_cpu_rows.c — the CPU backend's row-shuffling and step ops
+ * (src/backend/backend.h): bias adds, copies and fills, row gathers, the
+ * gated add of a shared expert, the mixture-of-experts block (routing,
+ * dispatch of each expert's tokens, the experts' GLUs, the weighted
+ * combine), and the step's begin / submit / read-back.
+ *
+ * These are the steps the forward pass used to do on host memory between
+ * ops; as backend ops a device backend runs them where the activations
+ * live. The CPU executes each op when it is recorded, so submit only
+ * reports; the arithmetic is what forward.c did before (bit-identical).
+ */
+#include "backend/cpu/ops_cpu_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cmf_cpu_op_add_rows(cmf_backend *b, float *y, size_t ld, const float *v, uint32_t n, uint32_t dim) {
+    (void)b;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < dim; j++) y[(size_t)i * ld + j] += v[j];
+}
+
+void cmf_cpu_op_copy(cmf_backend *b, float *dst, const float *src, size_t count) {
+    (void)b;
+    memmove(dst, src, count * sizeof *dst);
+}
+
+void cmf_cpu_op_fill(cmf_backend *b, float *dst, size_t count, float v) {
+    (void)b;
+    if (v == 0.0f) {
+        memset(dst, 0, count * sizeof *dst);
+        return;
+    }
+    for (size_t i = 0; i < count; i++) dst[i] = v;
+}
+
+void cmf_cpu_op_gather_rows(cmf_backend *b, float *dst, const float *src, uint32_t dim, const uint32_t *idx,
+                            uint32_t n) {
+    (void)b;
+    /* in place allowed when idx[i] >= i (rows move toward the front) */
+    for (uint32_t i = 0; i < n; i++)
+        memmove(dst + (size_t)i * dim, src + (size_t)idx[i] * dim, dim * sizeof *dst);
+}
+
+void cmf_cpu_op_gate_add(cmf_backend *b, float *y, const float *x, const float *g, uint32_t n, uint32_t dim) {
+    for (uint32_t t = 0; t < n; t++) {
+        float s = g ? 1.0f / (1.0f + expf(-g[t])) : 1.0f;
+        b->ops->add_scaled(b, y + (size_t)t * dim, x + (size_t)t * dim, dim, s);
+    }
+}
+
+/* Scores -> top-k routing weights in place: softmax (or sigmoid) over the
+ * experts, keep the k largest (ties: lowest index, as torch.topk),
+ * renormalise over them when asked, times routed_scaling; zeros elsewhere. */
+static void route(const cmf_moe_args *a, float *w) {
+    uint32_t ne = a->n_expert, k = a->n_used;
+    if (a->sigmoid) {
+        for (uint32_t e = 0; e < ne; e++) w[e] = 1.0f / (1.0f + expf(-w[e]));
+    } else {
+        float mx = w[0], s = 0.0f;
+        for (uint32_t e = 1; e < ne; e++) mx = w[e] > mx ? w[e] : mx;
+        for (uint32_t e = 0; e < ne; e++) s += (w[e] = expf(w[e] - mx));
+        for (uint32_t e = 0; e < ne; e++) w[e] /= s;
+    }
+    float sum = 0.0f;
+    float keep[64];
+    uint32_t idx[64];
+    uint32_t kk = k < 64 ? k : 64;
+    for (uint32_t j = 0; j < kk; j++) {
+        int best = -1;
+        for (uint32_t e = 0; e < ne; e++) {
+            bool used = false;
+            for (uint32_t i = 0; i < j; i++) used |= idx[i] == e;
+            if (!used && (best < 0 || w[e] > w[best])) best = (int)e;
+        }
+        idx[j] = (uint32_t)best;
+        keep[j] = w[best];
+        sum += w[best];
+    }
+    for (uint32_t e = 0; e < ne; e++) w[e] = 0.0f;
+    for (uint32_t j = 0; j < kk; j++) {
+        float g = a->norm_topk ? keep[j] / sum : keep[j];
+        w[idx[j]] = g * a->scale;
+    }
+}
+
+cmf_status cmf_cpu_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err) {
+    uint32_t n = a->n, E = a->n_embd, ne = a->n_expert;
+    cmf_status st;
+    if (a->n_used == 0 || a->n_used > ne || a->n_used > 64)
+        return cmf_error_set(err, CMF_ERR_ARG, "moe: %u experts used of %u (at most 64)", a->n_used, ne);
+    if ((st = b->ops->matmul(b, a->router, 0, ne, a->x, n, a->n_dec, a->scores, ne, err))) return st;
+    for (uint32_t t = 0; t < n; t++) route(a, a->scores + (size_t)t * ne);
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    if (!tok) return cmf_error_set(err, CMF_ERR_NOMEM, "moe: out of memory for %u tokens", n);
+    /* per expert: gather its tokens, run it as one batch, scatter-add */
+    memset(a->out, 0, (size_t)n * E * sizeof(float));
+    for (uint32_t e = 0; e < ne; e++) {
+        uint32_t cnt = 0, cnt_dec = 0; /* decode-class rows come first and stay first */
+        for (uint32_t t = 0; t < n; t++) {
+            float g = a->scores[(size_t)t * ne + e];
+            if (g == 0.0f) continue;
+            tok[cnt] = (int32_t)t;
+            a->g[cnt] = g;
+            memcpy(a->xg + (size_t)cnt * E, a->x + (size_t)t * E, E * sizeof(float));
+            cnt++;
+            if (a->n_dec >= 0 && t < (uint32_t)a->n_dec) cnt_dec++;
+        }
+        if (!cnt) continue;
+        /* expert output into xg (its input rows are consumed first) */
+        int32_t nd = a->n_dec < 0 ? -1 : (int32_t)cnt_dec;
+        uint32_t ff = (uint32_t)a->down[e]->shape[1];
+        cmf_mm_part gu[2] = {{a->gate[e], 0, ff, a->gate_buf, ff}, {a->up[e], 0, ff, a->up_buf, ff}};
+        if ((st = b->ops->matmul_parts(b, gu, 2, a->xg, cnt, nd, err))) break;
+        b->ops->glu(b, a->gate_buf, ff, a->gate_buf, a->up_buf, ff, cnt, ff, a->act);
+        if ((st = b->ops->matmul(b, a->down[e], 0, E, a->gate_buf, cnt, nd, a->xg, E, err))) break;
+        for (uint32_t i = 0; i < cnt; i++)
+            b->ops->add_scaled(b, a->out + (size_t)tok[i] * E, a->xg + (size_t)i * E, E, a->g[i]);
+    }
+    free(tok);
+    return st;
+}
+
+void cmf_cpu_op_begin(cmf_backend *b) { (void)b; }
+
+cmf_status cmf_cpu_op_submit(cmf_backend *b, cmf_error *err) {
+    (void)b;
+    (void)err; /* every op ran, and reported, when it was recorded */
+    return CMF_OK;
+}
+
+void cmf_cpu_op_read(cmf_backend *b, float *dst, const float *src, size_t count) {
+    (void)b;
+    memcpy(dst, src, count * sizeof *dst);
+}
