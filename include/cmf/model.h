@@ -124,6 +124,33 @@ typedef struct cmf_batch {
 cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch,
                              float *logits_out, cmf_error *err);
 
+/* What one forward call computes and returns, beyond cmf_model_forward:
+ * a layer range (a pipeline stage: the residual stream in and out) and the
+ * residual stream after chosen layers (speculative drafters condition on
+ * them). All arrays are host memory, rows in batch order. */
+typedef struct cmf_forward_opts {
+    uint32_t layer_begin;     /* first layer to run */
+    uint32_t layer_end;       /* one past the last (0 = n_layer) */
+    const float *hidden_in;   /* [n_tokens][n_embd]: the residual stream entering
+                                 layer_begin; required when layer_begin > 0
+                                 (then the token ids are not embedded) */
+    float *hidden_out;        /* [n_tokens][n_embd] or NULL: the residual stream
+                                 after layer_end - 1 (before the final norm) */
+    const uint32_t *tap_layers; /* [n_taps] layers in [layer_begin, layer_end) */
+    uint32_t n_taps;
+    float *taps;              /* [n_taps][n_tokens][n_embd]: the residual stream
+                                 after each tapped layer */
+    float *logits;            /* as cmf_model_forward's logits_out; only with
+                                 layer_end == n_layer (else must be NULL) */
+} cmf_forward_opts;
+
+/* cmf_model_forward with options. K/V are written for the layers run only
+ * (a stage's cache holds its layers). Errors: those of cmf_model_forward;
+ * CMF_ERR_ARG for a bad range, missing hidden_in, taps outside the range,
+ * logits requested from a range that ends early. */
+cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch,
+                                const cmf_forward_opts *o, cmf_error *err);
+
 #ifdef __cplusplus
 }
 #endif

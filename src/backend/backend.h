@@ -166,6 +166,8 @@ typedef struct cmf_backend_ops {
     void (*begin)(cmf_backend *b);
     cmf_status (*submit)(cmf_backend *b, cmf_error *err);
     void (*read)(cmf_backend *b, float *dst, const float *src, size_t count);
+    /* Host -> backend buffer (a stage's incoming residual stream). */
+    void (*write)(cmf_backend *b, float *dst, const float *src, size_t count);
     /* Store K/V rows (float32 [n][kv_dim]) of token i at slot dst[i] of the
      * layer pools (element offset, in elements). */
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, bool f16, const float *k,

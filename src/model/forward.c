@@ -42,6 +42,9 @@ typedef struct fwd_buf {
     float *logits; /* [n_logits][n_vocab] logits before the read-back */
     uint32_t n_logits; /* rows allocated there */
     uint32_t *rows;    /* [n] the rows whose logits were asked for */
+    float *taps;       /* copies of the residual stream after tapped layers */
+    size_t n_taps;     /* rows allocated there */
+    uint32_t cap;      /* tokens this scratch holds */
     int32_t n_dec;      /* rows [0, n_dec) of this micro-batch are decode-class; -1 = by n */
     cmf_kv_view *views; /* [n] */
     size_t *slots;      /* [n] element offset of each token's K/V */
@@ -52,6 +55,7 @@ static void buf_free(cmf_backend *be, fwd_buf *b) {
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
         if (fl[i]) be->ops->release(be, fl[i]);
     if (b->logits) be->ops->release(be, b->logits);
+    if (b->taps) be->ops->release(be, b->taps);
     free(b->rows);
     free(b->views);
     free(b->slots);
@@ -65,6 +69,7 @@ static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_erro
     if (hp->n_ff_expert > ff) ff = hp->n_ff_expert;
     if (hp->n_ff_shared > ff) ff = hp->n_ff_shared;
     memset(b, 0, sizeof *b);
+    b->cap = n;
     b->x = be->ops->alloc(be, n * (size_t)hp->n_embd);
     b->xn = be->ops->alloc(be, n * (size_t)hp->n_embd);
     b->q = be->ops->alloc(be, n * qd);
@@ -256,8 +261,20 @@ static cmf_status check_batch(const cmf_kv_cache *kv, const cmf_batch *bt, uint3
     return CMF_OK;
 }
 
+/* The host arrays of a forward call for one micro-batch: rows [off, off+n)
+ * of the caller's hidden_in / hidden_out / taps. */
+typedef struct fwd_io {
+    uint32_t l0, l1;
+    const float *hidden_in;  /* [n][E] at row off, or NULL */
+    float *hidden_out;       /* [n][E] at row off, or NULL */
+    const uint32_t *tap_layers;
+    uint32_t n_taps;
+    float *taps;             /* [n_taps][n_total][E], or NULL */
+    uint32_t off, n_total;
+} fwd_io;
+
 static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *bt, fwd_buf *b,
-                                 float *logits_out, cmf_error *err) {
+                                 const fwd_io *io, float *logits_out, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
     cmf_backend *be = m->be;
     uint32_t n = bt->n_tokens, E = hp->n_embd;
@@ -265,13 +282,23 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     cmf_status st;
 
     be->ops->begin(be);
-    /* x = embed[tokens] · embedding_multiplier */
-    if ((st = be->ops->get_rows(be, m->tok_embd, bt->tokens, n, b->x, err))) return st;
-    if (hp->embd_mult != 1.0f) be->ops->softcap(be, b->x, nE, 0.0f, hp->embd_mult);
+    if (io->l0 == 0) { /* x = embed[tokens] · embedding_multiplier */
+        if ((st = be->ops->get_rows(be, m->tok_embd, bt->tokens, n, b->x, err))) return st;
+        if (hp->embd_mult != 1.0f) be->ops->softcap(be, b->x, nE, 0.0f, hp->embd_mult);
+    } else { /* a later pipeline stage: the residual stream comes in */
+        be->ops->write(be, b->x, io->hidden_in + (size_t)io->off * E, nE);
+    }
     for (uint32_t t = 0; t < n; t++)
         b->slots[t] = cmf_kv_slot(kv, bt->seq_id ? bt->seq_id[t] : 0, (uint32_t)bt->pos[t]);
+    if (io->n_taps && b->n_taps < io->n_taps * b->cap) { /* tap copies, grown on demand */
+        if (b->taps) be->ops->release(be, b->taps);
+        b->n_taps = 0;
+        if (!(b->taps = be->ops->alloc(be, (size_t)io->n_taps * b->cap * E)))
+            return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory for %u hidden-state taps", io->n_taps);
+        b->n_taps = io->n_taps * b->cap;
+    }
 
-    for (uint32_t il = 0; il < hp->n_layer; il++) {
+    for (uint32_t il = io->l0; il < io->l1; il++) {
         const cmf_layer *L = &m->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
         if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
@@ -290,6 +317,16 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
         be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+        for (uint32_t k = 0; k < io->n_taps; k++)
+            if (io->tap_layers[k] == il) be->ops->copy(be, b->taps + (size_t)k * nE, b->x, nE);
+    }
+    if (io->hidden_out || io->n_taps || io->l1 < hp->n_layer) { /* a stage's outputs */
+        if ((st = be->ops->submit(be, err))) return st;
+        if (io->hidden_out) be->ops->read(be, io->hidden_out + (size_t)io->off * E, b->x, nE);
+        for (uint32_t k = 0; k < io->n_taps; k++)
+            be->ops->read(be, io->taps + ((size_t)k * io->n_total + io->off) * E, b->taps + (size_t)k * nE, nE);
+        if (io->l1 < hp->n_layer) return CMF_OK;
+        be->ops->begin(be);
     }
 
     /* logits of the requested rows: norm(x)·Woutᵀ / logits_scaling, softcap */
@@ -321,10 +358,28 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     return CMF_OK;
 }
 
-cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch, float *logits_out,
-                             cmf_error *err) {
-    if (!m || !kv || !batch) return cmf_error_set(err, CMF_ERR_ARG, "forward: NULL argument");
+cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch,
+                                const cmf_forward_opts *o, cmf_error *err) {
+    if (!m || !kv || !batch || !o) return cmf_error_set(err, CMF_ERR_ARG, "forward: NULL argument");
     if (kv->model != m) return cmf_error_set(err, CMF_ERR_ARG, "forward: KV cache belongs to another model");
+    uint32_t L = m->hp.n_layer;
+    fwd_io io = {.l0 = o->layer_begin, .l1 = o->layer_end ? o->layer_end : L, .hidden_in = o->hidden_in,
+                 .hidden_out = o->hidden_out, .tap_layers = o->tap_layers, .n_taps = o->n_taps,
+                 .taps = o->taps, .n_total = batch->n_tokens};
+    if (io.l0 >= io.l1 || io.l1 > L)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: layer range [%u, %u) outside [0, %u)", io.l0, io.l1, L);
+    if (io.l0 > 0 && !io.hidden_in)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: layers from %u need hidden_in", io.l0);
+    if (io.l1 < L && o->logits)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: logits need the last layer (range ends at %u of %u)",
+                             io.l1, L);
+    if (io.n_taps && (!io.taps || !io.tap_layers))
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: %u taps without tap_layers/taps", io.n_taps);
+    for (uint32_t k = 0; k < io.n_taps; k++)
+        if (io.tap_layers[k] < io.l0 || io.tap_layers[k] >= io.l1)
+            return cmf_error_set(err, CMF_ERR_ARG, "forward: tap after layer %u outside the range [%u, %u)",
+                                 io.tap_layers[k], io.l0, io.l1);
+    float *logits_out = o->logits;
     uint32_t *old_len = malloc(2 * kv->n_seq * sizeof(uint32_t));
     if (!old_len) return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
     uint32_t *new_len = old_len + kv->n_seq;
@@ -355,7 +410,8 @@ cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *ba
         } else {
             b->n_dec = -1;
         }
-        st = forward_layers(m, kv, &sub, b, logits_out, err);
+        io.off = off;
+        st = forward_layers(m, kv, &sub, b, &io, logits_out, err);
         if (!st && logits_out) /* rows written by this micro-batch */
             for (uint32_t i = 0; i < cn; i++)
                 if (want ? want[i] != 0 : i == cn - 1) logits_out += m->hp.n_vocab;
@@ -365,4 +421,10 @@ cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *ba
         for (uint32_t s = 0; s < kv->n_seq; s++) cmf_kv_seq_truncate(kv, (int32_t)s, old_len[s], NULL);
     free(old_len);
     return st;
+}
+
+cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch, float *logits_out,
+                             cmf_error *err) {
+    cmf_forward_opts o = {.logits = logits_out};
+    return cmf_model_forward_ex(m, kv, batch, &o, err);
 }

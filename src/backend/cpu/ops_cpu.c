@@ -424,6 +424,7 @@ static const cmf_backend_ops cpu_ops = {
     .begin = cmf_cpu_op_begin,
     .submit = cmf_cpu_op_submit,
     .read = cmf_cpu_op_read,
+    .write = cmf_cpu_op_read, /* host memory both ways */
 };
 
 cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err) {
