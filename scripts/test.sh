@@ -25,7 +25,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 echo "== TSan build (engine and thread pool) =="
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_WERROR=ON -DCMF_TSAN=ON -DCMF_TESTS=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_engine test_cpu_pool
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CMF_TEST_QUICK=1 \
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CMF_TEST_QUICK=1 CMF_TEST_TSAN=1 \
   ctest --test-dir build-tsan --output-on-failure -R 'test_engine|test_cpu_pool'
 
 echo "== fuzzing (${CMF_FUZZ_SECONDS:-60} s per target) =="

@@ -327,14 +327,15 @@ cmf_status cmf_engine_add(cmf_engine *e, const cmf_seq_params *sp, uint64_t *id,
         return cmf_error_prefix(err, "engine: adding a sequence");
     }
     pthread_mutex_lock(&e->mu);
-    s->id = e->next_id++;
+    uint64_t my_id = s->id = e->next_id++;
     if (e->inbox_tail) e->inbox_tail->next = s;
     else e->inbox_head = s;
     e->inbox_tail = s;
     e->n_pending++;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    if (id) *id = s->id;
+    /* s belongs to the stepping thread now (it may already have ended) */
+    if (id) *id = my_id;
     return CMF_OK;
 }
 
