@@ -177,7 +177,7 @@ int cmd_logits(int argc, char **argv) {
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want, .skill = NULL};
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want};
     if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     if (write_npy_f32(cmd, outp, logits, n, info.n_vocab)) rc = CLI_EXIT_OK;
 done:

@@ -78,7 +78,7 @@ typedef struct cmf_seq_params {
     size_t n_eos;
     const char *const *stop_strings; /* copied; text stops before them */
     size_t n_stop;
-    uint64_t weight_set;    /* 0 = the backbone (skills later) */
+    uint64_t weight_set;    /* 0 = the backbone; a skill's from cmf_model_weight_set */
     bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
     cmf_seq_cb cb;          /* may be NULL */
     void *user;

@@ -68,6 +68,21 @@ typedef struct cmf_model_info {
 } cmf_model_info;
 void cmf_model_get_info(const cmf_model *m, cmf_model_info *info);
 
+/* ---- weight sets ------------------------------------------------------- */
+
+/* Weight sets: 0 is the backbone; a skill of the file (header.skills,
+ * docs/FORMAT.md §7) becomes weight set *ws the first time it is named
+ * here: its layer table is resolved then (skill.<id>.<name> where the
+ * skill has the tensor, else the backbone's), never per token. A batch
+ * names a weight set per token (cmf_batch.weight_set), so sequences with
+ * different skills share one forward. skill_id NULL or "" gives 0.
+ * Errors: CMF_ERR_NOT_FOUND (not in header.skills), CMF_ERR_FORMAT (a
+ * replacement of the wrong shape), CMF_ERR_NOMEM. Not while a forward of
+ * this model runs. */
+cmf_status cmf_model_weight_set(cmf_model *m, const char *skill_id, uint32_t *ws, cmf_error *err);
+/* Weight sets resolved so far (>= 1). */
+uint32_t cmf_model_n_weight_sets(const cmf_model *m);
+
 /* ---- KV cache ---------------------------------------------------------- */
 
 typedef enum cmf_kv_type { CMF_KV_F16 = 0, CMF_KV_F32 = 1 } cmf_kv_type;
@@ -99,9 +114,8 @@ typedef struct cmf_batch {
     const int32_t *seq_id;  /* [n_tokens] sequence of each token */
     const int8_t *logits;   /* [n_tokens] 1 = produce logits for this token;
                                NULL = only the last token of the batch */
-    const char *const *skill; /* [n_tokens] skill id per token (§7), NULL
-                                 entries or NULL array = backbone. Reserved:
-                                 the CPU engine requires NULL for now. */
+    const uint32_t *weight_set; /* [n_tokens] weight set of each token
+                                 (cmf_model_weight_set; NULL = all backbone) */
     /* Row classes (batch invariance): when row_classes is set, tokens
      * [0, n_decode) are computed with the numerics of a one-token decode
      * step and the rest with those of a prompt, each token's result

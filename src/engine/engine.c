@@ -79,6 +79,7 @@ struct cmf_engine {
     uint32_t n_free_slots;
     /* batch scratch */
     int32_t *b_tok, *b_pos, *b_seq;
+    uint32_t *b_ws;
     int8_t *b_logits;
     eseq **b_owner;           /* [n_seq_max] sequence of each chunk */
     uint32_t *b_off, *b_len;  /* its rows in the batch */
@@ -137,9 +138,9 @@ static cmf_status check_prompt(const cmf_engine *e, const cmf_seq_params *sp, cm
         return cmf_error_set(err, CMF_ERR_ARG, "engine: eos_ids is NULL but n_eos is %zu", sp->n_eos);
     if (sp->n_stop && !e->tok)
         return cmf_error_set(err, CMF_ERR_ARG, "engine: stop strings need a tokenizer (the engine has none)");
-    if (sp->weight_set != 0)
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "engine: weight set %llu: only the backbone (0) exists",
-                             (unsigned long long)sp->weight_set);
+    if (sp->weight_set >= cmf_model_n_weight_sets(e->model))
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: weight set %llu of %u (cmf_model_weight_set names skills)",
+                             (unsigned long long)sp->weight_set, cmf_model_n_weight_sets(e->model));
     return CMF_OK;
 }
 
@@ -247,12 +248,13 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     e->b_tok = malloc(n_batch * sizeof *e->b_tok);
     e->b_pos = malloc(n_batch * sizeof *e->b_pos);
     e->b_seq = malloc(n_batch * sizeof *e->b_seq);
+    e->b_ws = malloc(n_batch * sizeof *e->b_ws);
     e->b_logits = malloc(n_batch);
     e->b_owner = malloc(n_seq * sizeof *e->b_owner);
     e->b_off = malloc(n_seq * sizeof *e->b_off);
     e->b_len = malloc(n_seq * sizeof *e->b_len);
     e->logits = malloc((size_t)n_seq * info.n_vocab * sizeof *e->logits);
-    if (!e->free_slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_logits || !e->b_owner ||
+    if (!e->free_slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_ws || !e->b_logits || !e->b_owner ||
         !e->b_off || !e->b_len || !e->logits) {
         cmf_engine_free(e);
         return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (%u sequences, vocab %u)", n_seq,
@@ -285,6 +287,7 @@ void cmf_engine_free(cmf_engine *e) {
     free(e->b_tok);
     free(e->b_pos);
     free(e->b_seq);
+    free(e->b_ws);
     free(e->b_logits);
     free(e->b_owner);
     free(e->b_off);
@@ -592,6 +595,7 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
         e->b_tok[n + i] = s->tok[s->n_kv + i];
         e->b_pos[n + i] = (int32_t)(s->n_kv + i);
         e->b_seq[n + i] = s->slot;
+        e->b_ws[n + i] = (uint32_t)s->weight_set;
         e->b_logits[n + i] = 0;
     }
     if (end == s->n_tok) e->b_logits[n + len - 1] = 1; /* its next token is due */
@@ -602,17 +606,21 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
     return len;
 }
 
-/* Build the batch; returns its token count, *n_dec the decode-class rows. */
+/* Build the batch; returns its token count, *n_dec the decode-class rows.
+ * Decode-class chunks first, then prompt chunks; within each class the
+ * chunks of one weight set stay together (the forward runs each run of a
+ * weight set through the network once). */
 static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
-    uint32_t n = 0;
+    uint32_t n = 0, n_ws = cmf_model_n_weight_sets(e->model);
     *n_chunks = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < e->n_seqs && n < e->n_batch; i++) {
-            eseq *s = e->seqs[i];
-            if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok) continue;
-            if (s->dec[s->n_kv] != (pass == 0)) continue;
-            n += add_chunk(e, s, n, e->n_batch - n, n_chunks);
-        }
+        for (uint32_t ws = 0; ws < n_ws; ws++)
+            for (size_t i = 0; i < e->n_seqs && n < e->n_batch; i++) {
+                eseq *s = e->seqs[i];
+                if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok || s->weight_set != ws) continue;
+                if (s->dec[s->n_kv] != (pass == 0)) continue;
+                n += add_chunk(e, s, n, e->n_batch - n, n_chunks);
+            }
         if (pass == 0) *n_dec = n;
     }
     return n;
@@ -650,7 +658,8 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         n = build(e, &n_dec, &n_chunks);
         if (n == 0) break;
         cmf_batch b = {.n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq_id = e->b_seq,
-                       .logits = e->b_logits, .row_classes = true, .n_decode = n_dec};
+                       .logits = e->b_logits, .row_classes = true, .n_decode = n_dec,
+                       .weight_set = e->b_ws};
         cmf_error ferr;
         memset(&ferr, 0, sizeof ferr);
         st = cmf_model_forward(e->model, e->kv, &b, e->logits, &ferr);

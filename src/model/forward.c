@@ -134,10 +134,9 @@ static void add_bias(cmf_backend *be, float *y, const float *bias, uint32_t n, u
  *   att = softmax(q·kᵀ·scale [softcap], causal/sliding) · v   per head, GQA
  *   o = att·Woᵀ (+bo)
  */
-static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, const cmf_batch *bt,
-                                  fwd_buf *b, cmf_error *err) {
+static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, const cmf_layer *L,
+                                  const cmf_batch *bt, fwd_buf *b, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
-    const cmf_layer *L = &m->layers[il];
     cmf_backend *be = m->be;
     uint32_t n = bt->n_tokens, hd = hp->head_dim;
     uint32_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
@@ -251,8 +250,9 @@ static cmf_status check_batch(const cmf_kv_cache *kv, const cmf_batch *bt, uint3
             return cmf_error_set(err, CMF_ERR_ARG,
                                  "forward: batch token %u: pos %d, expected %u (next position of seq %d)",
                                  t, (int)bt->pos[t], new_len[s], (int)s);
-        if (bt->skill && bt->skill[t])
-            return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "forward: batch token %u: skills not supported by the CPU engine", t);
+        if (bt->weight_set && bt->weight_set[t] >= cmf_model_n_weight_sets(kv->model))
+            return cmf_error_set(err, CMF_ERR_ARG, "forward: batch token %u: weight set %u of %u", t,
+                                 bt->weight_set[t], cmf_model_n_weight_sets(kv->model));
         if (bt->tokens[t] < 0 || (uint32_t)bt->tokens[t] >= kv->model->tok_embd->shape[0])
             return cmf_error_set(err, CMF_ERR_ARG, "forward: batch token %u: id %d out of range [0, %llu)", t,
                                  (int)bt->tokens[t], (unsigned long long)kv->model->tok_embd->shape[0]);
@@ -264,6 +264,7 @@ static cmf_status check_batch(const cmf_kv_cache *kv, const cmf_batch *bt, uint3
 /* The host arrays of a forward call for one micro-batch: rows [off, off+n)
  * of the caller's hidden_in / hidden_out / taps. */
 typedef struct fwd_io {
+    const cmf_layer *layers; /* the weight set of these rows */
     uint32_t l0, l1;
     const float *hidden_in;  /* [n][E] at row off, or NULL */
     float *hidden_out;       /* [n][E] at row off, or NULL */
@@ -299,11 +300,11 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     }
 
     for (uint32_t il = io->l0; il < io->l1; il++) {
-        const cmf_layer *L = &m->layers[il];
+        const cmf_layer *L = &io->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
         if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
         else be->ops->copy(be, b->xn, b->x, nE);
-        if ((st = attention_block(m, kv, il, bt, b, err))) return cmf_error_prefix(err, "layer %u", il);
+        if ((st = attention_block(m, kv, il, L, bt, b, err))) return cmf_error_prefix(err, "layer %u", il);
         if (L->attn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->attn_post_norm, hp->norm_add_one, hp->norm_eps);
         be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
@@ -397,10 +398,17 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
     fwd_buf *b = NULL;
     int8_t *none = NULL;
     st = scratch_get(m, ub, &b, err);
-    if (!st && !batch->logits && n > ub && !(none = calloc(ub, 1)))
+    if (!st && !batch->logits && (n > ub || batch->weight_set) && !(none = calloc(ub, 1)))
         st = cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
-    for (uint32_t off = 0; !st && off < n; off += ub) {
-        uint32_t cn = n - off < ub ? n - off : ub;
+    /* Runs of tokens sharing a weight set, cut further into micro-batches:
+     * each goes through the network with its set's layers. The runs are
+     * independent (a token attends to its own sequence only, and every
+     * sequence's tokens share its weight set), so the result is the
+     * batch's. */
+    for (uint32_t off = 0; !st && off < n;) {
+        uint32_t ws = batch->weight_set ? batch->weight_set[off] : 0;
+        uint32_t cn = 1;
+        while (off + cn < n && cn < ub && (batch->weight_set ? batch->weight_set[off + cn] : 0) == ws) cn++;
         const int8_t *want = batch->logits ? batch->logits + off : (off + cn < n ? none : NULL);
         cmf_batch sub = {.n_tokens = cn, .tokens = batch->tokens + off, .pos = batch->pos + off,
                          .seq_id = batch->seq_id ? batch->seq_id + off : NULL, .logits = want};
@@ -411,10 +419,12 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
             b->n_dec = -1;
         }
         io.off = off;
+        io.layers = cmf_model_wset_layers(m, ws);
         st = forward_layers(m, kv, &sub, b, &io, logits_out, err);
         if (!st && logits_out) /* rows written by this micro-batch */
             for (uint32_t i = 0; i < cn; i++)
                 if (want ? want[i] != 0 : i == cn - 1) logits_out += m->hp.n_vocab;
+        off += cn;
     }
     free(none);
     if (st) /* leave the cache as it was */

@@ -55,10 +55,20 @@ typedef struct cmf_layer {
     const cmf_tensor *s_gate, *s_up, *s_down, *s_gate_inp; /* shared expert */
 } cmf_layer;
 
+/* A weight set (docs/ENGINE.md): a skill's layer table, resolved once when
+ * first named (cmf_model_weight_set); set 0 is the backbone (m->layers). */
+typedef struct cmf_wset {
+    char *id;            /* the skill id */
+    cmf_layer *layers;   /* [n_layer] */
+} cmf_wset;
+
 struct cmf_model {
     const cmf_file *file;
     cmf_hparams hp;
-    cmf_layer *layers;
+    cmf_layer *layers;           /* the backbone's (weight set 0) */
+    cmf_wset *wsets;             /* [n_wsets], [0] unused (the backbone) */
+    uint32_t n_wsets;            /* 0 or 1: the backbone only */
+    const char *resolving;       /* skill whose tensors lookups read (load only) */
     const cmf_tensor *tok_embd, *output;
     const float *out_norm;
     cmf_rope_table rope_global, rope_local;
@@ -74,6 +84,9 @@ struct cmf_model {
     struct fwd_buf *scratch;
     uint32_t scratch_n;
 };
+
+/* The layer table of weight set ws (the backbone for 0 or an unknown id). */
+const cmf_layer *cmf_model_wset_layers(const cmf_model *m, uint32_t ws);
 
 /* Release the forward scratch (forward.c); before the backend is freed. */
 void cmf_model_scratch_free(cmf_model *m);
