@@ -6,8 +6,9 @@
  *   - a cmf_batch holds tokens of one or more sequences, each token with
  *     its sequence id and its position in that sequence;
  *   - the KV cache is a pool of fixed-size pages shared by all sequences;
- *     a sequence owns a list of pages, grows by pages and is rolled back
- *     (speculative decoding, chat prefix reuse) by truncation;
+ *     a sequence holds a list of pages, grows by pages, is rolled back
+ *     (speculative decoding, chat prefix reuse) by truncation, and shares
+ *     pages with other sequences (fork, prefix cache) copy-on-write;
  *   - one cmf_model_forward call runs every token of the batch through the
  *     network at once (matrix-matrix for prefill, matrix-vector for a
  *     single decode token) and writes logits only where asked.
@@ -16,7 +17,7 @@
  * Thread-safety: a cmf_model may be shared by threads for reading, but a
  * forward call uses the model's thread pool and the model's activation
  * scratch: run one forward at a time per model. A cmf_kv_cache is used by
- * one forward at a time.
+ * one thread at a time (its forward included).
  * Memory: besides the mapped weights the model keeps that scratch between
  * calls, sized by the largest batch so far (at most 512 tokens per
  * micro-batch: about 45 MB for a 1.1 B llama, 100 MB for 8 B), until
@@ -83,27 +84,110 @@ cmf_status cmf_model_weight_set(cmf_model *m, const char *skill_id, uint32_t *ws
 /* Weight sets resolved so far (>= 1). */
 uint32_t cmf_model_n_weight_sets(const cmf_model *m);
 
-/* ---- KV cache ---------------------------------------------------------- */
+/* ---- KV cache ----------------------------------------------------------
+ *
+ * A pool of n_pages pages of page_size token positions each, for every
+ * layer's K and V. A sequence is a page table (page ids in position order)
+ * and a length; pages are reference-counted and may be shared by several
+ * sequences (cmf_kv_seq_fork, cmf_kv_prefix_attach). A shared page is never
+ * written: the forward that is about to write into it first copies it to a
+ * fresh page for the writer (copy on write).
+ *
+ * Prefix cache (optional, cmf_kv_params.prefix_cache; the scheme of vLLM's
+ * automatic prefix caching): a full page can be registered under the
+ * tokens of the whole prefix it ends (cmf_kv_prefix_publish); a new
+ * sequence whose tokens start with the same prefix then attaches those
+ * pages instead of recomputing them (cmf_kv_prefix_attach). Registered
+ * pages that no sequence references stay cached until the pool needs
+ * them; the least recently used is evicted first.
+ *
+ * Every page is in exactly one state: free, cached (no reference,
+ * registered, evictable) or used (referenced by >= 1 sequence).
+ * Thread-safety: a cache is used by one thread at a time (the calls below
+ * and cmf_model_forward on it are not synchronised); distinct caches are
+ * independent. */
 
-typedef enum cmf_kv_type { CMF_KV_F16 = 0, CMF_KV_F32 = 1 } cmf_kv_type;
+typedef enum cmf_kv_type {
+    CMF_KV_F16 = 0, /* IEEE half elements (default) */
+    CMF_KV_F32 = 1, /* float32 elements */
+    /* int8 elements q with one float32 scale s per (token, layer, K or V)
+     * row of kv_dim = n_head_kv·head_dim values: s = max|x| / 127,
+     * q = round(x / s), x ~ s·q (about 1/4 of the memory of f32) */
+    CMF_KV_Q8 = 2,
+} cmf_kv_type;
 
 typedef struct cmf_kv_params {
     uint32_t n_ctx;      /* total token slots over all sequences */
     uint32_t n_seq_max;  /* sequence ids are 0 .. n_seq_max-1 (0 -> 1) */
     uint32_t page_size;  /* tokens per page (0 -> 16) */
     cmf_kv_type type;
+    bool prefix_cache;   /* keep published pages findable (default off) */
 } cmf_kv_params;
 
+/* Create a cache for model m: ceil(n_ctx / page_size) pages, all free (the
+ * capacity is rounded up to whole pages). Memory: n_layer · 2 ·
+ * n_pages·page_size · kv_dim elements (q8: kv_dim + 4 bytes per row).
+ * Errors: CMF_ERR_ARG (n_ctx 0, unknown type), CMF_ERR_NOMEM. */
 cmf_status cmf_kv_create(const cmf_model *m, const cmf_kv_params *p, cmf_kv_cache **out,
                          cmf_error *err);
 void cmf_kv_free(cmf_kv_cache *kv);
-/* Tokens currently cached for seq (the next position to write). */
+/* Tokens currently cached for seq (the next position to write); 0 for a
+ * seq out of range. */
 uint32_t cmf_kv_seq_len(const cmf_kv_cache *kv, int32_t seq);
-/* Drop positions >= len of seq, freeing whole pages (rollback). */
+/* Drop positions >= len of seq (rollback): the page table loses the whole
+ * pages past len, each losing one reference (a page no sequence references
+ * becomes free, or cached when it is registered). No-op when len >=
+ * cmf_kv_seq_len. Errors: CMF_ERR_ARG (seq out of range). */
 cmf_status cmf_kv_seq_truncate(cmf_kv_cache *kv, int32_t seq, uint32_t len, cmf_error *err);
-/* Token slots still free in the shared page pool. */
+/* cmf_kv_seq_truncate(kv, seq, 0): release every page of seq.
+ * Errors: CMF_ERR_ARG (seq out of range; no message). */
+cmf_status cmf_kv_seq_free(cmf_kv_cache *kv, int32_t seq);
+/* Make dst hold the first n positions of src by sharing src's pages (one
+ * more reference each, the partial last page included); nothing is copied
+ * now: the first write into a shared page copies it (copy on write, at the
+ * next cmf_model_forward, which then needs that page from the pool).
+ * Errors: CMF_ERR_ARG (src or dst out of range, src == dst, dst not
+ * empty, n > cmf_kv_seq_len(src)); nothing changes then. */
+cmf_status cmf_kv_seq_fork(cmf_kv_cache *kv, int32_t src, int32_t dst, uint32_t n, cmf_error *err);
+/* Token slots a forward can still get: (free + cached pages) · page_size
+ * (cached pages are evicted on demand). */
 uint32_t cmf_kv_free_slots(const cmf_kv_cache *kv);
 uint32_t cmf_kv_n_ctx(const cmf_kv_cache *kv);
+
+/* Prefix cache. tokens[0..n) are the token ids of positions 0..n-1 of seq
+ * (n <= cmf_kv_seq_len(seq), larger n is clamped); weight_set names the
+ * weights that computed the K/V (pages of different weight sets never
+ * match). A page is keyed by the chain (key of the page before it, its
+ * page_size tokens, weight_set); its tokens and predecessor are stored and
+ * compared on lookup, so a hash collision never yields foreign K/V.
+ *
+ * publish: register every full page of positions [0, n) of seq not yet
+ * registered (idempotent; valid right after the forward that wrote them,
+ * since a page's K/V depend only on its prefix). Stops at the first page
+ * already registered with other tokens or another weight_set. No-op when
+ * the cache has no prefix cache, seq is out of range or tokens is NULL. */
+void cmf_kv_prefix_publish(cmf_kv_cache *kv, int32_t seq, const int32_t *tokens, uint32_t n,
+                           uint64_t weight_set);
+/* attach: seq must be empty; finds the longest chain of registered pages
+ * matching the whole pages of tokens[0..n), gives them to seq (one more
+ * reference each) and sets its length to pages · page_size, which it
+ * returns (0: nothing matched, no prefix cache, seq out of range or not
+ * empty). Keep at least the last token out of n when its logits are needed
+ * (pass n - 1): the returned length is then < the prompt length. */
+uint32_t cmf_kv_prefix_attach(cmf_kv_cache *kv, int32_t seq, const int32_t *tokens, uint32_t n,
+                              uint64_t weight_set);
+
+/* Counters of a cache (pages; n_free + n_cached + n_used = n_pages). */
+typedef struct cmf_kv_stats {
+    uint32_t n_pages, page_size;
+    uint32_t n_free;          /* on the free list */
+    uint32_t n_cached;        /* registered, unreferenced (evictable) */
+    uint32_t n_used;          /* referenced by >= 1 sequence */
+    uint64_t prefix_hits;     /* pages attached by cmf_kv_prefix_attach */
+    uint64_t prefix_queries;  /* full pages asked for by cmf_kv_prefix_attach */
+    uint64_t evictions;       /* cached pages reused for new data */
+} cmf_kv_stats;
+void cmf_kv_get_stats(const cmf_kv_cache *kv, cmf_kv_stats *st);
 
 /* ---- forward ----------------------------------------------------------- */
 
@@ -134,7 +218,9 @@ typedef struct cmf_batch {
  * token attends causally to its own sequence only.
  * logits_out: float32 [n_out, n_vocab], rows in batch order of the tokens
  * with logits requested. Errors: CMF_ERR_ARG (bad batch),
- * CMF_ERR_CONTEXT_FULL (no free KV pages: nothing is written), CMF_ERR_NOMEM. */
+ * CMF_ERR_CONTEXT_FULL (not enough free or cached KV pages for the new
+ * positions and the copies of shared pages they write into: nothing is
+ * written, the cache is unchanged), CMF_ERR_NOMEM. */
 cmf_status cmf_model_forward(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch,
                              float *logits_out, cmf_error *err);
 

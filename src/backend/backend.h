@@ -25,6 +25,7 @@
 #define CMF_BACKEND_H
 
 #include "cmf/format.h"
+#include "cmf/model.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,16 +40,28 @@ typedef struct cmf_rope {
     float attn_factor;     /* cos/sin multiplier (yarn), 1 otherwise */
 } cmf_rope;
 
+/* Element layout of a KV pool row (the K or V of one position, all KV
+ * heads): kv_dim elements of the cache type; CMF_KV_Q8 rows are kv_dim
+ * int8 followed by their float32 scale (4 bytes, unaligned), so a row is
+ * kv_dim + 4 one-byte elements. Offsets and strides count elements. */
+#define CMF_KV_Q8_SCALE_BYTES 4
+static inline size_t cmf_kv_elem_size(cmf_kv_type t) {
+    return t == CMF_KV_F32 ? 4 : t == CMF_KV_Q8 ? 1 : 2;
+}
+static inline uint32_t cmf_kv_row_elems(cmf_kv_type t, uint32_t kv_dim) {
+    return t == CMF_KV_Q8 ? kv_dim + CMF_KV_Q8_SCALE_BYTES : kv_dim;
+}
+
 /* One token's view of the paged KV cache for one layer: the keys/values of
- * positions 0 .. n_kv-1 of its sequence live in pages; position p is slot
+ * positions 0 .. n_kv-1 of its sequence live in pages; position p is row
  * p % page_size of page pages[p / page_size]. */
 typedef struct cmf_kv_view {
-    const void *k_base;    /* layer's K pool: [n_pages][page_size][kv_dim] */
+    const void *k_base;    /* layer's K pool: [n_pages][page_size][row] */
     const void *v_base;    /* layer's V pool, same layout */
     const uint32_t *pages; /* page table of the sequence */
     uint32_t page_size;
     uint32_t page_stride;  /* elements between consecutive pages */
-    bool f16;              /* element type: IEEE half, else float32 */
+    cmf_kv_type type;      /* element type (row = cmf_kv_row_elems) */
 } cmf_kv_view;
 
 /* Attention over the KV cache for a batch (one layer).
@@ -168,9 +181,10 @@ typedef struct cmf_backend_ops {
     void (*read)(cmf_backend *b, float *dst, const float *src, size_t count);
     /* Host -> backend buffer (a stage's incoming residual stream). */
     void (*write)(cmf_backend *b, float *dst, const float *src, size_t count);
-    /* Store K/V rows (float32 [n][kv_dim]) of token i at slot dst[i] of the
-     * layer pools (element offset, in elements). */
-    void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, bool f16, const float *k,
+    /* Store K/V rows (float32 [n][kv_dim], stride ld) of token i at row
+     * dst[i] of the layer pools (offset in elements of `type`), converted
+     * to the type (q8: scale = max|x| / 127, round to nearest). */
+    void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
 } cmf_backend_ops;
 

@@ -167,8 +167,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     }
 
     /* K/V into the cache, then attention reads everything from the cache */
-    bool f16 = kv->type == CMF_KV_F16;
-    be->ops->kv_store(be, kv->k[il], kv->v[il], f16, b->k, b->v, kvd, n, kvd, b->slots);
+    be->ops->kv_store(be, kv->k[il], kv->v[il], kv->type, b->k, b->v, kvd, n, kvd, b->slots);
     for (uint32_t t = 0; t < n; t++) {
         cmf_kv_view *v = &b->views[t];
         v->k_base = kv->k[il];
@@ -176,7 +175,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         v->pages = kv->seq_pages[bt->seq_id ? bt->seq_id[t] : 0];
         v->page_size = kv->page_size;
         v->page_stride = (uint32_t)kv->page_stride;
-        v->f16 = f16;
+        v->type = kv->type;
     }
     cmf_attn_args a = {
         .n_tok = n, .n_head = hp->n_head, .n_kv_head = hp->n_head_kv, .head_dim = hd,

@@ -1,8 +1,8 @@
 /*
  * model_internal.h — the structures shared by the files of src/model/:
  * hyperparameters read from header.arch (model_load.c), the per-layer
- * weights chosen by tensor presence, the paged KV cache (kv_cache.c) and
- * the forward pass (forward.c). Not a public header.
+ * weights chosen by tensor presence, the paged KV cache (kv_cache.c,
+ * kv_prefix.c) and the forward pass (forward.c). Not a public header.
  */
 #ifndef CMF_MODEL_INTERNAL_H
 #define CMF_MODEL_INTERNAL_H
@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cmf/model.h"
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -91,26 +92,90 @@ const cmf_layer *cmf_model_wset_layers(const cmf_model *m, uint32_t ws);
 /* Release the forward scratch (forward.c); before the backend is freed. */
 void cmf_model_scratch_free(cmf_model *m);
 
+/* No page / no link (page ids are < n_pages). */
+#define CMF_KV_NONE UINT32_MAX
+
+/* Metadata of one KV page. State (exactly one, checked by cmf_kv_check):
+ *   used:   ref > 0;
+ *   cached: ref == 0 and registered: on the LRU list, findable, evictable;
+ *   free:   ref == 0 and not registered: on the free stack.
+ * A registered page is full and its contents never change (a write into
+ * it copies it first, or unregisters it when no one else holds it). */
+typedef struct cmf_kv_page {
+    uint32_t ref;             /* page-table entries that hold this page */
+    uint32_t lru_prev, lru_next; /* LRU links while cached (older / younger) */
+    uint32_t hnext;           /* next page of its hash bucket while registered */
+    bool registered;          /* in the prefix table (kv_prefix.c) */
+    uint64_t hash;            /* chain hash: (parent's hash, tokens, weight set) */
+    uint64_t serial;          /* unique per registration, > 0 (never reused) */
+    uint64_t parent_serial;   /* serial of the page before it; 0 = first page */
+    uint64_t weight_set;
+} cmf_kv_page;
+
 struct cmf_kv_cache {
     const cmf_model *model;
     cmf_kv_type type;
     uint32_t n_ctx, page_size, n_pages, n_seq;
     uint32_t kv_dim;             /* n_head_kv · head_dim */
-    size_t page_stride;          /* elements per page per layer */
+    uint32_t row;                /* elements per position row (cmf_kv_row_elems) */
+    size_t elem_size;            /* bytes per element (cmf_kv_elem_size) */
+    size_t page_stride;          /* elements per page per layer: page_size · row */
     void **k, **v;               /* [n_layer] pools of n_pages·page_stride */
+    cmf_kv_page *pages;          /* [n_pages] */
     uint32_t *free_pages;        /* stack of free page ids */
     uint32_t n_free;
+    uint32_t lru_old, lru_young; /* cached pages, oldest (evicted first) .. youngest */
+    uint32_t n_cached;
     uint32_t **seq_pages;        /* [n_seq][n_pages] page tables */
     uint32_t *seq_len;           /* [n_seq] */
+    uint32_t *scratch;           /* [2·n_pages] zeroed work space (reserve, check) */
+    /* prefix cache (kv_prefix.c); all NULL/0 when off */
+    bool prefix_cache;
+    int32_t *page_tokens;        /* [n_pages][page_size] tokens of registered pages */
+    uint32_t *buckets;           /* [n_buckets] first page of each hash chain */
+    uint32_t n_buckets;          /* power of two >= n_pages */
+    uint64_t next_serial;
+    uint64_t hash_mask;          /* applied to every chain hash: ~0; tests set 0
+                                    so that all hashes collide */
+    uint64_t prefix_hits, prefix_queries, evictions;
 };
 
 /* RoPE tables from header.arch (rope.c). */
 cmf_status cmf_model_rope_init(cmf_model *m, const struct cJSON *arch, cmf_error *err);
 
 /* KV cache helpers for the forward pass (kv_cache.c). */
-/* Make room for positions [seq_len, new_len) of seq; all or nothing. */
+/* Make room for positions [seq_len, new_len[s]) of every seq s (new_len
+ * [n_seq]; entries <= seq_len are left alone) and set the lengths: new
+ * pages from the free stack, else by evicting the oldest cached page; the
+ * page a seq writes into first is copied when shared (ref > 1) or
+ * unregistered when registered and held by it alone. All or nothing:
+ * CMF_ERR_CONTEXT_FULL (pages and copies counted first) changes nothing. */
 cmf_status cmf_kv_reserve(cmf_kv_cache *kv, const uint32_t *new_len, cmf_error *err);
-/* Element offset of position p of seq inside a layer pool. */
+/* Element offset of position p of seq inside a layer pool (p < its len). */
 size_t cmf_kv_slot(const cmf_kv_cache *kv, int32_t seq, uint32_t p);
+/* Check every invariant of the page machinery: each page's ref equals the
+ * page-table entries holding it, a table holds a page once, each page is
+ * in exactly one of free / cached / used, cached pages are registered and
+ * on the LRU list in order, registered pages are in their hash chain and
+ * the counts add up. O(n_pages + table entries). CMF_ERR_INTERNAL naming
+ * the first broken one; CMF_OK otherwise. For tests and debug builds
+ * (CMF_KV_DEBUG_CHECK after every mutating call when !NDEBUG). */
+cmf_status cmf_kv_check(cmf_kv_cache *kv, cmf_error *err);
+#ifdef NDEBUG
+#define CMF_KV_DEBUG_CHECK(kv) ((void)0)
+#else
+#define CMF_KV_DEBUG_CHECK(kv) assert(cmf_kv_check((kv), NULL) == CMF_OK)
+#endif
+
+/* Prefix-cache internals (kv_prefix.c, used by kv_cache.c). */
+/* Allocate the table when p->prefix_cache (n_pages must be set). */
+cmf_status cmf_kv_prefix_init(cmf_kv_cache *kv, cmf_error *err);
+/* Remove a registered page from its hash chain (registered = false). */
+void cmf_kv_prefix_unregister(cmf_kv_cache *kv, uint32_t page);
+/* Whether a registered page is in the chain of its hash (for the check). */
+bool cmf_kv_prefix_findable(const cmf_kv_cache *kv, uint32_t page);
+/* One more page-table entry holds the page (a cached one becomes used;
+ * kv_cache.c). */
+void cmf_kv_page_ref(cmf_kv_cache *kv, uint32_t page);
 
 #endif /* CMF_MODEL_INTERNAL_H */

@@ -1,7 +1,7 @@
 /*
  * ops_cpu.c — the CPU backend's implementation of the cmf_backend vtable
  * (src/backend/backend.h): RMSNorm, RoPE, attention over the paged KV cache
- * (f16/f32), softmax, GLU activations, softcapping and the residual adds,
+ * (f16/f32/q8), softmax, GLU activations, softcapping and the residual adds,
  * with matrix products delegated to the matmul kernels of cpu.h.
  *
  * Work is spread over the persistent thread pool of cpu.h: row-wise ops are
@@ -166,22 +166,30 @@ typedef struct {
     uint32_t max_span;     /* longest key range of one tile (union of its tokens') */
 } attn_ctx;
 
-static inline const void *kv_row(const cmf_kv_view *v, const void *base, uint32_t p, uint32_t kv_dim,
-                                 uint32_t off) {
-    size_t e = (size_t)v->pages[p / v->page_size] * v->page_stride +
-               (size_t)(p % v->page_size) * kv_dim + off;
-    return v->f16 ? (const void *)((const uint16_t *)base + e) : (const void *)((const float *)base + e);
+/* Start of the row of position p (every KV head) in a layer pool. */
+static inline const uint8_t *kv_row(const cmf_kv_view *v, const void *base, uint32_t p, uint32_t row) {
+    size_t e = (size_t)v->pages[p / v->page_size] * v->page_stride + (size_t)(p % v->page_size) * row;
+    return (const uint8_t *)base + e * cmf_kv_elem_size(v->type);
 }
 
 /* K or V rows [p0, p0 + nb) of KV head offset `off` as float32 rows of d
- * into buf [nb][d] (converted from f16 or copied: pages are not contiguous). */
+ * into buf [nb][d] (converted from f16, dequantized from q8 as scale·q, or
+ * copied: pages are not contiguous). */
 static inline const float *kv_block(const cmf_cpu_vec *vec, const cmf_kv_view *v, const void *base,
                                     uint32_t p0, uint32_t nb, uint32_t kv_dim, uint32_t off, uint32_t d,
                                     float *buf) {
+    uint32_t row = cmf_kv_row_elems(v->type, kv_dim);
     for (uint32_t i = 0; i < nb; i++) {
-        const void *src = kv_row(v, base, p0 + i, kv_dim, off);
-        if (v->f16) vec->f16_to_f32(buf + (size_t)i * d, src, d);
-        else memcpy(buf + (size_t)i * d, src, (size_t)d * sizeof(float));
+        const uint8_t *r = kv_row(v, base, p0 + i, row);
+        float *dst = buf + (size_t)i * d;
+        if (v->type == CMF_KV_F16) vec->f16_to_f32(dst, (const uint16_t *)r + off, d);
+        else if (v->type == CMF_KV_F32) memcpy(dst, (const float *)r + off, (size_t)d * sizeof(float));
+        else {
+            float s;
+            memcpy(&s, r + kv_dim, sizeof s);
+            const int8_t *q = (const int8_t *)r + off;
+            for (uint32_t j = 0; j < d; j++) dst[j] = s * (float)q[j];
+        }
     }
     return buf;
 }
@@ -266,7 +274,7 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
 
 static bool same_view(const cmf_kv_view *x, const cmf_kv_view *y) {
     return x->pages == y->pages && x->k_base == y->k_base && x->v_base == y->v_base &&
-           x->page_size == y->page_size && x->page_stride == y->page_stride && x->f16 == y->f16;
+           x->page_size == y->page_size && x->page_stride == y->page_stride && x->type == y->type;
 }
 
 static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
@@ -374,20 +382,36 @@ static void cpu_softcap(cmf_backend *b, float *x, size_t count, float c, float s
         for (size_t i = 0; i < count; i++) x[i] *= s;
 }
 
-static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, bool f16, const float *k,
+/* One row of kv_dim values as int8 q and its scale s = max|x| / 127 (row
+ * of cmf_kv_row_elems bytes): q = round(x / s), clamped to [-127, 127]
+ * (also keeps NaN/inf from undefined conversions). */
+static void q8_row(uint8_t *dst, const float *x, uint32_t kv_dim) {
+    float amax = 0.0f;
+    for (uint32_t j = 0; j < kv_dim; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float s = amax / 127.0f;
+    int8_t *q = (int8_t *)dst;
+    for (uint32_t j = 0; j < kv_dim; j++)
+        q[j] = s > 0.0f ? (int8_t)fminf(fmaxf(roundf(x[j] / s), -127.0f), 127.0f) : 0;
+    memcpy(dst + kv_dim, &s, sizeof s);
+}
+
+static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                          const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
     (void)b;
     for (uint32_t i = 0; i < n; i++) {
         const float *kr = k + (size_t)i * ld, *vr = v + (size_t)i * ld;
-        if (f16) {
+        if (type == CMF_KV_F16) {
             uint16_t *kd = (uint16_t *)k_base + dst[i], *vd = (uint16_t *)v_base + dst[i];
             for (uint32_t j = 0; j < kv_dim; j++) {
                 kd[j] = cmf_f32_to_f16(kr[j]);
                 vd[j] = cmf_f32_to_f16(vr[j]);
             }
-        } else {
+        } else if (type == CMF_KV_F32) {
             memcpy((float *)k_base + dst[i], kr, kv_dim * sizeof(float));
             memcpy((float *)v_base + dst[i], vr, kv_dim * sizeof(float));
+        } else {
+            q8_row((uint8_t *)k_base + dst[i], kr, kv_dim);
+            q8_row((uint8_t *)v_base + dst[i], vr, kv_dim);
         }
     }
 }
