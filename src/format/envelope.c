@@ -8,8 +8,10 @@
 #include "format_internal.h"
 #include <dirent.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static const uint8_t cmf_magic[4] = {0x43, 0x4D, 0x46, 0x01};
 
@@ -194,4 +196,14 @@ char *cmf_shard_first_path(const char *path) {
     }
     closedir(d);
     return first;
+}
+
+char *cmf_shard_resolve(const char *path) {
+    uint32_t no, count;
+    size_t sl;
+    struct stat st;
+    if (cmf_shard_name_parse(path, &no, &count, &sl) || stat(path, &st) == 0 || errno != ENOENT)
+        return strdup(path);
+    char *first = cmf_shard_first_path(path);
+    return first ? first : strdup(path);
 }
