@@ -95,7 +95,8 @@ static const char convert_usage[] =
     "                     q4t (q4_tiled), q4tp. 1-D and small tensors stay f16 (f32 with\n"
     "                     --quant f32); q4* matrices whose input width is not a multiple\n"
     "                     of 32 use q8_row.\n"
-    "  --shard-max-gb N   split the weights into shards of at most N GB\n"
+    "  --shard-max-gb N   split the weights into shards of at most N GB (OUT x.cmf is written\n"
+    "                     as x-00001-of-0000K.cmf, ...); every command opens the set as OUT\n"
     "  --no-progress      no progress bar (it is shown only on a terminal anyway)\n";
 
 int cmd_convert(int argc, char **argv) {
