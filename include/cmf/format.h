@@ -2,9 +2,9 @@
  * cmf/format.h — the CMF v2 container: open (mmap, zero-copy tensor views),
  * write (streaming), append, verify, sign; dtype codecs and hash64.
  *
- * Normative spec: shared/docs/CMF_FORMAT.md (section numbers below refer to
- * it). Shapes are PyTorch order: shape[0] is the output (row) dimension of a
- * matrix, shape[ndim-1] the input (contiguous) dimension.
+ * The format: docs/FORMAT.md (section numbers below refer to it). Shapes
+ * are PyTorch order: shape[0] is the output (row) dimension of a matrix,
+ * shape[ndim-1] the input (contiguous) dimension.
  *
  * Thread-safety: an open cmf_file is immutable and may be read from any
  * number of threads. A cmf_writer belongs to one thread.

@@ -1,5 +1,5 @@
 /*
- * test_badinput.c — the bad-input corpus (spec §1 "a reader must fail"),
+ * test_badinput.c — the bad-input corpus (spec §1: what open refuses),
  * generated from a valid file written by our writer: truncation at every
  * section boundary and offsets in between, wrong magic/version, unknown
  * feature bits, sections past EOF, misaligned blob, absurd counts and
