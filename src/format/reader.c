@@ -278,12 +278,13 @@ cmf_status cmf_file_open(const char *given, cmf_file **out, cmf_error *err) {
     if (!given || !out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_file_open: NULL argument");
     *out = NULL;
     cmf_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = cmf_shard_resolve(given))) {
+    if (!f) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", given);
+    cmf_status st = cmf_shard_resolve(given, &f->path, err);
+    if (st) {
         free(f);
-        return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", given);
+        return st;
     }
     const char *path = f->path; /* given, or the first shard of the set written to it */
-    cmf_status st = CMF_OK;
     uint32_t no = 0, count = 1;
     size_t stem_len = 0;
     bool sharded = cmf_shard_name_parse(path, &no, &count, &stem_len);

@@ -221,9 +221,10 @@ cmf_status cmf_verify_signature(const char *path, const char *trusted, bool *ok,
     uint8_t want[32], signer[32];
     bool present, valid;
     char m[256];
-    char *rp = cmf_shard_resolve(path); /* as cmf_verify: a sharded write's path means its first shard */
-    if (!rp) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
-    cmf_status st = trusted_key(trusted, want, err);
+    char *rp; /* as cmf_verify: a sharded write's path means its first shard */
+    cmf_status st = cmf_shard_resolve(path, &rp, err);
+    if (st) return st;
+    st = trusted_key(trusted, want, err);
     if (!st) st = cmf_signature_check(rp, &present, &valid, m, sizeof m, signer, err);
     if (!st && !present) snprintf(msg, msgcap, "%s.sig is missing (a trusted key was required)", rp);
     else if (!st && !valid) snprintf(msg, msgcap, "%s.sig: %s", rp, m);

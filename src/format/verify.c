@@ -155,10 +155,10 @@ static bool verify_shard_raw(const char *path, cmf_verify_report *r) {
 cmf_status cmf_verify(const char *given, cmf_verify_report *report, cmf_error *err) {
     if (!given || !report) return cmf_error_set(err, CMF_ERR_ARG, "cmf_verify: NULL argument");
     memset(report, 0, sizeof *report);
-    char *path = cmf_shard_resolve(given); /* given, or the first shard of the set written to it */
-    if (!path) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", given);
+    char *path; /* given, or the first shard of the set written to it */
+    cmf_status st = cmf_shard_resolve(given, &path, err);
+    if (st) return st;
     struct stat pst;
-    cmf_status st = CMF_OK;
     if (access(path, R_OK) != 0 || stat(path, &pst) != 0)
         st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     else if (S_ISDIR(pst.st_mode))

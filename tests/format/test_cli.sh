@@ -122,6 +122,11 @@ if [ -n "$S2" ]; then
     expect 0 "$CMF" info "$T/sh.cmf"; contains "tensors:       4"; contains "shards:        $NS"
     contains "sh-00001-of-"; contains "tokenizer:     present"
     expect 0 "$CMF" verify "$T/sh.cmf"; contains "OK (4 tensors"
+    # ... unless stale shards of another write make the stem ambiguous
+    cp "$T/$S2" "$T/sh-00001-of-00099.cmf"
+    expect 1 "$CMF" info "$T/sh.cmf"; contains "2 shard sets were written to it"
+    expect 1 "$CMF" verify "$T/sh.cmf"; contains "2 shard sets were written to it"
+    rm -f "$T/sh-00001-of-00099.cmf"
     S1=${S2/00002-of/00001-of}
     mv "$T/$S1" "$T/moved"
     expect 1 "$CMF" info "$T/$S2"; contains "shard 1"
