@@ -86,9 +86,10 @@ typedef struct cmf_file cmf_file;
 /* Open a CMF v2 file (or the whole shard set when path names a shard
  * "x-0000K-of-0000N.cmf", or is the path a sharded write was given and
  * does not exist itself: "x.cmf" opens the set "x-00001-of-0000N.cmf"
- * that cmf_shard_first_path finds). Validates the envelope, feature bits, section
- * bounds and every directory record (§1, §3); parses the header JSON; mmaps
- * the file without touching weight pages. Errors name the file and field:
+ * that cmf_shard_first_path finds; CMF_ERR_IO when several sets match).
+ * Validates the envelope, feature bits, section bounds and every directory
+ * record (§1, §3); parses the header JSON; mmaps the file without touching
+ * weight pages. Errors name the file and field:
  * CMF_ERR_IO, CMF_ERR_FORMAT, CMF_ERR_UNSUPPORTED, CMF_ERR_NOMEM. */
 cmf_status cmf_file_open(const char *path, cmf_file **out, cmf_error *err);
 void cmf_file_close(cmf_file *f);
