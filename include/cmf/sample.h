@@ -78,8 +78,8 @@ int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *pro
 void cmf_sampler_accept(cmf_sampler *s, int32_t token);
 void cmf_sampler_reset(cmf_sampler *s);
 /* The distribution cmf_sampler_sample would draw from for these logits,
- * without drawing: the tokens that survive steps 1-5, best first, with
- * their logit after penalties and temperature and their probability.
+ * without drawing: the tokens that survive steps 0-5, best first, with
+ * their logit after bias, penalties and temperature and their probability.
  * Writes min(cap, count) entries (any output array may be NULL) and
  * returns the count. Greedy: the argmax alone, probability 1. */
 size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, int32_t *ids,

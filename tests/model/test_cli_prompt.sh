@@ -31,7 +31,7 @@ expect() { # expect RC PATTERN -- command...
         echo "FAIL: '$*' rc=$rc (want $want), output lacks '$pat':"; cat "$tmp/out" "$tmp/err"; fail=1
     fi
 }
-run() { "$cmf" run "$D" --greedy -n 12 -t 1 "$@" 2>/dev/null; }
+run() { "$cmf" run "$D" --greedy -n 3 -t 1 "$@" 2>/dev/null; }
 
 # run: -p TEXT, -f FILE, -p - give the same text
 run -p "Once upon a time" </dev/null >"$tmp/p.txt"
@@ -72,7 +72,7 @@ cmp -s "$tmp/t_raw" "$tmp/t_e" && { echo "FAIL: without -e the backslashes must 
 expect 2 "exactly one" -- "$cmf" tokenize "$D" -p a -f "$tmp/esc.txt"
 
 # chat: the first message from -p, -f, stdin; -sysf; -e on -p and typed lines
-chat() { "$cmf" chat "$D" --greedy -n 12 -t 1 "$@" 2>/dev/null; }
+chat() { "$cmf" chat "$D" --greedy -n 2 -t 1 "$@" 2>/dev/null; }
 printf 'Hello\n' | chat >"$tmp/c_typed.txt"
 [ -s "$tmp/c_typed.txt" ] || { echo "FAIL: chat printed nothing"; fail=1; }
 chat -p Hello </dev/null >"$tmp/c_p.txt"; same "chat -p" "$tmp/c_typed.txt" "$tmp/c_p.txt"

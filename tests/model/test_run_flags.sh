@@ -30,21 +30,21 @@ expect() { # expect RC PATTERN -- command...
 py() { /usr/bin/python3 -c "$@"; }
 ok() { echo "ok: $1"; }
 
-# --ignore-eos: the chat answer ends with an EOS id well before -n 80 ...
-expect 0 "generated: [0-9]+ tokens" -- "$cmf" run "$D" --chat -p Hi --greedy -n 80 -t 1
+# --ignore-eos: the chat answer ends with an EOS id before -n 16 ...
+expect 0 "generated: [0-9]+ tokens" -- "$cmf" run "$D" --chat -p "What is 2+3?" --greedy -n 16 -t 1
 n=$(grep -oE "generated: [0-9]+" "$tmp/err" | tr -dc 0-9)
-[ -n "$n" ] && [ "$n" -lt 80 ] && ok "EOS after $n tokens" || { echo "FAIL: no EOS before 80 ($n)"; fail=1; }
-# ... and goes on to 80 with --ignore-eos
-expect 0 "generated: 80 tokens" -- "$cmf" run "$D" --chat -p Hi --greedy -n 80 -t 1 --ignore-eos
+[ -n "$n" ] && [ "$n" -lt 16 ] && ok "EOS after $n tokens" || { echo "FAIL: no EOS before 16 ($n)"; fail=1; }
+# ... and goes on to 16 with --ignore-eos
+expect 0 "generated: 16 tokens" -- "$cmf" run "$D" --chat -p "What is 2+3?" --greedy -n 16 -t 1 --ignore-eos
 
-# --n-probs: greedy, 6 tokens, 3 candidates each
-"$cmf" run "$D" -p "Once upon a time" --greedy -n 6 -t 1 --n-probs 3 >"$tmp/np.out" 2>"$tmp/np.err"
-"$cmf" run "$D" -p "Once upon a time" --greedy -n 6 -t 1 >"$tmp/plain.out" 2>/dev/null
+# --n-probs: greedy, 4 tokens, 3 candidates each
+"$cmf" run "$D" -p "Once upon a time" --greedy -n 4 -t 1 --n-probs 3 >"$tmp/np.out" 2>"$tmp/np.err"
+"$cmf" run "$D" -p "Once upon a time" --greedy -n 4 -t 1 >"$tmp/plain.out" 2>/dev/null
 cmp -s "$tmp/np.out" "$tmp/plain.out" && ok "--n-probs leaves the text alone" || { echo "FAIL: --n-probs changed stdout"; fail=1; }
 py '
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-assert len(lines) == 6, "%d lines for 6 tokens" % len(lines)
+assert len(lines) == 4, "%d lines for 4 tokens" % len(lines)
 for i, l in enumerate(lines):
     top = l["top"]
     assert l["n"] == i and 1 <= len(top) <= 3, l
@@ -55,15 +55,15 @@ for i, l in enumerate(lines):
 print("ok: --n-probs greedy lines")
 ' "$tmp/np.err" || fail=1
 # sampled, no filters: N candidates, the sampled one among them or below them
-"$cmf" run "$D" -p "Once upon a time" -n 8 -t 1 --seed 3 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 \
+"$cmf" run "$D" -p "Once upon a time" -n 5 -t 1 --seed 3 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 \
     --n-probs 4 >"$tmp/nps.out" 2>"$tmp/nps.err"
-"$cmf" run "$D" -p "Once upon a time" -n 8 -t 1 --seed 3 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 \
+"$cmf" run "$D" -p "Once upon a time" -n 5 -t 1 --seed 3 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 \
     >"$tmp/plains.out" 2>/dev/null
 cmp -s "$tmp/nps.out" "$tmp/plains.out" && ok "--n-probs leaves sampling alone" || { echo "FAIL: --n-probs changed sampled text"; fail=1; }
 py '
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-assert len(lines) == 8, len(lines)
+assert len(lines) == 5, len(lines)
 for l in lines:
     top = l["top"]
     assert len(top) == 4 and 0 < l["p"] <= top[0]["p"], l
