@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- info ---------------------------------------------------------------- */
 
@@ -211,6 +212,10 @@ int cmd_verify(int argc, char **argv) {
             return CLI_EXIT_OK;
         } else if (cli_flag_value(argc, argv, &i, "--pubkey", &v, &missing)) {
             if (missing) return cli_usage_error("verify", "--pubkey needs a KEY");
+            struct stat ks;
+            size_t hex = strspn(v, "0123456789abcdefABCDEF");
+            if (!(hex == 64 && !v[64]) && (stat(v, &ks) != 0 || S_ISDIR(ks.st_mode)))
+                return cli_usage_error("verify", "--pubkey: '%s' is neither 64 hex digits nor a key file", v);
             pubkey = v;
         } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
             quiet = true;

@@ -17,8 +17,9 @@
  * last token only). If nothing is new, the last token is run again to get
  * its logits back.
  *
- * Decode: sample -> accept -> EOS check -> detokenize -> stop strings ->
- * callback, one token at a time (llama.cpp's main loop does the same).
+ * Decode: sample -> on_token -> accept -> EOS check -> detokenize -> stop
+ * strings -> callback, one token at a time (llama.cpp's main loop does the
+ * same).
  * The detokenizer stream is primed with the last few cached tokens so that
  * a generated SentencePiece "▁word" keeps its leading space (a fresh
  * decode would strip it as the start of the text).
@@ -238,6 +239,7 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
 
     cmf_stop_matcher *m = NULL;
     cmf_detok_stream *ds = NULL;
+    float *probs = NULL; /* [n_vocab] for on_token */
     double t0 = now_s();
     size_t n_gen = 0;
     cmf_stop_reason reason = CMF_STOP_MAX_TOKENS;
@@ -245,6 +247,10 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
     if (st != CMF_OK) return cmf_error_prefix(err, "generate");
     const char *text;
     size_t len;
+    if (gp->on_token && !(probs = malloc((size_t)s->n_vocab * sizeof *probs))) {
+        st = cmf_error_set(err, CMF_ERR_NOMEM, "generate: out of memory (n_vocab %u)", s->n_vocab);
+        goto out;
+    }
     if (s->tok_) {
         st = cmf_detok_stream_new(s->tok_, true, &ds, err);
         if (st != CMF_OK) goto out;
@@ -286,10 +292,14 @@ cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_te
             }
         }
         assert(s->have_logits && s->n_kv == s->n_tok);
-        int32_t t = cmf_sampler_sample(s->sampler, s->logits);
+        int32_t t = cmf_sampler_sample_probs(s->sampler, s->logits, probs);
         cmf_sampler_accept(s->sampler, t);
         s->tok[s->n_tok++] = t; /* pending: s->tok has n_ctx + 1 slots */
         n_gen++;
+        if (gp->on_token && !gp->on_token(t, probs, s->n_vocab, gp->token_user)) {
+            reason = CMF_STOP_CALLBACK;
+            break;
+        }
         if (is_eos(gp, t)) {
             reason = CMF_STOP_EOS;
             break;
@@ -318,6 +328,7 @@ out: /* st is CMF_OK unless an error jumped here */
         stats->gen_seconds = now_s() - t0;
         stats->stop = reason;
     }
+    free(probs);
     cmf_detok_stream_free(ds);
     cmf_stop_matcher_free(m);
     return st;
