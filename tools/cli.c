@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdint.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -39,11 +41,20 @@ bool cli_flag_value(int argc, char **argv, int *i, const char *flag, const char 
     return true;
 }
 
+/* The text of a number as strtol/strtod would read it must be the whole
+ * argument: they skip leading white space (and strtoull wraps " -1" to
+ * 2^64 - 1), so a value that does not start with a sign, a digit or (for
+ * a float) a point is refused before they see it. */
+static bool number_start(const char *s, bool allow_point) {
+    const char *p = s + (*s == '+' || *s == '-');
+    return (*p >= '0' && *p <= '9') || (allow_point && *p == '.' && p[1] >= '0' && p[1] <= '9');
+}
+
 bool cli_parse_long(const char *cmd, const char *flag, const char *s, long min, long max, long *out) {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) {
+    long v = number_start(s, false) ? strtol(s, &end, 10) : 0;
+    if (!number_start(s, false) || errno || end == s || *end || v < min || v > max) {
         fprintf(stderr, "cmf %s: %s: expected an integer in [%ld, %ld], got '%s'\n", cmd, flag, min, max, s);
         return false;
     }
@@ -55,8 +66,10 @@ bool cli_parse_double(const char *cmd, const char *flag, const char *s, double m
                       double *out) {
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
+    /* decimal only: strtod would also take "0x1p3", "inf" and "nan" */
+    bool ok = number_start(s, true) && !strpbrk(s, "xX");
+    double v = ok ? strtod(s, &end) : 0.0;
+    if (!ok || errno || end == s || *end || !isfinite(v) || v < min || v > max) {
         fprintf(stderr, "cmf %s: %s: expected a number in [%g, %g], got '%s'\n", cmd, flag, min, max, s);
         return false;
     }
@@ -67,17 +80,208 @@ bool cli_parse_double(const char *cmd, const char *flag, const char *s, double m
 bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out) {
     char *end;
     errno = 0;
-    if (*s == '-') {
+    if (!number_start(s, false) || *s == '-') {
         fprintf(stderr, "cmf %s: %s: expected a non-negative integer, got '%s'\n", cmd, flag, s);
         return false;
     }
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s || *end) {
-        fprintf(stderr, "cmf %s: %s: expected a non-negative integer, got '%s'\n", cmd, flag, s);
+        fprintf(stderr, "cmf %s: %s: expected a non-negative integer below 2^64, got '%s'\n", cmd, flag, s);
         return false;
     }
     *out = v;
     return true;
+}
+
+bool cli_parse_ids(const char *cmd, const char *flag, const char *s, bool allow_empty, int32_t **ids,
+                   size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t len = strlen(s);
+    const char *p = s, *stop = s + len;
+    bool bracket = len > 0 && s[0] == '[';
+    if (bracket) {
+        if (s[len - 1] != ']' || len < 2) {
+            cli_usage_error(cmd, "%s: '%s' opens '[' without a closing ']'", flag, s);
+            return false;
+        }
+        p++;
+        stop--;
+    }
+    while (p < stop && *p == ' ') p++;
+    while (stop > p && stop[-1] == ' ') stop--;
+    size_t cap = (size_t)(stop - p) / 2 + 1, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) {
+        fprintf(stderr, "cmf %s: out of memory\n", cmd);
+        return false;
+    }
+    size_t item = 0;
+    while (p < stop) {
+        item++;
+        const char *q = p;
+        long long x = 0;
+        while (q < stop && *q >= '0' && *q <= '9' && x <= INT32_MAX) x = x * 10 + (*q++ - '0');
+        bool digits = q > p;
+        while (digits && q < stop && *q >= '0' && *q <= '9') q++; /* overlong: reported below */
+        if (!digits || x > INT32_MAX || (q < stop && *q != ',' && *q != ' ')) {
+            const char *e = q;
+            while (e < stop && *e != ',' && *e != ' ') e++;
+            if (!digits && q == e)
+                cli_usage_error(cmd, "%s: '%s': empty item %zu (two separators in a row, or one at an end)",
+                                flag, s, item);
+            else
+                cli_usage_error(cmd, "%s: '%s': item %zu ('%.*s') is not a token id (an integer in [0, %d])",
+                                flag, s, item, (int)(e - p), p, INT32_MAX);
+            free(v);
+            return false;
+        }
+        v[k++] = (int32_t)x;
+        /* one separator: a comma with optional spaces around it, or spaces */
+        while (q < stop && *q == ' ') q++;
+        if (q < stop && *q == ',') {
+            q++;
+            while (q < stop && *q == ' ') q++;
+            if (q == stop) {
+                cli_usage_error(cmd, "%s: '%s': empty item %zu (a trailing comma)", flag, s, item + 1);
+                free(v);
+                return false;
+            }
+        }
+        p = q;
+    }
+    if (k == 0 && !allow_empty) {
+        cli_usage_error(cmd, "%s: empty list of token ids", flag);
+        free(v);
+        return false;
+    }
+    *ids = v;
+    *n = k;
+    return true;
+}
+
+bool cli_parse_logit_bias(const char *cmd, const char *flag, const char *s, int32_t *id, float *bias) {
+    const char *p = s;
+    long long x = 0;
+    while (*p >= '0' && *p <= '9' && x <= INT32_MAX) x = x * 10 + (*p++ - '0');
+    const char *num = p + 1;
+    bool ok = p > s && x <= INT32_MAX && (*p == '+' || *p == '-');
+    double v = 0.0;
+    if (ok && (strcmp(num, "inf") == 0 || strcmp(num, "infinity") == 0)) v = INFINITY;
+    else if (ok) { /* a decimal magnitude; the sign is the separator */
+        char *end = NULL;
+        errno = 0;
+        ok = number_start(num, true) && *num != '+' && *num != '-' && !strpbrk(num, "xX");
+        if (ok) v = strtod(num, &end);
+        ok = ok && !errno && *end == 0 && isfinite(v);
+    }
+    if (!ok) {
+        cli_usage_error(cmd, "%s: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf), got '%s'",
+                        flag, s);
+        return false;
+    }
+    *id = (int32_t)x;
+    *bias = (float)(*p == '-' ? -v : v);
+    return true;
+}
+
+int cli_read_input(const char *cmd, const char *path, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    bool std_in = strcmp(path, "-") == 0;
+    const char *name = std_in ? "stdin" : path;
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cmf %s: %s: %s\n", cmd, path, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "cmf %s: %s: is a directory, not a file\n", cmd, name);
+        if (!std_in) fclose(f);
+        return CLI_EXIT_FAIL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    int rc = CLI_EXIT_OK;
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = cap <= SIZE_MAX / 2 - 1 ? realloc(buf, cap * 2 + 1) : NULL;
+        if (!nb) free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    if (!buf) {
+        fprintf(stderr, "cmf %s: %s: out of memory\n", cmd, name);
+        rc = CLI_EXIT_FAIL;
+    } else if (ferror(f)) {
+        fprintf(stderr, "cmf %s: %s: read error: %s\n", cmd, name, strerror(errno));
+        free(buf);
+        buf = NULL;
+        rc = CLI_EXIT_FAIL;
+    }
+    if (!std_in) fclose(f);
+    if (!buf) return rc;
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return CLI_EXIT_OK;
+}
+
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+size_t cli_process_escapes(char *s, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '\\' || i + 1 >= len) {
+            s[o++] = s[i];
+            continue;
+        }
+        char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; break;
+        case 'r': s[o++] = '\r'; break;
+        case 't': s[o++] = '\t'; break;
+        case '\'': case '"': case '\\': s[o++] = c; break;
+        default:
+            if (c == 'x' && i + 2 < len && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
+                s[o++] = (char)(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+                i += 2;
+            } else { /* not an escape: kept as written */
+                s[o++] = '\\';
+                s[o++] = c;
+            }
+        }
+    }
+    if (o < len) s[o] = 0;
+    return o;
+}
+
+int cli_get_prompt(const char *cmd, const char *text, const char *file, bool strip_newline, bool escape,
+                   char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (text && file)
+        return cli_usage_error(cmd, "give the prompt once: as text, from a file, or from stdin (-)");
+    if (!text && !file) return CLI_EXIT_OK;
+    if (file) {
+        int rc = cli_read_input(cmd, file, out, len);
+        if (rc != CLI_EXIT_OK) return rc;
+        if (strip_newline && *len > 0 && (*out)[*len - 1] == '\n') (*out)[--*len] = 0;
+    } else {
+        *len = strlen(text);
+        *out = malloc(*len + 1);
+        if (!*out) {
+            fprintf(stderr, "cmf %s: out of memory\n", cmd);
+            return CLI_EXIT_FAIL;
+        }
+        memcpy(*out, text, *len + 1);
+    }
+    if (escape) *len = cli_process_escapes(*out, *len);
+    return CLI_EXIT_OK;
 }
 
 bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
@@ -115,6 +319,32 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
         }
     }
     return true;
+}
+
+static volatile sig_atomic_t g_sigint; /* the CLI's, not the library's */
+static struct sigaction g_sigint_old;
+static bool g_sigint_caught;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_sigint = 1;
+}
+
+void cli_sigint_catch(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART; /* a second Ctrl-C ends the process */
+    sigemptyset(&sa.sa_mask);
+    g_sigint = 0;
+    if (sigaction(SIGINT, &sa, g_sigint_caught ? NULL : &g_sigint_old) == 0) g_sigint_caught = true;
+}
+
+bool cli_sigint_seen(void) { return g_sigint != 0; }
+
+void cli_sigint_release(void) {
+    if (g_sigint_caught) sigaction(SIGINT, &g_sigint_old, NULL);
+    g_sigint_caught = false;
 }
 
 void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx) {

@@ -10,10 +10,13 @@
 #include "cmf.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAIL 1
 #define CLI_EXIT_USAGE 2
+#define CLI_EXIT_INTERRUPTED 130 /* 128 + SIGINT: stopped by Ctrl-C (as llama.cpp exits) */
 
 /* Subcommand entry points (tools/cmd_*.c). argv[0] is the subcommand name. */
 int cmd_info(int argc, char **argv);
@@ -45,11 +48,47 @@ int cli_fail(const char *cmd, const cmf_error *err);
 /* True when argv[i] is flag; then *val = argv[i+1] (error if missing) and
  * i is advanced. Usage: if (cli_flag_value(argc, argv, &i, "-n", &v, &bad)). */
 bool cli_flag_value(int argc, char **argv, int *i, const char *flag, const char **val, bool *missing);
-/* Parse numbers, naming the flag on error (message printed, false returned). */
+/* Parse numbers strictly, naming the flag on error (message printed, false
+ * returned; the caller exits 2): the whole argument is one decimal number
+ * (an optional sign, no white space, no hex, "inf" or "nan") inside
+ * [min, max]. cli_parse_u64 takes no sign '-'. */
 bool cli_parse_long(const char *cmd, const char *flag, const char *s, long min, long max, long *out);
 bool cli_parse_double(const char *cmd, const char *flag, const char *s, double min, double max,
                       double *out);
 bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned long long *out);
+/* The one parser of token-id lists (--tokens, --ids): ids in [0, INT32_MAX]
+ * (digits only) separated by one comma (spaces around it allowed) or by
+ * spaces, optionally inside [ ] — so `cmf tokenize` output, plain or
+ * --json, reads back. An empty item ("1,,2", "1,"), a sign, a fraction
+ * ("1.5") or an empty list (unless allow_empty) is a usage error, printed
+ * naming the flag; then false. *ids is malloc'd (NULL when empty). */
+bool cli_parse_ids(const char *cmd, const char *flag, const char *s, bool allow_empty, int32_t **ids,
+                   size_t *n);
+/* llama.cpp's --logit-bias syntax: TOKEN_ID, then '+' or '-', then a
+ * decimal magnitude or "inf" ("15043+1", "15043-inf", "29871-0.5"). A
+ * usage error (printed) returns false. The id is not checked against a
+ * vocabulary here. */
+bool cli_parse_logit_bias(const char *cmd, const char *flag, const char *s, int32_t *id, float *bias);
+
+/* Read all of the file at path, or stdin for "-", exact bytes, into a
+ * malloc'd NUL-terminated buffer (*len excludes the NUL). Returns
+ * CLI_EXIT_OK, or CLI_EXIT_FAIL with the error printed naming the file. */
+int cli_read_input(const char *cmd, const char *path, char **out, size_t *len);
+/* llama.cpp's escape processing (-e; common.cpp string_process_escapes),
+ * in place over s[0..len): \n \r \t \' \" \\ and \xHH (two hex digits)
+ * become the byte they name; any other backslash sequence, and a final lone
+ * backslash, stay as written. Returns the new length (s[new len] = 0 when
+ * it shrank). */
+size_t cli_process_escapes(char *s, size_t len);
+/* The prompt of `run`, `chat`, `tokenize`: text (-p TEXT) or the contents of
+ * file (-f FILE; "-" = stdin, which is what `-p -` maps to); both NULL
+ * gives *out = NULL. strip_newline drops one trailing '\n' of a file or of
+ * stdin, as llama.cpp's -f does; escape then applies cli_process_escapes.
+ * *out is malloc'd and NUL-terminated (it may hold NUL bytes: use *len).
+ * Returns CLI_EXIT_OK, CLI_EXIT_USAGE (both given) or CLI_EXIT_FAIL (file
+ * unreadable), the error printed. */
+int cli_get_prompt(const char *cmd, const char *text, const char *file, bool strip_newline, bool escape,
+                   char **out, size_t *len);
 /* Refuse an output path that would destroy an input: the same file as any
  * of `inputs` (same device and inode, so "./x" and links count), or, for an
  * input that is a directory (a Hugging Face folder), an existing file in
@@ -57,6 +96,14 @@ bool cli_parse_u64(const char *cmd, const char *flag, const char *s, unsigned lo
 bool cli_check_output(const char *cmd, const char *out, const char *const *inputs, size_t n_inputs);
 /* True for "-h"/"--help". */
 bool cli_is_help(const char *arg);
+
+/* Ctrl-C while a command works: cli_sigint_catch() makes the first SIGINT
+ * only set a flag (the second one kills the process as usual) and clears
+ * the flag; cli_sigint_seen() reads it; cli_sigint_release() restores the
+ * previous handler. */
+void cli_sigint_catch(void);
+bool cli_sigint_seen(void);
+void cli_sigint_release(void);
 
 /* Warn on stderr when n_ctx tokens exceed the model's training context
  * (llama.cpp warns the same way); never an error. */

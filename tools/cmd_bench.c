@@ -12,6 +12,9 @@
  * runs are repeatable; the values do not affect the work done.
  * Output: a Markdown table (stdout), or with --json an array of objects
  * {"test","n_prompt","n_gen","threads","avg_ts","stddev_ts","samples_ts",...}.
+ * With --progress, or when -p/-n exceed the model's training context (then
+ * also a warning: one batch that long is slow and past what the model
+ * learnt), each run prints a line on stderr as it ends.
  */
 #include "bench_parallel.h"
 #include "cli.h"
@@ -35,7 +38,7 @@ static double now_s(void) {
 
 static void usage(FILE *o) {
     fprintf(o,
-            "usage: cmf bench FILE [-p N] [-n N] [-r N] [-t N] [--json]\n"
+            "usage: cmf bench FILE [-p N] [-n N] [-r N] [-t N] [--json] [--progress] [--parallel N,N,...]\n"
             "  prompt processing (one batch of -p tokens) and generation (-n single-token\n"
             "  steps) throughput, tokens/s mean +- stddev over -r repetitions.\n"
             "  -p N      prompt tokens (default 512; 0 skips the pp test)\n"
@@ -47,12 +50,15 @@ static void usage(FILE *o) {
             "            engine (continuous batching), each with a -p token prompt\n"
             "            (default 128) and -n greedy tokens (default 128); aggregate\n"
             "            decode tok/s, inter-token latency and the ratio to N = 1\n"
-            "            (like llama-batched-bench); -r runs, the best kept (default 1)\n");
+            "            (like llama-batched-bench); -r runs, the best kept (default 1)\n"
+            "  --progress  a line on stderr after each run (on by itself when -p or -n\n"
+            "            exceeds the model's training context, which also warns)\n");
 }
 
-/* One test: run `reps` timed repetitions (after a warm-up); samples in ts[]. */
+/* One test: run `reps` timed repetitions (after a warm-up); samples in ts[].
+ * name != NULL: a progress line per run on stderr. */
 static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, int n_prompt,
-                           int n_gen, int reps, double *ts, cmf_error *err) {
+                           int n_gen, int reps, double *ts, const char *name, cmf_error *err) {
     uint32_t nv;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -68,6 +74,7 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, 
     }
     for (int i = 0; i < n_prompt; i++) pos[i] = i;
     cmf_status st = CMF_OK;
+    if (name) fprintf(stderr, "cmf bench: %s: a warm-up run, then %d timed\n", name, reps);
     for (int rep = -1; rep < reps && st == CMF_OK; rep++) {
         st = cmf_kv_seq_truncate(kv, 0, 0, err);
         if (st != CMF_OK) break;
@@ -83,6 +90,10 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, 
         }
         double dt = now_s() - t0;
         if (rep >= 0) ts[rep] = (double)(n_prompt + n_gen) / dt;
+        if (name && st == CMF_OK) {
+            if (rep < 0) fprintf(stderr, "cmf bench: %s: warm-up run: %.3f s\n", name, dt);
+            else fprintf(stderr, "cmf bench: %s: run %d/%d: %.3f s, %.2f tok/s\n", name, rep + 1, reps, dt, ts[rep]);
+        }
     }
     free(logits);
     free(pos);
@@ -140,7 +151,7 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *path = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
-    bool json = false, p_set = false, r_set = false;
+    bool json = false, progress = false, p_set = false, r_set = false;
     int par[16], n_par = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -179,6 +190,8 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
+        } else if (strcmp(argv[i], "--progress") == 0) {
+            progress = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_usage_error(cmd, "unknown flag '%s' (see cmf bench --help)", argv[i]);
         } else if (!path) {
@@ -215,6 +228,10 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     long n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    if (info.n_ctx_train > 0 && n_max > (long)info.n_ctx_train) {
+        cli_warn_ctx(cmd, m, n_max);
+        progress = true;
+    }
     cmf_kv_params kp = {.n_ctx = (uint32_t)(n_max + 16), .n_seq_max = 1, .page_size = 0,
                         .type = CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) goto fail;
@@ -246,7 +263,7 @@ int cmd_bench(int argc, char **argv) {
     double bpt = (double)info.decode_bytes, fpt = flops_per_token(f);
     /* Warm-up: a few decode steps touch every weight page several times (the
      * first passes over a fresh mapping run far below memory speed). */
-    if (run_test(m, kv, toks, 0, 4, 1, ts, &err) != CMF_OK) {
+    if (run_test(m, kv, toks, 0, 4, 1, ts, NULL, &err) != CMF_OK) {
         free(ts);
         goto fail;
     }
@@ -254,15 +271,15 @@ int cmd_bench(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
         int np = tests[k].p, ng = tests[k].g;
         if (np + ng == 0) continue;
-        if (run_test(m, kv, toks, np, ng, (int)reps, ts, &err) != CMF_OK) {
+        char name[32];
+        snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
+        if (run_test(m, kv, toks, np, ng, (int)reps, ts, progress ? name : NULL, &err) != CMF_OK) {
             free(ts);
             if (json) printf("]\n");
             goto fail;
         }
         double mean, sd;
         stats(ts, (int)reps, &mean, &sd);
-        char name[32];
-        snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
         if (json) {
             printf("%s  {\"model\": ", first ? "" : ",\n");
             put_json_str(path);

@@ -41,6 +41,12 @@ static void usage(FILE *o) {
             "\n"
             "Interactive chat with the model's chat template (ChatML when the file has none).\n"
             "  -sys, --system TEXT   system prompt\n"
+            "  -sysf, --system-prompt-file FILE   system prompt from a file\n"
+            "  -p, --prompt TEXT     first user message, answered before the chat goes on\n"
+            "                        (-p - reads it from stdin)\n"
+            "  -f, --file FILE       first user message from a file (a trailing newline of\n"
+            "                        a file or stdin is dropped, as llama.cpp's -f)\n"
+            "  -e, --escape          process \\n \\r \\t \\' \\\" \\\\ \\xHH in -p/-f and typed lines\n"
             "  --no-think            render with enable_thinking=false\n"
             "  -n, --n-predict N     max tokens per answer (default -1: until end of turn)\n"
             "  -c, --ctx-size N      context size in tokens (default: min(4096, trained))\n"
@@ -227,7 +233,9 @@ static bool collect_eos(const cmf_file *f, const cmf_tokenizer *tok, const char 
 
 typedef struct chat_opts {
     const char *path, *system, *load;
-    bool no_think, stats;
+    const char *prompt, *prompt_file, *system_file; /* -p, -f (or -p -), -sysf */
+    int n_prompts;
+    bool no_think, stats, escape;
     long n_predict, n_ctx, threads;
     cmf_sampler_params sp;
 } chat_opts;
@@ -244,6 +252,15 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         unsigned long long u = 0;
         if (cli_is_help(argv[i])) { usage(stdout); return -1; }
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
+        else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
+        else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
+            if (v && strcmp(v, "-") == 0) o->prompt_file = v; /* stdin */
+            else o->prompt = v;
+            o->n_prompts++;
+        } else if (cli_flag_value(argc, argv, &i, "-f", &v, &missing) || cli_flag_value(argc, argv, &i, "--file", &v, &missing)) {
+            o->prompt_file = v;
+            o->n_prompts++;
+        } else if (strcmp(argv[i], "-e") == 0 || strcmp(argv[i], "--escape") == 0) o->escape = true;
         else if (strcmp(argv[i], "--no-think") == 0) o->no_think = true;
         else if (strcmp(argv[i], "--stats") == 0) o->stats = true;
         else if (strcmp(argv[i], "--greedy") == 0) o->sp.greedy = true;
@@ -279,6 +296,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
     if (!o->path) return cli_usage_error(cmd, "missing MODEL.cmf");
+    if (o->n_prompts > 1) return cli_usage_error(cmd, "give the first message once: -p TEXT, -f FILE or -p -");
+    if (o->system && o->system_file) return cli_usage_error(cmd, "give --system or -sysf, not both");
     return 0;
 }
 
@@ -364,6 +383,20 @@ int cmd_chat(int argc, char **argv) {
     chat_opts o = {0};
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_EXIT_OK : rc;
+    char *first = NULL, *sysf = NULL; /* -p/-f message, -sysf text */
+    size_t first_len = 0, sysf_len = 0;
+    rc = cli_get_prompt("chat", o.prompt, o.prompt_file, true, o.escape, &first, &first_len);
+    if (rc == CLI_EXIT_OK && o.system_file) rc = cli_get_prompt("chat", NULL, o.system_file, true, false, &sysf, &sysf_len);
+    if (rc == CLI_EXIT_OK && ((first && memchr(first, 0, first_len)) || (sysf && memchr(sysf, 0, sysf_len)))) {
+        fprintf(stderr, "cmf chat: a message cannot hold a NUL byte\n");
+        rc = CLI_EXIT_FAIL;
+    }
+    if (rc != CLI_EXIT_OK) {
+        free(first);
+        free(sysf);
+        return rc;
+    }
+    if (sysf) o.system = sysf;
     cmf_error err = {0};
     cmf_file *f = NULL;
     cmf_tokenizer *tok = NULL;
@@ -393,9 +426,12 @@ int cmd_chat(int argc, char **argv) {
     if (tty) fprintf(stderr, "cmf chat: %s — /help for commands, Ctrl-C stops an answer, Ctrl-D quits\n", o.path);
     rc = CLI_EXIT_OK;
     for (;;) {
-        char *line = read_line(tty);
+        bool typed = !first; /* -p/-f: the first message, never a command */
+        char *line = typed ? read_line(tty) : first;
+        first = NULL;
         if (!line) break;
-        if (line[0] == '/') {
+        if (typed && o.escape) cli_process_escapes(line, strlen(line));
+        if (typed && line[0] == '/') {
             char *arg = strchr(line, ' ');
             if (arg) *arg++ = 0;
             if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) { free(line); break; }
@@ -435,6 +471,8 @@ int cmd_chat(int argc, char **argv) {
         }
     }
 done:
+    free(first);
+    free(sysf);
     free(eos.v);
     cJSON_Delete(c.messages);
     cmf_session_free(s);

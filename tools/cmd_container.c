@@ -9,16 +9,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- info ---------------------------------------------------------------- */
 
 static const char *info_usage =
     "usage: cmf info FILE [--json] [--tensors PREFIX]\n"
     "\n"
-    "Describe a CMF v2 file (any shard name opens the whole set): architecture,\n"
-    "tensor count, bytes and bits per weight by dtype, skills, tokenizer and\n"
-    "chat-template presence, shards. Opening checks the structure only; use\n"
-    "`cmf verify` to check hashes.\n"
+    "Describe a CMF v2 file (any shard name, or the -o path of a sharded\n"
+    "`cmf convert`, opens the whole set): architecture, tensor count, bytes\n"
+    "and bits per weight by dtype, skills, tokenizer and chat-template\n"
+    "presence, shards. Opening checks the structure only; use `cmf verify`\n"
+    "to check hashes.\n"
     "\n"
     "  --json             machine-readable output\n"
     "  --tensors PREFIX   also list tensors whose name starts with PREFIX\n"
@@ -197,10 +199,12 @@ int cmd_verify(int argc, char **argv) {
         const char *v;
         if (cli_is_help(argv[i])) {
             fputs("usage: cmf verify FILE [-q] [--pubkey KEY]\n\n"
-                  "Check the envelope, every section's bounds, the header and directory\n"
-                  "hash64s, header.section_hashes, every tensor's hash64 (all shards), and\n"
-                  "FILE.sig when present. Prints each problem (which tensor, which section);\n"
-                  "exit 0 only when everything holds, 1 otherwise.\n\n"
+                  "Check the envelope (its reserved flags word must be 0), every section's\n"
+                  "bounds, the header and directory hash64s, header.section_hashes, every\n"
+                  "tensor's hash64 (all shards; FILE may be any shard's name or the -o path\n"
+                  "of a sharded convert), and FILE.sig when present. Prints each problem\n"
+                  "once (which tensor, which section); exit 0 only when everything holds,\n"
+                  "1 otherwise.\n\n"
                   "  -q, --quiet        print problems only\n"
                   "  --pubkey KEY       also require FILE.sig to be signed by KEY (64 hex\n"
                   "                     digits, or a JSON file with a \"pubkey\" field)\n",
@@ -208,6 +212,10 @@ int cmd_verify(int argc, char **argv) {
             return CLI_EXIT_OK;
         } else if (cli_flag_value(argc, argv, &i, "--pubkey", &v, &missing)) {
             if (missing) return cli_usage_error("verify", "--pubkey needs a KEY");
+            struct stat ks;
+            size_t hex = strspn(v, "0123456789abcdefABCDEF");
+            if (!(hex == 64 && !v[64]) && (stat(v, &ks) != 0 || S_ISDIR(ks.st_mode)))
+                return cli_usage_error("verify", "--pubkey: '%s' is neither 64 hex digits nor a key file", v);
             pubkey = v;
         } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
             quiet = true;

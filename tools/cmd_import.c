@@ -65,15 +65,9 @@ static int parse(int argc, char **argv, imp_args *a, bool want_tok, bool want_sh
 static void summary(const char *cmd, const char *out) {
     cmf_file *f = NULL;
     cmf_error err = {0};
-    char *shard = NULL;
-    if (cmf_file_open(out, &f, &err) != CMF_OK) {
-        shard = cmf_shard_first_path(out);
-        if (!shard || cmf_file_open(shard, &f, &err) != CMF_OK) {
-            fprintf(stderr, "cmf %s: wrote %s\n", cmd, shard ? shard : out);
-            free(shard);
-            return;
-        }
-        out = shard;
+    if (cmf_file_open(out, &f, &err) != CMF_OK) { /* out names the shard set when the write was sharded */
+        fprintf(stderr, "cmf %s: wrote %s\n", cmd, out);
+        return;
     }
     size_t tl = 0;
     cmf_file_tokenizer_json(f, &tl);
@@ -82,14 +76,14 @@ static void summary(const char *cmd, const char *out) {
     const cJSON *e;
     cJSON_ArrayForEach(e, keep) if (cJSON_IsString(e))
         fprintf(stderr, "cmf %s: --quant keep: GGUF %s -> %s\n", cmd, e->string, e->valuestring);
-    if (shard)
+    if (cmf_file_shard_count(f) > 1)
         fprintf(stderr, "cmf %s: wrote %u shards, open them as %s (%zu tensors%s)\n", cmd,
-                cmf_file_shard_count(f), out, cmf_file_tensor_count(f), tl ? ", tokenizer" : ", no tokenizer");
+                cmf_file_shard_count(f), cmf_file_shard_path(f, 0), cmf_file_tensor_count(f),
+                tl ? ", tokenizer" : ", no tokenizer");
     else
         fprintf(stderr, "cmf %s: wrote %s (%zu tensors%s)\n", cmd, out, cmf_file_tensor_count(f),
                 tl ? ", tokenizer" : ", no tokenizer");
     cmf_file_close(f);
-    free(shard);
 }
 
 static const char convert_usage[] =
@@ -101,7 +95,8 @@ static const char convert_usage[] =
     "                     q4t (q4_tiled), q4tp. 1-D and small tensors stay f16 (f32 with\n"
     "                     --quant f32); q4* matrices whose input width is not a multiple\n"
     "                     of 32 use q8_row.\n"
-    "  --shard-max-gb N   split the weights into shards of at most N GB\n"
+    "  --shard-max-gb N   split the weights into shards of at most N GB (OUT x.cmf is written\n"
+    "                     as x-00001-of-0000K.cmf, ...); every command opens the set as OUT\n"
     "  --no-progress      no progress bar (it is shown only on a terminal anyway)\n";
 
 int cmd_convert(int argc, char **argv) {

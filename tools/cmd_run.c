@@ -96,39 +96,6 @@ static bool write_npy_f32(const char *cmd, const char *path, const float *data, 
     return true;
 }
 
-/* "1,2,3" -> ids (malloc'd). */
-static bool parse_ids(const char *cmd, const char *s, int32_t **ids, size_t *n) {
-    size_t cap = 16, k = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v) return false;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            cli_usage_error(cmd, "--tokens: \"%s\" is not a comma-separated list of token ids", s);
-            free(v);
-            return false;
-        }
-        if (k == cap) {
-            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
-            if (!nv) { free(v); return false; }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
-        p = *end ? end + 1 : end;
-    }
-    if (k == 0) {
-        cli_usage_error(cmd, "--tokens: empty list");
-        free(v);
-        return false;
-    }
-    *ids = v;
-    *n = k;
-    return true;
-}
-
 /* ---- cmf logits -------------------------------------------------------- */
 
 static const char logits_help[] =
@@ -159,7 +126,7 @@ int cmd_logits(int argc, char **argv) {
     if (!cli_check_output(cmd, outp, &file, 1)) return CLI_EXIT_USAGE;
     int32_t *ids;
     size_t n;
-    if (!parse_ids(cmd, toks, &ids, &n)) return CLI_EXIT_USAGE;
+    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) return CLI_EXIT_USAGE;
     cmf_file *f;
     cmf_model *m;
     if (!open_model(cmd, file, (int)threads, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
@@ -305,10 +272,16 @@ done:
 /* ---- cmf run ----------------------------------------------------------- */
 
 static const char run_help[] =
-    "usage: cmf run FILE -p TEXT [options]\n"
+    "usage: cmf run FILE (-p TEXT | -f FILE | -p -) [options]\n"
     "  Generates a continuation of the prompt. stdout: the generated text only\n"
     "  (streamed); stderr: load time, prompt and generation speed, the seed.\n"
-    "  -p, --prompt TEXT       the prompt\n"
+    "  Ctrl-C stops the generation, prints the timings and exits 130.\n"
+    "  -p, --prompt TEXT       the prompt (-p - reads it from stdin)\n"
+    "  -f, --file FILE         read the prompt from FILE (one trailing newline dropped,\n"
+    "                          as llama.cpp's -f; also for -p -)\n"
+    "  -e, --escape            process escapes in the prompt and --stop strings:\n"
+    "                          \\n \\r \\t \\' \\\" \\\\ \\xHH (llama.cpp's -e; default off)\n"
+    "  --no-escape             take the prompt as written (default)\n"
     "  -n, --n-predict N       max new tokens (default 128; -1 = until EOS/context)\n"
     "  --temp T                temperature (default 0.8; 0 = greedy)\n"
     "  --top-k K               (default 40; 0 = off)\n"
@@ -318,10 +291,17 @@ static const char run_help[] =
     "  --repeat-last-n N       penalty window (default 64)\n"
     "  --presence-penalty P    (default 0)\n"
     "  --frequency-penalty P   (default 0)\n"
+    "  --logit-bias ID(+|-)B   add B to token ID's logit before every other sampler\n"
+    "                          (e.g. 15043+1, 15043-inf bans it; repeatable)\n"
+    "  --ignore-eos            do not stop at end-of-sequence ids: they get bias -inf\n"
+    "  --n-probs N             per generated token, print the N most probable\n"
+    "                          candidates of the distribution it was drawn from, as one\n"
+    "                          JSON object per line on stderr (default 0 = off)\n"
     "  -s, --seed S            RNG seed (default: random, reported on stderr)\n"
     "  --greedy                argmax sampling\n"
     "  -t, --threads N         threads (default: physical cores)\n"
-    "  -c, --ctx-size N        KV cache capacity in tokens (default min(4096, training context))\n"
+    "  -c, --ctx-size N        KV cache capacity in tokens (default min(4096, training context));\n"
+    "                          a longer prompt is an error\n"
     "  --raw                   no chat template (default)\n"
     "  --chat                  render the prompt through the file's chat template\n"
     "                          (ChatML when the file has none; add_special_tokens=false)\n"
@@ -331,13 +311,69 @@ static const char run_help[] =
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
-    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS.\n";
+    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS.\n"
+    "  --n-probs lines: {\"n\": i, \"id\": ID, \"text\": TOKEN, \"p\": P, \"top\": [{\"id\",\n"
+    "  \"text\", \"p\"}, ...]}: the sampled token and up to N candidates with p > 0, most\n"
+    "  probable first (greedy: the softmax of the logits).\n";
 
 static bool write_cb(const char *text, size_t len, void *user) {
     (void)user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    return true;
+    return !cli_sigint_seen();
+}
+
+/* --n-probs: one JSON line per generated token on stderr. */
+typedef struct probs_out {
+    const cmf_tokenizer *tok;
+    uint32_t n_probs;
+    size_t n;
+    int32_t *top; /* [n_probs] scratch */
+} probs_out;
+
+/* Add {"id", "text" (the token decoded alone), "p" (6 significant digits)}
+ * to o. */
+static bool add_token(cJSON *o, const cmf_tokenizer *tok, int32_t id, float p) {
+    char *text = NULL, num[32];
+    size_t len = 0;
+    cmf_error err = {0};
+    bool dec = cmf_tokenizer_decode(tok, &id, 1, false, &text, &len, &err) == CMF_OK;
+    snprintf(num, sizeof num, "%.6g", (double)p);
+    bool ok = cJSON_AddNumberToObject(o, "id", id) && cJSON_AddStringToObject(o, "text", dec ? text : "") &&
+              cJSON_AddNumberToObject(o, "p", strtod(num, NULL));
+    free(text);
+    return ok;
+}
+
+static bool probs_cb(int32_t id, const float *probs, uint32_t n_vocab, void *user) {
+    probs_out *po = user;
+    /* the n_probs most probable ids with p > 0 (ties: lower id), by insertion */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        if (!(probs[i] > 0.0f) || (k == po->n_probs && probs[i] <= probs[po->top[k - 1]])) continue;
+        uint32_t j = k < po->n_probs ? k++ : k - 1;
+        while (j > 0 && probs[po->top[j - 1]] < probs[i]) {
+            po->top[j] = po->top[j - 1];
+            j--;
+        }
+        po->top[j] = (int32_t)i;
+    }
+    cJSON *line = cJSON_CreateObject(), *top = cJSON_CreateArray();
+    bool ok = line && top && cJSON_AddNumberToObject(line, "n", (double)po->n++) &&
+              add_token(line, po->tok, id, probs[id]);
+    for (uint32_t j = 0; ok && j < k; j++) {
+        cJSON *c = cJSON_CreateObject();
+        ok = c && add_token(c, po->tok, po->top[j], probs[po->top[j]]) && cJSON_AddItemToArray(top, c);
+        if (!ok) cJSON_Delete(c);
+    }
+    ok = ok && cJSON_AddItemToObject(line, "top", top);
+    if (!ok) cJSON_Delete(top);
+    char *t = ok ? cJSON_PrintUnformatted(line) : NULL;
+    if (t) fprintf(stderr, "%s\n", t);
+    else fprintf(stderr, "cmf run: --n-probs: out of memory\n");
+    cJSON_free(t);
+    cJSON_Delete(line);
+    return !cli_sigint_seen();
 }
 
 /* EOS ids: header.tokenizer_config.eos_token_ids + the tokenizer's EOS. */
@@ -355,13 +391,17 @@ static size_t collect_eos(const cmf_file *f, const cmf_tokenizer *tok, int32_t *
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *cmd = "run", *file = NULL, *prompt = NULL, *system = NULL, *v;
-    long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64;
+    const char *cmd = "run", *file = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *v;
+    long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64, n_probs = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     unsigned long long seed = 0;
     bool has_seed = false, greedy = false, chat = false, echo = false, kv_f32 = false, missing = false;
+    bool escape = false, ignore_eos = false;
+    int n_prompts = 0;
     const char *stops[64];
     size_t n_stops = 0;
+    cmf_logit_bias bias[256 + 64]; /* --logit-bias, then -inf per EOS id for --ignore-eos */
+    size_t n_bias = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (cli_is_help(flag)) { fputs(run_help, stdout); return CLI_EXIT_OK; }
@@ -376,6 +416,7 @@ int cmd_run(int argc, char **argv) {
         NUMFLAG("-c", "--ctx-size", cli_parse_long(cmd, flag, v, 1, 1L << 24, &ctx))
         NUMFLAG("--top-k", NULL, cli_parse_long(cmd, flag, v, 0, 1L << 30, &top_k))
         NUMFLAG("--repeat-last-n", NULL, cli_parse_long(cmd, flag, v, -1, 1L << 30, &last_n))
+        NUMFLAG("--n-probs", NULL, cli_parse_long(cmd, flag, v, 0, 1L << 20, &n_probs))
         NUMFLAG("--temp", NULL, cli_parse_double(cmd, flag, v, 0.0, 100.0, &temp))
         NUMFLAG("--top-p", NULL, cli_parse_double(cmd, flag, v, 0.0, 1.0, &top_p))
         NUMFLAG("--min-p", NULL, cli_parse_double(cmd, flag, v, 0.0, 1.0, &min_p))
@@ -385,51 +426,89 @@ int cmd_run(int argc, char **argv) {
         NUMFLAG("-s", "--seed", (has_seed = true, cli_parse_u64(cmd, flag, v, &seed)))
 #undef NUMFLAG
         if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) ||
-            cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) prompt = v;
-        else if (cli_flag_value(argc, argv, &i, "--system", &v, &missing)) system = v;
+            cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
+            if (v && strcmp(v, "-") == 0) prompt_file = v; /* stdin */
+            else prompt = v;
+            n_prompts++;
+        } else if (cli_flag_value(argc, argv, &i, "--logit-bias", &v, &missing)) {
+            if (v && n_bias == 256) return cli_usage_error(cmd, "too many --logit-bias pairs (256 at most)");
+            if (v && !cli_parse_logit_bias(cmd, flag, v, &bias[n_bias].id, &bias[n_bias].bias)) return CLI_EXIT_USAGE;
+            if (v) n_bias++;
+        } else if (cli_flag_value(argc, argv, &i, "-f", &v, &missing) ||
+                   cli_flag_value(argc, argv, &i, "--file", &v, &missing)) {
+            prompt_file = v;
+            n_prompts++;
+        } else if (cli_flag_value(argc, argv, &i, "--system", &v, &missing)) system = v;
         else if (cli_flag_value(argc, argv, &i, "--stop", &v, &missing)) {
             if (v && n_stops == sizeof stops / sizeof stops[0]) return cli_usage_error(cmd, "too many --stop strings");
-            if (v && !*v) return cli_usage_error(cmd, "--stop: the stop string is empty");
             if (v) stops[n_stops++] = v;
         } else if (strcmp(flag, "--greedy") == 0) greedy = true;
         else if (strcmp(flag, "--chat") == 0) chat = true;
         else if (strcmp(flag, "--raw") == 0) chat = false;
         else if (strcmp(flag, "--echo") == 0) echo = true;
         else if (strcmp(flag, "--kv-f32") == 0) kv_f32 = true;
+        else if (strcmp(flag, "-e") == 0 || strcmp(flag, "--escape") == 0) escape = true;
+        else if (strcmp(flag, "--no-escape") == 0) escape = false;
+        else if (strcmp(flag, "--ignore-eos") == 0) ignore_eos = true;
         else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", flag);
         else if (!file) file = flag;
         else return cli_usage_error(cmd, "unexpected argument %s", flag);
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
-    if (!file || !prompt) return cli_usage_error(cmd, "need FILE and -p TEXT (see --help)");
+    if (!file || n_prompts == 0) return cli_usage_error(cmd, "need FILE and -p TEXT, -f FILE or -p - (see --help)");
+    if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
+    for (size_t k = 0; k < n_stops; k++) { /* llama.cpp escapes its stop strings (-r) too */
+        if (escape) cli_process_escapes((char *)stops[k], strlen(stops[k]));
+        if (!*stops[k]) return cli_usage_error(cmd, "--stop: the stop string is empty");
+    }
+
+    char *text = NULL; /* the prompt: -p, -f or stdin, escapes processed */
+    size_t text_len = 0;
+    int rc = cli_get_prompt(cmd, prompt, prompt_file, true, escape, &text, &text_len);
+    if (rc != CLI_EXIT_OK) return rc;
+    if (chat && memchr(text, 0, text_len)) {
+        fprintf(stderr, "cmf run: --chat: the prompt holds a NUL byte, which a chat message cannot carry\n");
+        free(text);
+        return CLI_EXIT_FAIL;
+    }
 
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) return CLI_EXIT_FAIL;
-    int rc = CLI_EXIT_FAIL;
+    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
+    rc = CLI_EXIT_FAIL;
     cmf_error err = {0};
     cmf_tokenizer *tok = NULL;
     cmf_session *s = NULL;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *top = NULL;
     size_t n_ids = 0;
     char *rendered = NULL;
     if (!load_tokenizer(cmd, f, &tok)) goto done;
     double t_load = now_s() - t0;
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    for (size_t k = 0; k < n_bias; k++)
+        if ((uint32_t)bias[k].id >= info.n_vocab) {
+            rc = cli_usage_error(cmd, "--logit-bias: token id %d is outside the vocabulary [0, %u)",
+                                 (int)bias[k].id, info.n_vocab);
+            goto done;
+        }
 
-    const char *text = prompt;
+    const char *input = text;
+    size_t input_len = text_len;
     bool add_special = true;
     if (chat) {
         size_t rlen = 0;
-        if (cli_render_chat_prompt(f, system, prompt, false, &rendered, &rlen, &err) != 0) {
+        if (cli_render_chat_prompt(f, system, text, false, &rendered, &rlen, &err) != 0) {
             cli_fail(cmd, &err);
             goto done;
         }
-        text = rendered;
+        input = rendered;
+        input_len = rlen;
         add_special = false; /* the template writes BOS itself (HF apply_chat_template) */
     }
-    if (cmf_tokenizer_encode(tok, text, strlen(text), add_special, &ids, &n_ids, &err) != CMF_OK) {
+    if (cmf_tokenizer_encode(tok, input, input_len, add_special, &ids, &n_ids, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         goto done;
     }
@@ -447,6 +526,12 @@ int cmd_run(int argc, char **argv) {
     }
     if (n_ids == 0) { fprintf(stderr, "cmf run: the prompt encodes to no tokens\n"); goto done; }
 
+    int32_t eos[64];
+    size_t n_eos = collect_eos(f, tok, eos, 64); /* <= 64: bias[] has room */
+    if (ignore_eos) /* llama.cpp: --ignore-eos implies --logit-bias EOS-inf */
+        for (size_t k = 0; k < n_eos; k++)
+            if (eos[k] >= 0 && (uint32_t)eos[k] < info.n_vocab) bias[n_bias++] = (cmf_logit_bias){eos[k], -INFINITY};
+
     cmf_session_params sp = {0};
     sp.n_ctx = (uint32_t)ctx;
     cli_warn_ctx(cmd, m, ctx);
@@ -463,16 +548,31 @@ int cmd_run(int argc, char **argv) {
     sp.sampler.seed = seed;
     sp.sampler.has_seed = has_seed;
     sp.sampler.greedy = greedy || temp <= 0.0;
+    sp.sampler.logit_bias = bias;
+    sp.sampler.n_logit_bias = n_bias;
     if (cmf_session_new(m, tok, &sp, &s, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    if (n_ids > cmf_session_n_ctx(s)) {
+        fprintf(stderr,
+                "cmf run: the prompt is %zu tokens, longer than the context of %u tokens; "
+                "shorten it or raise -c (the model was trained on %u)\n",
+                n_ids, cmf_session_n_ctx(s), info.n_ctx_train);
+        goto done;
+    }
+    cli_sigint_catch(); /* Ctrl-C from here on: stop, print the timings */
     double tp = now_s();
     if (cmf_session_prefill_tokens(s, ids, n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     tp = now_s() - tp;
-    if (echo) { fputs(text, stdout); fflush(stdout); }
-    int32_t eos[64];
-    cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = collect_eos(f, tok, eos, 64),
-                         .stop_strings = stops, .n_stop = n_stops};
+    if (echo) { fwrite(input, 1, input_len, stdout); fflush(stdout); }
+    probs_out po = {.tok = tok, .n_probs = (uint32_t)n_probs};
+    if (n_probs > 0 && !(po.top = top = malloc((size_t)n_probs * sizeof *top))) {
+        fprintf(stderr, "cmf run: out of memory\n");
+        goto done;
+    }
+    cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = ignore_eos ? 0 : n_eos,
+                         .stop_strings = stops, .n_stop = n_stops,
+                         .on_token = n_probs > 0 ? probs_cb : NULL, .token_user = &po};
     cmf_gen_stats st = {0};
-    if (cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
+    if (!cli_sigint_seen() && cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
         fputc('\n', stdout);
         cli_fail(cmd, &err);
         goto done;
@@ -488,10 +588,17 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "seed: %llu\n", (unsigned long long)cmf_session_seed(s));
     if (st.stop == CMF_STOP_CONTEXT_FULL) fprintf(stderr, "stopped: context full (raise -c)\n");
     rc = CLI_EXIT_OK;
+    if (cli_sigint_seen()) {
+        fprintf(stderr, "stopped: interrupted (Ctrl-C)\n");
+        rc = CLI_EXIT_INTERRUPTED;
+    }
 done:
+    cli_sigint_release();
     cmf_session_free(s);
+    free(top);
     free(rendered);
     free(ids);
+    free(text);
     cmf_tokenizer_free(tok);
     cmf_model_free(m);
     cmf_file_close(f);

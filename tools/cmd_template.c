@@ -73,8 +73,15 @@ static bool ends_with(const char *s, const char *suf) {
     return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
-/* "YYYY-MM-DDTHH:MM:SS" (T or space, optional Z) -> seconds since the epoch */
+/* "YYYY-MM-DDTHH:MM:SS" (T or space, optional Z) -> seconds since the epoch.
+ * Strict: exactly those digits (sscanf alone would take " 1" or "+1" for
+ * a field) and a day that exists in its month. */
 static bool parse_time(const char *s, int64_t *out) {
+    static const char shape[] = "dddd-dd-dd?dd:dd:dd";
+    for (size_t i = 0; shape[i]; i++)
+        if (shape[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9')
+                            : shape[i] == '?' ? s[i] != 'T' && s[i] != ' ' : s[i] != shape[i])
+            return false; /* stops at the NUL of a shorter string */
     struct tm tm;
     memset(&tm, 0, sizeof tm);
     int n = 0;
@@ -87,6 +94,9 @@ static bool parse_time(const char *s, int64_t *out) {
     if (s[n] != 0 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
         tm.tm_min > 59 || tm.tm_sec > 60)
         return false;
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool leap = (tm.tm_year % 4 == 0 && tm.tm_year % 100 != 0) || tm.tm_year % 400 == 0;
+    if (tm.tm_mday > mdays[tm.tm_mon - 1] || (tm.tm_mon == 2 && tm.tm_mday == 29 && !leap)) return false;
     tm.tm_year -= 1900;
     tm.tm_mon -= 1;
     *out = (int64_t)timegm(&tm);

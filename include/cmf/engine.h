@@ -58,6 +58,8 @@ typedef struct cmf_seq_event {
     size_t len;
     const float *logits;   /* [n_vocab] the logits the token was sampled from
                               (ids past the tokenizer set to -inf); NULL in an end event */
+    const float *probs;    /* [n_vocab] with want_probs: the distribution the token
+                              was drawn from (cmf_sampler_sample_probs); else NULL */
     uint32_t n_vocab;
     size_t n_generated;    /* tokens sampled so far, this one included */
     bool done;             /* last event of the sequence (or of this turn, for kept ones) */
@@ -80,6 +82,7 @@ typedef struct cmf_seq_params {
     size_t n_stop;
     uint64_t weight_set;    /* 0 = the backbone; a skill's from cmf_model_weight_set */
     bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
+    bool want_probs;        /* deliver each token's sampling distribution (costs n_vocab floats) */
     cmf_seq_cb cb;          /* may be NULL */
     void *user;
 } cmf_seq_params;

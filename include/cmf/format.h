@@ -2,9 +2,9 @@
  * cmf/format.h — the CMF v2 container: open (mmap, zero-copy tensor views),
  * write (streaming), append, verify, sign; dtype codecs and hash64.
  *
- * Normative spec: shared/docs/CMF_FORMAT.md (section numbers below refer to
- * it). Shapes are PyTorch order: shape[0] is the output (row) dimension of a
- * matrix, shape[ndim-1] the input (contiguous) dimension.
+ * The format: docs/FORMAT.md (section numbers below refer to it). Shapes
+ * are PyTorch order: shape[0] is the output (row) dimension of a matrix,
+ * shape[ndim-1] the input (contiguous) dimension.
  *
  * Thread-safety: an open cmf_file is immutable and may be read from any
  * number of threads. A cmf_writer belongs to one thread.
@@ -84,13 +84,18 @@ typedef struct cmf_tensor {
 typedef struct cmf_file cmf_file;
 
 /* Open a CMF v2 file (or the whole shard set when path names a shard
- * "x-0000K-of-0000N.cmf"). Validates the envelope, feature bits, section
- * bounds and every directory record (§1, §3); parses the header JSON; mmaps
- * the file without touching weight pages. Errors name the file and field:
+ * "x-0000K-of-0000N.cmf", or is the path a sharded write was given and
+ * does not exist itself: "x.cmf" opens the set "x-00001-of-0000N.cmf"
+ * that cmf_shard_first_path finds; CMF_ERR_IO when several sets match).
+ * Validates the envelope, feature bits, section bounds and every directory
+ * record (§1, §3); parses the header JSON; mmaps the file without touching
+ * weight pages. Errors name the file and field:
  * CMF_ERR_IO, CMF_ERR_FORMAT, CMF_ERR_UNSUPPORTED, CMF_ERR_NOMEM. */
 cmf_status cmf_file_open(const char *path, cmf_file **out, cmf_error *err);
 void cmf_file_close(cmf_file *f);
 
+/* The path opened: as given, or the first shard when given the path of a
+ * sharded write. */
 const char *cmf_file_path(const cmf_file *f);
 uint32_t cmf_file_required_features(const cmf_file *f);
 uint32_t cmf_file_shard_count(const cmf_file *f);       /* 1 when not sharded */
@@ -213,11 +218,13 @@ typedef struct cmf_verify_report {
     bool signature_ok;
 } cmf_verify_report;
 
-/* §5 verify: envelope, section bounds, header and directory hashes,
- * section_hashes, every tensor hash, and `<path>.sig` when present.
+/* §5 verify: envelope (flags must be 0), section bounds, header and
+ * directory hashes, section_hashes, every tensor hash, and `<path>.sig`
+ * when present; each problem is reported once. path is opened as by
+ * cmf_file_open (a shard name or a sharded write's path verifies the set).
  * Returns CMF_OK when the checks could run (the verdict is
- * report->n_problems == 0); an error status when the file cannot be opened
- * at all. */
+ * report->n_problems == 0); CMF_ERR_IO (report empty) when path cannot be
+ * read at all or is a directory; CMF_ERR_NOMEM. */
 cmf_status cmf_verify(const char *path, cmf_verify_report *report, cmf_error *err);
 void cmf_verify_report_free(cmf_verify_report *r);
 

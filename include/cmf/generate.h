@@ -50,9 +50,37 @@ typedef enum cmf_stop_reason {
     CMF_STOP_MAX_TOKENS = 0, /* n_predict reached */
     CMF_STOP_EOS,            /* an end-of-sequence id was sampled */
     CMF_STOP_STRING,         /* a stop string appeared in the text */
-    CMF_STOP_CALLBACK,       /* the callback returned false */
+    CMF_STOP_CALLBACK,       /* the text or the token callback returned false */
     CMF_STOP_CONTEXT_FULL    /* the KV cache is full (reported, not an error) */
 } cmf_stop_reason;
+
+/* Optional per-token callback (cmf_gen_params.on_token). Contract, which
+ * every implementation of cmf_session_generate keeps:
+ *   - called exactly once per sampled token, in order, on the thread that
+ *     called cmf_session_generate, right after the token is sampled and
+ *     recorded (penalty history, cmf_session_tokens), before the EOS
+ *     check (an EOS id is reported too) and before its text is
+ *     detokenized, matched against the stop strings and passed to the
+ *     text callback;
+ *   - id: the sampled token, in [0, n_vocab);
+ *   - probs: [n_vocab] floats, the distribution the sampler drew id from,
+ *     as cmf_sampler_sample_probs gives it: after logit bias, penalties,
+ *     top-k, top-p, min-p and temperature, 0 for every id those steps
+ *     removed (and for ids past the tokenizer's vocabulary), summing to 1
+ *     up to rounding; for greedy sampling, the softmax at temperature 1 of
+ *     the logits after logit bias and penalties, id being its argmax.
+ *     Owned by the session, valid only during the call, not to be
+ *     modified; the same values whether or not a callback is set (setting
+ *     one never changes which tokens are sampled);
+ *   - n_vocab: the model's vocabulary size (cmf_model_info.n_vocab, the
+ *     rows of the logits), the same on every call;
+ *   - user: cmf_gen_params.token_user.
+ * Return true to go on. Returning false ends the generation with
+ * CMF_STOP_CALLBACK: the token stays in the session as a generated token
+ * (counted in n_generated, the last of cmf_session_tokens), but its text
+ * is not streamed and no further token is sampled. The callback must not
+ * call into the session. */
+typedef bool (*cmf_token_cb)(int32_t id, const float *probs, uint32_t n_vocab, void *user);
 
 typedef struct cmf_gen_params {
     int32_t n_predict;              /* max new tokens (< 0 = until EOS/context) */
@@ -60,6 +88,8 @@ typedef struct cmf_gen_params {
     size_t n_eos;
     const char *const *stop_strings;/* stop when the text contains one */
     size_t n_stop;
+    cmf_token_cb on_token;          /* NULL = none; see cmf_token_cb */
+    void *token_user;               /* passed to on_token */
 } cmf_gen_params;
 
 typedef struct cmf_gen_stats {
@@ -71,12 +101,15 @@ typedef struct cmf_gen_stats {
 } cmf_gen_stats;
 
 /* Sample and stream until a stop condition. Generated tokens are appended
- * to the KV cache (so a chat can continue from them). An EOS id ends the
+ * to the KV cache (so a chat can continue from them). Per token: sample,
+ * gp->on_token, EOS check, detokenize, stop strings, cb. An EOS id ends the
  * generation and is not streamed; it is counted in n_generated and kept in
  * cmf_session_tokens. A model with a tokenizer never samples ids past the
  * tokenizer's vocabulary (padded embedding rows). With tok == NULL at
- * cmf_session_new the callback is never called. Stop strings do not
- * appear in the streamed text. */
+ * cmf_session_new the text callback is never called (on_token still is).
+ * Stop strings do not appear in the streamed text. Errors: CMF_ERR_ARG
+ * (no prefill before, eos_ids NULL with n_eos > 0, stop strings without a
+ * tokenizer), CMF_ERR_NOMEM, and the model's and detokenizer's errors. */
 cmf_status cmf_session_generate(cmf_session *s, const cmf_gen_params *gp, cmf_text_cb cb,
                                 void *user, cmf_gen_stats *stats, cmf_error *err);
 

@@ -3,13 +3,17 @@
  * generation stops.
  *
  * Sampler chain, in this order (llama.cpp's default order):
+ *   0. logit bias: each (id, bias) pair adds bias to that id's logit
+ *      (-INFINITY bans the token, also for greedy); pairs for the same id
+ *      add up (llama.cpp's --logit-bias);
  *   1. penalties over the last `penalty_last_n` tokens: repetition
  *      (positive logits divided by r, negative multiplied by r — CTRL paper,
  *      Keskar et al. 2019), presence and frequency (OpenAI API semantics:
  *      logit -= presence·[count>0] + frequency·count);
  *   2. top-k; 3. top-p (nucleus, Holtzman et al. 2019); 4. min-p
  *      (keep p >= min_p·p_max); 5. temperature; 6. draw with the seeded RNG.
- * temp <= 0 or greedy = argmax after penalties (ties: lowest id).
+ * temp <= 0 or greedy = argmax after logit bias and penalties (ties:
+ * lowest id).
  *
  * Thread-safety: a sampler belongs to one sequence/thread.
  */
@@ -21,6 +25,13 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* One --logit-bias entry: bias (a logit offset; +-INFINITY allowed, not
+ * NaN) added to token id's logit. */
+typedef struct cmf_logit_bias {
+    int32_t id;
+    float bias;
+} cmf_logit_bias;
 
 typedef struct cmf_sampler_params {
     float temp;             /* 0.8 default; <= 0 means greedy */
@@ -34,12 +45,20 @@ typedef struct cmf_sampler_params {
     uint64_t seed;          /* used when has_seed */
     bool has_seed;          /* false: seed from the OS (cmf_sampler_seed reports it) */
     bool greedy;
+    const cmf_logit_bias *logit_bias; /* [n_logit_bias], applied first; NULL when 0.
+                                       * cmf_sampler_new copies it. */
+    size_t n_logit_bias;
 } cmf_sampler_params;
 
 /* llama.cpp-like defaults (temp 0.8, top-k 40, top-p 0.95, min-p 0.05). */
 cmf_sampler_params cmf_sampler_default_params(void);
 
 typedef struct cmf_sampler cmf_sampler;
+/* p NULL = defaults. Errors (CMF_ERR_ARG, naming the field): n_vocab 0, a
+ * non-finite temp, NaN top_p/min_p, repeat_penalty <= 0, non-finite
+ * presence/frequency penalty, penalty_last_n < -1, a logit_bias id outside
+ * [0, n_vocab) or a NaN bias, n_logit_bias > 0 with logit_bias NULL;
+ * CMF_ERR_NOMEM. */
 cmf_status cmf_sampler_new(const cmf_sampler_params *p, uint32_t n_vocab, cmf_sampler **out,
                            cmf_error *err);
 void cmf_sampler_free(cmf_sampler *s);
@@ -47,12 +66,20 @@ void cmf_sampler_free(cmf_sampler *s);
 uint64_t cmf_sampler_seed(const cmf_sampler *s);
 /* Choose a token from logits [n_vocab] (not modified). */
 int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits);
+/* cmf_sampler_sample (the same token, the same use of the RNG), and when
+ * probs is not NULL it receives [n_vocab] the distribution the token was
+ * drawn from: p ∝ exp((l - l_max) / temp) over the ids that survive steps
+ * 0-4 (l after logit bias and penalties), 0 for every other id, summing to
+ * 1 up to rounding. Greedy: the softmax at temperature 1 of the logits
+ * after logit bias and penalties (NaN counts as -inf); the token is its
+ * argmax. When every logit is -inf the token gets probability 1. */
+int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *probs);
 /* Record a token in the penalty history (prompt tokens and sampled ones). */
 void cmf_sampler_accept(cmf_sampler *s, int32_t token);
 void cmf_sampler_reset(cmf_sampler *s);
 /* The distribution cmf_sampler_sample would draw from for these logits,
- * without drawing: the tokens that survive steps 1-5, best first, with
- * their logit after penalties and temperature and their probability.
+ * without drawing: the tokens that survive steps 0-5, best first, with
+ * their logit after bias, penalties and temperature and their probability.
  * Writes min(cap, count) entries (any output array may be NULL) and
  * returns the count. Greedy: the argmax alone, probability 1. */
 size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, int32_t *ids,

@@ -1,6 +1,6 @@
 /*
  * chatml.c — the ChatML template used for models whose file carries no
- * chat template (CMF_FORMAT §6): "<|im_start|>ROLE\nCONTENT<|im_end|>\n"
+ * chat template (docs/FORMAT.md §6): "<|im_start|>ROLE\nCONTENT<|im_end|>\n"
  * per message, then "<|im_start|>assistant\n" when add_generation_prompt.
  */
 #include "cmf/chat.h"

@@ -60,6 +60,8 @@ typedef struct eseq {
     bool keep, cancelled;
     bool ready;               /* logits (below) belong to tok[0..n_tok) */
     float *logits;            /* [n_vocab], kept sequences only */
+    float *probs;             /* [n_vocab] with want_probs */
+    bool want_probs;
     cmf_seq_cb cb;
     void *user;
     struct eseq *next;        /* inbox link */
@@ -105,6 +107,7 @@ static void seq_free(eseq *s) {
     cmf_stop_matcher_free(s->stop);
     free(s->eos);
     free(s->logits);
+    free(s->probs);
     free(s);
 }
 
@@ -179,6 +182,9 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
             }
         }
     }
+    s->want_probs = sp->want_probs;
+    if (s->want_probs && !s->probs && !(s->probs = malloc((size_t)e->n_vocab * sizeof *s->probs)))
+        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", e->n_vocab);
     s->n_predict = sp->n_predict;
     s->n_gen = 0;
     s->keep = sp->keep;
@@ -424,7 +430,7 @@ static bool deliver(eseq *s, int32_t token, const char *text, size_t len, const 
                     uint32_t n_vocab, bool done, cmf_stop_reason stop, cmf_status status, const char *msg) {
     if (!s->cb) return true;
     cmf_seq_event ev = {.id = s->id, .token = token, .text = text ? text : "", .len = len,
-                        .logits = logits, .n_vocab = n_vocab, .n_generated = s->n_gen, .done = done,
+                        .logits = logits, .probs = logits && s->want_probs ? s->probs : NULL, .n_vocab = n_vocab, .n_generated = s->n_gen, .done = done,
                         .stop = stop, .status = status, .msg = msg};
     return s->cb(&ev, s->user);
 }
@@ -514,7 +520,8 @@ static void drain(cmf_engine *e) {
  * append it as pending, run the stop checks and deliver it. */
 static void sample_one(cmf_engine *e, eseq *s, float *logits) {
     for (uint32_t i = e->n_sample; i < e->n_vocab; i++) logits[i] = -INFINITY;
-    int32_t t = cmf_sampler_sample(s->smp, logits);
+    int32_t t = s->want_probs ? cmf_sampler_sample_probs(s->smp, logits, s->probs)
+                              : cmf_sampler_sample(s->smp, logits);
     cmf_sampler_accept(s->smp, t);
     if (!seq_reserve(s, s->n_tok + 1)) {
         finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for a sampled token");
@@ -527,8 +534,8 @@ static void sample_one(cmf_engine *e, eseq *s, float *logits) {
     s->ready = false;
     for (size_t i = 0; i < s->n_eos; i++)
         if (s->eos[i] == t) {
-            deliver(s, t, NULL, 0, logits, e->n_vocab, false, CMF_STOP_EOS, CMF_OK, NULL);
-            finish(e, s, CMF_STOP_EOS, CMF_OK, NULL);
+            bool go = deliver(s, t, NULL, 0, logits, e->n_vocab, false, CMF_STOP_EOS, CMF_OK, NULL);
+            finish(e, s, go ? CMF_STOP_EOS : CMF_STOP_CALLBACK, CMF_OK, NULL);
             return;
         }
     const char *text = NULL, *out = NULL;

@@ -8,8 +8,10 @@
 #include "format_internal.h"
 #include <dirent.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static const uint8_t cmf_magic[4] = {0x43, 0x4D, 0x46, 0x01};
 
@@ -173,8 +175,12 @@ size_t cmf_shard_stem_len(const char *path) {
     return n >= 4 && !strcmp(path + n - 4, ".cmf") ? n - 4 : n;
 }
 
-char *cmf_shard_first_path(const char *path) {
-    if (!path) return NULL;
+/* The first shards "<stem>-00001-of-NNNNN.cmf" in path's directory of the
+ * sets written to path: the first found (malloc'd, NULL if none or OOM),
+ * *nsets how many there are and *other (malloc'd, or NULL) a second one. */
+static char *shard_sets(const char *path, unsigned *nsets, char **other) {
+    *nsets = 0;
+    if (other) *other = NULL;
     size_t stem = cmf_shard_stem_len(path);
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) : 0, blen = stem - (slash ? dlen + 1 : 0);
@@ -185,13 +191,41 @@ char *cmf_shard_first_path(const char *path) {
     const char *base = path + stem - blen;
     char *first = NULL;
     struct dirent *e;
-    while (!first && (e = readdir(d)) != NULL) {
+    while ((e = readdir(d)) != NULL) {
         uint32_t no, count;
         size_t sl;
-        if (cmf_shard_name_parse(e->d_name, &no, &count, &sl) && no == 1 && sl == blen &&
-            !memcmp(e->d_name, base, blen))
-            first = cmf_shard_name(path, stem, 1, count);
+        if (!cmf_shard_name_parse(e->d_name, &no, &count, &sl) || no != 1 || sl != blen ||
+            memcmp(e->d_name, base, blen))
+            continue;
+        if (++*nsets == 1) first = cmf_shard_name(path, stem, 1, count);
+        else if (*nsets == 2 && other) *other = cmf_shard_name(path, stem, 1, count);
     }
     closedir(d);
     return first;
+}
+
+char *cmf_shard_first_path(const char *path) {
+    unsigned n;
+    return path ? shard_sets(path, &n, NULL) : NULL;
+}
+
+cmf_status cmf_shard_resolve(const char *path, char **out, cmf_error *err) {
+    uint32_t no, count;
+    size_t sl;
+    struct stat st;
+    unsigned nsets = 0;
+    char *first = NULL, *other = NULL;
+    if (!cmf_shard_name_parse(path, &no, &count, &sl) && stat(path, &st) != 0 && errno == ENOENT)
+        first = shard_sets(path, &nsets, &other);
+    if (nsets > 1) {
+        cmf_status r = cmf_error_set(err, CMF_ERR_IO,
+                                     "%s: no such file, and %u shard sets were written to it (%s, %s%s): "
+                                     "name the first shard of the one to open",
+                                     path, nsets, first ? first : "?", other ? other : "?", nsets > 2 ? ", ..." : "");
+        free(first);
+        free(other);
+        return r;
+    }
+    *out = first ? first : strdup(path);
+    return *out ? CMF_OK : cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
 }

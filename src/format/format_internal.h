@@ -98,7 +98,8 @@ typedef struct cmf_shard {
 } cmf_shard;
 
 struct cmf_file {
-    char *path;              /* as given to open */
+    char *path;              /* as given to open, or the first shard of the set
+                                written to it (cmf_shard_resolve) */
     uint32_t nshards;
     cmf_shard *shards;       /* [nshards], shard 0 = "-00001-of-" */
     size_t ntensors;
@@ -117,6 +118,13 @@ bool cmf_shard_name_parse(const char *path, uint32_t *no, uint32_t *count, size_
 char *cmf_shard_name(const char *stem, size_t stem_len, uint32_t no, uint32_t count);
 /* The stem of an output path whose write is sharded: path minus ".cmf". */
 size_t cmf_shard_stem_len(const char *path);
+/* The file to read for a user's path, malloc'd into *out: path itself when
+ * it exists or is a shard name, else the first shard of the set a sharded
+ * write to path produced, else path (so the caller's open reports it
+ * missing). Errors: CMF_ERR_IO when path does not exist and several shard
+ * sets were written to it (stale shards of an earlier write: the message
+ * names two), CMF_ERR_NOMEM. */
+cmf_status cmf_shard_resolve(const char *path, char **out, cmf_error *err);
 
 /* sign.c: verify `<path>.sig` against the file. *present false when no
  * .sig exists. Problems go to msg (a one-line reason) when !*ok; signer

@@ -42,7 +42,8 @@ static cmf_status map_shard(const char *path, cmf_shard *sh, cmf_error *err) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return cmf_error_set(err, CMF_ERR_IO, "%s: not a regular file", path);
+        return cmf_error_set(err, CMF_ERR_IO, "%s: %s", path,
+                             S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
     }
     if ((uint64_t)st.st_size < CMF_ENVELOPE_SIZE) {
         close(fd);
@@ -273,15 +274,17 @@ static cmf_status dir_counts(const cmf_shard *sh, uint64_t *ntens, uint64_t *nam
     return CMF_OK;
 }
 
-cmf_status cmf_file_open(const char *path, cmf_file **out, cmf_error *err) {
-    if (!path || !out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_file_open: NULL argument");
+cmf_status cmf_file_open(const char *given, cmf_file **out, cmf_error *err) {
+    if (!given || !out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_file_open: NULL argument");
     *out = NULL;
     cmf_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = xstrdup(path))) {
+    if (!f) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", given);
+    cmf_status st = cmf_shard_resolve(given, &f->path, err);
+    if (st) {
         free(f);
-        return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
+        return st;
     }
-    cmf_status st = CMF_OK;
+    const char *path = f->path; /* given, or the first shard of the set written to it */
     uint32_t no = 0, count = 1;
     size_t stem_len = 0;
     bool sharded = cmf_shard_name_parse(path, &no, &count, &stem_len);

@@ -221,12 +221,15 @@ cmf_status cmf_verify_signature(const char *path, const char *trusted, bool *ok,
     uint8_t want[32], signer[32];
     bool present, valid;
     char m[256];
-    cmf_status st = trusted_key(trusted, want, err);
-    if (!st) st = cmf_signature_check(path, &present, &valid, m, sizeof m, signer, err);
+    char *rp; /* as cmf_verify: a sharded write's path means its first shard */
+    cmf_status st = cmf_shard_resolve(path, &rp, err);
     if (st) return st;
-    if (!present) snprintf(msg, msgcap, "%s.sig is missing (a trusted key was required)", path);
-    else if (!valid) snprintf(msg, msgcap, "%s.sig: %s", path, m);
-    else if (sodium_memcmp(signer, want, 32) != 0) snprintf(msg, msgcap, "%s.sig: signed by a key other than the trusted one", path);
-    else *ok = true;
-    return CMF_OK;
+    st = trusted_key(trusted, want, err);
+    if (!st) st = cmf_signature_check(rp, &present, &valid, m, sizeof m, signer, err);
+    if (!st && !present) snprintf(msg, msgcap, "%s.sig is missing (a trusted key was required)", rp);
+    else if (!st && !valid) snprintf(msg, msgcap, "%s.sig: %s", rp, m);
+    else if (!st && sodium_memcmp(signer, want, 32) != 0) snprintf(msg, msgcap, "%s.sig: signed by a key other than the trusted one", rp);
+    else if (!st) *ok = true;
+    free(rp);
+    return st;
 }

@@ -4,7 +4,10 @@
  * in the envelope, header.section_hashes; then a full open (directory
  * structure) and every tensor's hash64; finally the detached `<path>.sig`.
  * Unlike open, this reads every byte of the file. Each problem becomes one
- * line of the report naming the shard file and the tensor or section.
+ * line of the report naming the shard file and the tensor or section, once:
+ * a shard whose envelope cannot be read is not opened again (the open would
+ * only report the same problem). A sharded write's output path (the stem)
+ * verifies the set it produced.
  */
 #include "format_internal.h"
 
@@ -65,32 +68,47 @@ static bool parse_hex64(const char *s, uint64_t *out) {
     return true;
 }
 
-/* Raw checks of one shard file that do not need a successful open. */
-static void verify_shard_raw(const char *path, cmf_verify_report *r) {
+/* Raw checks of one shard file that do not need a successful open. False
+ * when the envelope could not be read (reported here: opening the file
+ * would only report the same problem again). */
+static bool verify_shard_raw(const char *path, cmf_verify_report *r) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         add_problem(r, "%s: cannot open: %s", path, strerror(errno));
-        return;
+        return false;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < CMF_ENVELOPE_SIZE || (uint64_t)st.st_size > SIZE_MAX) {
-        add_problem(r, "%s: envelope: file too short (%lld bytes)", path, (long long)st.st_size);
+    if (fstat(fd, &st) != 0) {
+        add_problem(r, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
-        return;
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        add_problem(r, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        close(fd);
+        return false;
+    }
+    if (st.st_size < CMF_ENVELOPE_SIZE || (uint64_t)st.st_size > SIZE_MAX) {
+        add_problem(r, "%s: file too short for the 128-byte envelope (%lld bytes)", path, (long long)st.st_size);
+        close(fd);
+        return false;
     }
     const uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         add_problem(r, "%s: mmap failed", path);
-        return;
+        return false;
     }
     cmf_envelope e;
     cmf_error err;
     if (cmf_envelope_decode(m, (uint64_t)st.st_size, path, &e, &err)) {
         add_problem(r, "%s", err.msg);
         munmap((void *)m, (size_t)st.st_size);
-        return;
+        return false;
     }
+    if (e.flags)
+        add_problem(r, "%s: envelope: flags (offset 0x08) is 0x%08x, but the field is reserved and must be 0", path,
+                    e.flags);
     char a[17], b[17];
     uint64_t hh = cmf_hash64(m + e.header_off, (size_t)e.header_len);
     if (e.header_hash && hh != e.header_hash) {
@@ -131,24 +149,39 @@ static void verify_shard_raw(const char *path, cmf_verify_report *r) {
     }
     cJSON_Delete(h);
     munmap((void *)m, (size_t)st.st_size);
+    return true;
 }
 
-cmf_status cmf_verify(const char *path, cmf_verify_report *report, cmf_error *err) {
-    if (!path || !report) return cmf_error_set(err, CMF_ERR_ARG, "cmf_verify: NULL argument");
+cmf_status cmf_verify(const char *given, cmf_verify_report *report, cmf_error *err) {
+    if (!given || !report) return cmf_error_set(err, CMF_ERR_ARG, "cmf_verify: NULL argument");
     memset(report, 0, sizeof *report);
-    if (access(path, R_OK) != 0) return cmf_error_set(err, CMF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *path; /* given, or the first shard of the set written to it */
+    cmf_status st = cmf_shard_resolve(given, &path, err);
+    if (st) return st;
+    struct stat pst;
+    if (access(path, R_OK) != 0 || stat(path, &pst) != 0)
+        st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    else if (S_ISDIR(pst.st_mode))
+        st = cmf_error_set(err, CMF_ERR_IO, "%s: is a directory", path);
     uint32_t no, count = 1;
     size_t stem;
-    bool sharded = cmf_shard_name_parse(path, &no, &count, &stem);
-    for (uint32_t i = 0; i < (sharded ? count : 1); i++) {
+    bool sharded = cmf_shard_name_parse(path, &no, &count, &stem), raw_ok = true;
+    for (uint32_t i = 0; !st && i < (sharded ? count : 1); i++) {
         char *sp = sharded ? cmf_shard_name(path, stem, i + 1, count) : NULL;
-        if (sharded && !sp) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
-        verify_shard_raw(sharded ? sp : path, report);
+        if (sharded && !sp) st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
+        else raw_ok &= verify_shard_raw(sharded ? sp : path, report);
         free(sp);
+    }
+    if (st) {
+        cmf_verify_report_free(report);
+        free(path);
+        return st;
     }
     cmf_file *f = NULL;
     cmf_error oe;
-    if (cmf_file_open(path, &f, &oe) != CMF_OK) {
+    if (!raw_ok) {
+        /* an unreadable envelope is reported above; open would repeat it */
+    } else if (cmf_file_open(path, &f, &oe) != CMF_OK) {
         add_problem(report, "%s", oe.msg);
     } else {
         for (size_t i = 0; i < f->ntensors; i++) {
@@ -166,12 +199,13 @@ cmf_status cmf_verify(const char *path, cmf_verify_report *report, cmf_error *er
     }
     char msg[512];
     bool ok = false;
-    cmf_status st = cmf_signature_check(path, &report->signature_present, &ok, msg, sizeof msg, NULL, err);
+    st = cmf_signature_check(path, &report->signature_present, &ok, msg, sizeof msg, NULL, err);
     if (st) {
         add_problem(report, "%s.sig: %s", path, err ? err->msg : "cannot check");
     } else if (report->signature_present) {
         report->signature_ok = ok;
         if (!ok) add_problem(report, "%s.sig: %s", path, msg);
     }
+    free(path);
     return CMF_OK;
 }

@@ -114,6 +114,10 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
         t->status = ev->status;
         if (ev->msg) snprintf(t->msg, sizeof t->msg, "%s", ev->msg);
     }
+    /* per token: on_token first (cmf_token_cb's contract), then the text */
+    if (ev->token >= 0 && t->gp && t->gp->on_token &&
+        !t->gp->on_token(ev->token, ev->probs, ev->n_vocab, t->gp->token_user))
+        return false;
     if (ev->len && t->cb && !t->cb(ev->text, ev->len, t->user)) return false;
     return true;
 }
@@ -124,6 +128,7 @@ static cmf_status run_turn(cmf_session *s, const int32_t *ids, size_t n, const c
     cmf_seq_params sp = {.prompt = ids, .n_prompt = n, .sampler = s->sampler, .n_predict = n_predict,
                          .keep = true, .cb = on_event, .user = t};
     if (gp) {
+        sp.want_probs = gp->on_token != NULL;
         sp.eos_ids = gp->eos_ids;
         sp.n_eos = gp->n_eos;
         sp.stop_strings = gp->stop_strings;

@@ -1,9 +1,11 @@
 /*
  * sampler.c — the sampler chain of cmf/sample.h: logits [n_vocab] in, one
  * token id out. The chain order follows llama.cpp's common sampler
- * (common/sampling.cpp: penalties -> top-k -> top-p -> min-p ->
- * temperature -> dist):
+ * (common/sampling.cpp: logit bias -> penalties -> top-k -> top-p ->
+ * min-p -> temperature -> dist):
  *
+ *   0. logit bias: l[id] += bias for each (id, bias) pair, on a copy of the
+ *      logits (only when there are pairs);
  *   1. penalties over the last penalty_last_n accepted tokens, applied once
  *      per distinct token t with count c (llama.cpp llama_sampler_penalties):
  *        repetition (CTRL, Keskar et al. 2019): l > 0 ? l / r : l * r
@@ -18,8 +20,9 @@
  *      tiny temperature saturates to the argmax instead of overflowing;
  *   6. draw: u = uniform[0,1) from xoshiro256** (rng.h) times the sum of
  *      those weights in double, walked over the survivors.
- * Greedy (greedy flag or temp <= 0): argmax after penalties, lowest id on
- * ties. A NaN logit is treated as -inf. Ordering of equal logits is always
+ * Greedy (greedy flag or temp <= 0): argmax after bias and penalties,
+ * lowest id on ties. cmf_sampler_sample_probs also reports the
+ * distribution of step 6 (greedy: the softmax of the adjusted logits). A NaN logit is treated as -inf. Ordering of equal logits is always
  * by ascending id, so results never depend on sort stability.
  *
  * Penalty bookkeeping is incremental: a count per vocab id over the window,
@@ -46,6 +49,9 @@ struct cmf_sampler {
     uint64_t seed;
     cmf_rng rng;
     cand *cand;          /* [n_vocab] working candidates */
+    cmf_logit_bias *bias; /* [n_bias] copy of p.logit_bias */
+    size_t n_bias;
+    float *biased;       /* [n_vocab] logits + bias (allocated when n_bias > 0) */
     /* penalties (allocated only when a penalty is active) */
     bool penalize;
     uint32_t *count;     /* [n_vocab] occurrences in the window */
@@ -92,13 +98,33 @@ cmf_status cmf_sampler_new(const cmf_sampler_params *p, uint32_t n_vocab, cmf_sa
     if (p->penalty_last_n < -1)
         return cmf_error_set(err, CMF_ERR_ARG, "sampler: penalty_last_n %d must be >= -1",
                              (int)p->penalty_last_n);
+    if (p->n_logit_bias && !p->logit_bias)
+        return cmf_error_set(err, CMF_ERR_ARG, "sampler: logit_bias is NULL but n_logit_bias is %zu",
+                             p->n_logit_bias);
+    for (size_t i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias[i].id < 0 || (uint32_t)p->logit_bias[i].id >= n_vocab)
+            return cmf_error_set(err, CMF_ERR_ARG,
+                                 "sampler: logit_bias[%zu]: token id %d is outside the vocabulary [0, %u)",
+                                 i, (int)p->logit_bias[i].id, n_vocab);
+        if (isnan(p->logit_bias[i].bias))
+            return cmf_error_set(err, CMF_ERR_ARG, "sampler: logit_bias[%zu] (token %d): bias is NaN", i,
+                                 (int)p->logit_bias[i].id);
+    }
 
     cmf_sampler *s = calloc(1, sizeof *s);
     if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
+    s->p.logit_bias = NULL; /* the copy below is ours; the caller's may go */
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     if (!s->cand) goto nomem;
+    if (p->n_logit_bias) {
+        s->bias = malloc(p->n_logit_bias * sizeof *s->bias);
+        s->biased = malloc((size_t)n_vocab * sizeof *s->biased);
+        if (!s->bias || !s->biased) goto nomem;
+        memcpy(s->bias, p->logit_bias, p->n_logit_bias * sizeof *s->bias);
+        s->n_bias = p->n_logit_bias;
+    }
     s->penalize = p->penalty_last_n != 0 &&
                   (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
                    p->frequency_penalty != 0.0f);
@@ -125,6 +151,8 @@ nomem:
 void cmf_sampler_free(cmf_sampler *s) {
     if (!s) return;
     free(s->cand);
+    free(s->bias);
+    free(s->biased);
     free(s->count);
     free(s->dpos);
     free(s->distinct);
@@ -218,14 +246,28 @@ static void select_top(cand *c, size_t n, size_t m) {
 
 static bool is_greedy(const cmf_sampler *s) { return s->p.greedy || !(s->p.temp > 0.0f); }
 
+/* Step 0: the logits with the biases added (in s->biased), or logits
+ * itself when there are none. */
+static const float *apply_bias(cmf_sampler *s, const float *logits) {
+    if (!s->n_bias) return logits;
+    memcpy(s->biased, logits, (size_t)s->n_vocab * sizeof *logits);
+    for (size_t i = 0; i < s->n_bias; i++) s->biased[s->bias[i].id] += s->bias[i].bias;
+    return s->biased;
+}
+
+/* Step 1 for token t (count > 0) with logit l. */
+static inline float penalized(const cmf_sampler *s, int32_t t, float l) {
+    const float r = s->p.repeat_penalty;
+    if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
+    return l - ((float)s->count[t] * s->p.frequency_penalty + s->p.presence_penalty);
+}
+
 /* Steps 1-5. Leaves the survivors in s->cand[0..return) with their final
  * logits; *sorted tells whether they are best first. Greedy leaves the
  * argmax alone. */
 static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
     const size_t V = s->n_vocab;
     cand *c = s->cand;
-    const float r = s->p.repeat_penalty;
-    const float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
     if (is_greedy(s)) {
         /* Argmax without copying: unpenalized ids straight from the logits
          * (strict '>' keeps the lowest id on ties and skips NaN), then the
@@ -240,9 +282,7 @@ static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
                 if (!cnt || cnt[i] == 0) bi = (int32_t)i;
         for (uint32_t i = 0; cnt && i < s->n_distinct; i++) {
             int32_t t = s->distinct[i];
-            float l = isnan(logits[t]) ? -INFINITY : logits[t];
-            if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
-            l -= (float)s->count[t] * freq + pres;
+            float l = penalized(s, t, isnan(logits[t]) ? -INFINITY : logits[t]);
             if (l > bv || (l == bv && (bi < 0 || t < bi))) bv = l, bi = t;
         }
         c[0].id = bi < 0 ? 0 : bi;
@@ -259,9 +299,7 @@ static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
     if (s->penalize) {
         for (uint32_t i = 0; i < s->n_distinct; i++) {
             int32_t t = s->distinct[i];
-            float l = c[t].logit;
-            if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
-            l -= (float)s->count[t] * freq + pres;
+            float l = penalized(s, t, c[t].logit);
             c[t].logit = l == INFINITY ? FLT_MAX : l; /* a negative penalty can overflow */
         }
     }
@@ -317,18 +355,57 @@ static inline double weight(float l, float mx, double inv_temp) {
     return exp(((double)l - (double)mx) * inv_temp);
 }
 
+/* The greedy distribution into probs [V]: softmax at temperature 1 of the
+ * logits after bias and penalties (NaN -> -inf, +inf -> FLT_MAX as in
+ * run_chain); all -inf gives probability 1 to the chosen id. */
+static void greedy_probs(const cmf_sampler *s, const float *logits, int32_t id, float *probs) {
+    const size_t V = s->n_vocab;
+    for (size_t i = 0; i < V; i++) {
+        float v = logits[i];
+        probs[i] = isnan(v) ? -INFINITY : v == INFINITY ? FLT_MAX : v;
+    }
+    for (uint32_t i = 0; s->penalize && i < s->n_distinct; i++) {
+        int32_t t = s->distinct[i];
+        float l = penalized(s, t, probs[t]);
+        probs[t] = l == INFINITY ? FLT_MAX : l;
+    }
+    float mx = -INFINITY;
+    for (size_t i = 0; i < V; i++) mx = probs[i] > mx ? probs[i] : mx;
+    if (mx == -INFINITY) {
+        memset(probs, 0, V * sizeof *probs);
+        probs[id] = 1.0f;
+        return;
+    }
+    double sum = 0.0;
+    for (size_t i = 0; i < V; i++) sum += exp((double)probs[i] - (double)mx);
+    for (size_t i = 0; i < V; i++) probs[i] = (float)(exp((double)probs[i] - (double)mx) / sum);
+}
+
 int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
+    return cmf_sampler_sample_probs(s, logits, NULL);
+}
+
+int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *probs) {
     bool sorted;
+    logits = apply_bias(s, logits);
     size_t n = run_chain(s, logits, &sorted);
     assert(n >= 1);
-    if (n == 1) return s->cand[0].id;
     const cand *c = s->cand;
+    if (is_greedy(s)) {
+        if (probs) greedy_probs(s, logits, c[0].id, probs);
+        return c[0].id;
+    }
+    if (probs) memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
     const double inv = 1.0 / (double)s->p.temp;
     float mx = -INFINITY;
     for (size_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-    if (mx == -INFINITY) return c[0].id; /* everything masked: first survivor */
+    if (n == 1 || mx == -INFINITY) { /* one survivor, or everything masked: the first */
+        if (probs) probs[c[0].id] = 1.0f;
+        return c[0].id;
+    }
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += weight(c[i].logit, mx, inv);
+    for (size_t i = 0; probs && i < n; i++) probs[c[i].id] = (float)(weight(c[i].logit, mx, inv) / sum);
     /* 6. draw */
     double u = cmf_rng_uniform(&s->rng) * sum, cum = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -345,7 +422,7 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
 size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, int32_t *ids,
                               float *final_logits, float *probs) {
     bool sorted;
-    size_t n = run_chain(s, logits, &sorted);
+    size_t n = run_chain(s, apply_bias(s, logits), &sorted);
     if (!sorted) select_top(s->cand, n, n);
     const cand *c = s->cand;
     const bool greedy = is_greedy(s);

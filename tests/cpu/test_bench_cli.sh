@@ -2,7 +2,9 @@
 # test_bench_cli.sh — `cmf bench` end to end: usage errors exit 2, a missing
 # file exits 1 naming it, and on the real stories260K model (imported from
 # GGUF) both tests run and --json gives positive throughputs with the
-# requested counts. Skips (77) when ../shared/data is absent.
+# requested counts; -p beyond the model's training context warns and
+# prints a progress line per run on stderr (--progress forces them).
+# Skips (77) when ../shared/data is absent.
 # usage: bash test_bench_cli.sh <cmf> <source dir> <build dir>
 set -u
 cmf=$1; src=$2; bld=$3
@@ -36,5 +38,22 @@ for x in r:
 " "$out"' "json content: $out"
 table=$("$cmf" bench "$tmp/s.cmf" -p 8 -n 0 -r 1); rc=$?
 check '[ $rc -eq 0 ] && [[ "$table" == *"| pp8 |"* ]] && [[ "$table" != *tg* ]]' "table with -n 0: $table"
+# -p past max_position_embeddings: a warning and progress on stderr (on the
+# 3-layer upstream llama, whose context of 512 is cheap to exceed)
+up=$data/upstream_cmf/llama-f32.cmf
+[ -f "$up" ] || up=$tmp/s.cmf
+ctx=$(/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["arch"]["max_position_embeddings"])' \
+      < <("$cmf" info "$up" --json))
+"$cmf" bench "$up" -p $((ctx + 8)) -n 0 -r 1 -t 2 >"$tmp/long.out" 2>"$tmp/long.err"; rc=$?
+check '[ $rc -eq 0 ] && grep -q "| pp$((ctx + 8)) |" "$tmp/long.out"' "bench -p past the context runs: $(cat "$tmp/long.err")"
+check 'grep -q "warning: .*$((ctx + 8)) tokens exceeds the $ctx" "$tmp/long.err"' "warning past the context: $(cat "$tmp/long.err")"
+check 'grep -q "pp$((ctx + 8)): warm-up run" "$tmp/long.err" && grep -q "pp$((ctx + 8)): run 1/1" "$tmp/long.err"' \
+      "progress past the context: $(cat "$tmp/long.err")"
+check '! grep -q "^{\|^|" "$tmp/long.err"' "progress stays off stdout's table"
+"$cmf" bench "$tmp/s.cmf" -p 8 -n 2 -r 1 -t 1 --json --progress >"$tmp/p.out" 2>"$tmp/p.err"; rc=$?
+check '[ $rc -eq 0 ] && grep -q "tg2: run 1/1" "$tmp/p.err" && ! grep -q warning "$tmp/p.err"' "--progress: $(cat "$tmp/p.err")"
+check '/usr/bin/python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/p.out"' "--json stays JSON with --progress"
+"$cmf" bench "$tmp/s.cmf" -p 8 -n 2 -r 1 -t 1 >/dev/null 2>"$tmp/q.err"
+check '[ ! -s "$tmp/q.err" ]' "no progress by default within the context: $(cat "$tmp/q.err")"
 rm -rf "$tmp"
 exit $fail

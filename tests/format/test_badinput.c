@@ -1,5 +1,5 @@
 /*
- * test_badinput.c — the bad-input corpus (spec §1 "a reader must fail"),
+ * test_badinput.c — the bad-input corpus (spec §1: what open refuses),
  * generated from a valid file written by our writer: truncation at every
  * section boundary and offsets in between, wrong magic/version, unknown
  * feature bits, sections past EOF, misaligned blob, absurd counts and
@@ -49,8 +49,10 @@ static const char *put(const uint8_t *b, size_t len) {
     return g_path;
 }
 
-/* Open must fail with a message naming the file and containing `what`. */
-static void expect_open_fail(const uint8_t *b, size_t len, const char *label, const char *what) {
+/* Open must fail with a message naming the file and containing `what`;
+ * verify must report it, each problem once, and exactly `exact` problems
+ * when exact > 0 (an unreadable envelope is one problem). */
+static void expect_open_fail(const uint8_t *b, size_t len, const char *label, const char *what, size_t exact) {
     const char *p = put(b, len);
     cmf_file *f = NULL;
     cmf_error e = {0};
@@ -62,7 +64,13 @@ static void expect_open_fail(const uint8_t *b, size_t len, const char *label, co
     cmf_verify_report r;
     st = cmf_verify(p, &r, &e);
     CHECK(st != CMF_OK || r.n_problems > 0, "%s: verify passed a broken file", label);
-    if (!st) cmf_verify_report_free(&r);
+    if (st) return;
+    CHECK(!exact || r.n_problems == exact, "%s: verify reported %zu problems, expected %zu (first: %s)", label,
+          r.n_problems, exact, r.n_problems ? r.problems[0] : "");
+    for (size_t i = 0; i < r.n_problems; i++)
+        for (size_t j = i + 1; j < r.n_problems; j++)
+            CHECK(strcmp(r.problems[i], r.problems[j]), "%s: verify reported twice: %s", label, r.problems[i]);
+    cmf_verify_report_free(&r);
 }
 
 /* Open may succeed; verify must report a problem containing `what`. */
@@ -129,35 +137,37 @@ int main(void) {
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         char label[64];
         snprintf(label, sizeof label, "truncated at %llu", (unsigned long long)cuts[i]);
-        expect_open_fail(G, (size_t)cuts[i], label, cuts[i] < 128 ? "envelope" : "past end of file");
+        expect_open_fail(G, (size_t)cuts[i], label, cuts[i] < 128 ? "envelope" : "past end of file", 1);
     }
 
     uint8_t *b = copy();
     MUST(b, "oom");
-#define MUT(label, what, stmt)                                                                   \
+#define MUTN(label, what, n, stmt)                                                                \
     do {                                                                                          \
         memcpy(b, G, g_len);                                                                      \
         stmt;                                                                                     \
-        expect_open_fail(b, g_len, label, what);                                                  \
+        expect_open_fail(b, g_len, label, what, n);                                               \
     } while (0)
-    MUT("wrong magic", "magic", b[0] = 'X');
-    MUT("magic v0", "magic", b[3] = 0);
-    MUT("version 1", "version", b[4] = 1);
-    MUT("version 3", "version", b[4] = 3);
-    MUT("feature bit 3", "unknown required_features", b[0x0C] |= 8);
-    MUT("feature bit 31", "unknown required_features", b[0x0F] |= 0x80);
-    MUT("no TENSOR_DIR", "TENSOR_DIR", b[0x0C] &= (uint8_t)~1u);
-    MUT("header past EOF", "header", wr64(b + 0x18, g_len));
-    MUT("header off+len overflow", "header", wr64(b + 0x10, UINT64_MAX - 4));
-    MUT("directory past EOF", "directory", wr64(b + 0x20, g_len - 8));
-    MUT("blob past EOF", "weight blob", wr64(b + 0x38, g_len));
-    MUT("blob misaligned", "4096", wr64(b + 0x30, bo - 64));
-    MUT("tokenizer past EOF", "tokenizer", wr64(b + 0x58, tl + 1));
-    MUT("masks past EOF", "masks", (wr64(b + 0x40, g_len - 4), wr64(b + 0x48, 100)));
-    MUT("sparse past EOF", "sparse", (wr64(b + 0x60, 1ull << 62), wr64(b + 0x68, 1)));
-    MUT("header overlaps envelope", "envelope", wr64(b + 0x10, 64));
-    MUT("empty directory section", "directory", wr64(b + 0x28, 0));
-    MUT("directory < 16 bytes", "directory", wr64(b + 0x28, 8));
+#define MUT(label, what, stmt) MUTN(label, what, 0, stmt)
+#define MUT_ENV(label, what, stmt) MUTN(label, what, 1, stmt) /* envelope: exactly one problem */
+    MUT_ENV("wrong magic", "magic", b[0] = 'X');
+    MUT_ENV("magic v0", "magic", b[3] = 0);
+    MUT_ENV("version 1", "version", b[4] = 1);
+    MUT_ENV("version 3", "version", b[4] = 3);
+    MUT_ENV("feature bit 3", "unknown required_features", b[0x0C] |= 8);
+    MUT_ENV("feature bit 31", "unknown required_features", b[0x0F] |= 0x80);
+    MUT_ENV("no TENSOR_DIR", "TENSOR_DIR", b[0x0C] &= (uint8_t)~1u);
+    MUT_ENV("header past EOF", "header", wr64(b + 0x18, g_len));
+    MUT_ENV("header off+len overflow", "header", wr64(b + 0x10, UINT64_MAX - 4));
+    MUT_ENV("directory past EOF", "directory", wr64(b + 0x20, g_len - 8));
+    MUT_ENV("blob past EOF", "weight blob", wr64(b + 0x38, g_len));
+    MUT_ENV("blob misaligned", "4096", wr64(b + 0x30, bo - 64));
+    MUT_ENV("tokenizer past EOF", "tokenizer", wr64(b + 0x58, tl + 1));
+    MUT_ENV("masks past EOF", "masks", (wr64(b + 0x40, g_len - 4), wr64(b + 0x48, 100)));
+    MUT_ENV("sparse past EOF", "sparse", (wr64(b + 0x60, 1ull << 62), wr64(b + 0x68, 1)));
+    MUT_ENV("header overlaps envelope", "envelope", wr64(b + 0x10, 64));
+    MUT_ENV("empty directory section", "directory", wr64(b + 0x28, 0));
+    MUT_ENV("directory < 16 bytes", "directory", wr64(b + 0x28, 8));
     /* directory */
     MUT("absurd count", "count", wr64(b + dof, 1ull << 60));
     MUT("count just too big", "count", wr64(b + dof, (dl - 16) / 56 + 1));
@@ -220,6 +230,18 @@ int main(void) {
     memcpy(b, G, g_len);
     b[0x70] ^= 1;
     expect_verify_fail(b, g_len, "flipped envelope header hash", "header: hash64 mismatch");
+    memcpy(b, G, g_len);
+    b[0x08] ^= 1; /* flags: reserved, must be 0 */
+    expect_verify_fail(b, g_len, "flipped envelope flags byte", "flags (offset 0x08)");
+    memcpy(b, G, g_len);
+    b[0x0B] ^= 0x80;
+    expect_verify_fail(b, g_len, "flags bit 31", "flags (offset 0x08) is 0x80000000");
+    {
+        cmf_verify_report r;
+        cmf_error e = {0};
+        CHECK(cmf_verify(g_dir, &r, &e) == CMF_ERR_IO && strstr(e.msg, "is a directory") && r.n_problems == 0,
+              "verify of a directory: %s", e.msg);
+    }
 
     /* random bit flips anywhere: never crash; hashed regions are caught */
     uint64_t s = 0x1234567u;

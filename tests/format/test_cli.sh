@@ -2,8 +2,10 @@
 # test_cli.sh — drives `cmf info|verify|sign|keygen|compact` on a file
 # written by cmf (tests/format/mkfile.c): verify passes on the clean file
 # and fails naming the place after one flipped byte in a tensor, the header
-# or the directory; signatures are written and checked; compact round-trips;
-# usage errors exit 2. Args: <cmf> <source dir> <build dir>.
+# or the directory, and each problem is reported once (a truncated file, a
+# directory); a non-zero envelope flags word fails; signatures are written
+# and checked; compact round-trips; a shard set opens from any shard name
+# and from the stem given to the writer; usage errors exit 2. Args: <cmf> <source dir> <build dir>.
 set -u
 CMF=$1
 BUILD=$3
@@ -56,6 +58,20 @@ expect 1 "$CMF" verify "$T/x.cmf"; contains "directory"
 # envelope magic
 cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" 0
 expect 1 "$CMF" verify "$T/x.cmf"; contains "magic"
+# envelope flags (0x08, reserved as 0): not covered by any hash
+cp "$T/m.cmf" "$T/x.cmf"; flip "$T/x.cmf" 8
+expect 1 "$CMF" verify "$T/x.cmf"; contains "envelope: flags (offset 0x08) is 0x00000001"
+# each problem once: a truncated file (inside the blob, and inside the
+# envelope) is one FAIL line and "1 problem"; a directory is named once
+for n in 1000 100; do
+    head -c $n "$T/m.cmf" >"$T/x.cmf"
+    expect 1 "$CMF" verify "$T/x.cmf"; contains "FAILED (1 problem,"
+    [ "$(grep -c '^FAIL ' "$T/out")" = 1 ] || { fail "truncated at $n: not exactly one FAIL line"; sed 's/^/    /' "$T/out"; }
+done
+mkdir -p "$T/adir"
+expect 1 "$CMF" verify "$T/adir"
+[ "$(grep -c 'is a directory' "$T/out")" = 1 ] || { fail "verify DIR: 'is a directory' not exactly once"; sed 's/^/    /' "$T/out"; }
+expect 1 "$CMF" info "$T/adir"; contains "is a directory"
 
 # keys and signatures
 cp "$T/m.cmf" "$T/c0.cmf"
@@ -101,6 +117,16 @@ S2=$(ls "$T" | grep '^sh-00002-of-' | head -1)
 if [ -n "$S2" ]; then
     expect 0 "$CMF" info "$T/$S2"; contains "tensors:       4"; contains "sh-00001-of-"; contains "tokenizer:     present"
     expect 0 "$CMF" verify "$T/$S2"
+    # the path given to the sharded write (-o of convert) opens the set too
+    NS=${S2#sh-00002-of-}; NS=$((10#${NS%.cmf}))
+    expect 0 "$CMF" info "$T/sh.cmf"; contains "tensors:       4"; contains "shards:        $NS"
+    contains "sh-00001-of-"; contains "tokenizer:     present"
+    expect 0 "$CMF" verify "$T/sh.cmf"; contains "OK (4 tensors"
+    # ... unless stale shards of another write make the stem ambiguous
+    cp "$T/$S2" "$T/sh-00001-of-00099.cmf"
+    expect 1 "$CMF" info "$T/sh.cmf"; contains "2 shard sets were written to it"
+    expect 1 "$CMF" verify "$T/sh.cmf"; contains "2 shard sets were written to it"
+    rm -f "$T/sh-00001-of-00099.cmf"
     S1=${S2/00002-of/00001-of}
     mv "$T/$S1" "$T/moved"
     expect 1 "$CMF" info "$T/$S2"; contains "shard 1"

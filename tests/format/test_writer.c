@@ -4,8 +4,9 @@
  * through write/open/decode/verify; the on-disk layout is the one the
  * original tool writes (header at 128, directory right after it, blob
  * 4096-aligned, tensors 64-aligned, blob ends at the last payload);
- * failures leave nothing behind; shard sets open from any shard name and a
- * missing shard is an error naming it.
+ * failures leave nothing behind; shard sets open from any shard name (and
+ * from the path the sharded write was given) and a missing shard is an
+ * error naming it.
  */
 #include "cmf/format.h"
 #include "test.h"
@@ -244,7 +245,17 @@ int main(void) {
     snprintf(s2, sizeof s2, "%s/sharded-00002-of-%05d.cmf", dir, ns);
     check_model(s1, (uint32_t)ns);
     check_model(s2, (uint32_t)ns);
+    /* the path given to the sharded write (never written itself) opens and
+     * verifies the set */
+    check_model(p2, (uint32_t)ns);
     cmf_file *f;
+    CHECK(cmf_file_open(p2, &f, &e) == CMF_OK && !strcmp(cmf_file_path(f), s1), "open the stem: %s",
+          f ? cmf_file_path(f) : e.msg);
+    if (f) cmf_file_close(f);
+    cmf_verify_report vr;
+    CHECK(cmf_verify(p2, &vr, &e) == CMF_OK && vr.n_problems == 0 && vr.n_tensors_checked > 0, "verify the stem: %s",
+          vr.n_problems ? vr.problems[0] : e.msg);
+    cmf_verify_report_free(&vr);
     CHECK(cmf_file_open(s2, &f, &e) == CMF_OK, "open shard 2");
     if (f) {
         /* shard 2's own header carries shard {no:2} and no tokenizer_config */

@@ -8,7 +8,11 @@
  *   - greedy generation reproduces greedy.json, also when split over two
  *     generate calls (the pending-token path) and after chat-style reuse;
  *   - EOS, max tokens and a full context stop with the right reason;
- *   - the same seed gives the same tokens, errors are reported.
+ *   - the same seed gives the same tokens, errors are reported;
+ *   - gen_params.on_token: once per sampled token (EOS included), with the
+ *     distribution sampled from (greedy: the softmax of the logits), a
+ *     false return stops after that token, and setting it changes no
+ *     sampled token.
  * Skips (77) when the shared data or the model engine is missing.
  */
 #include "cmf/generate.h"
@@ -277,6 +281,117 @@ static void test_seeded(ctx *c) {
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "same seed, different tokens");
 }
 
+typedef struct tok_log {
+    int32_t ids[64];
+    size_t n;
+    int stop_at;       /* return false on this call (1-based; 0 = never) */
+    double worst_sum;  /* largest |sum(probs) - 1| */
+    int not_argmax;    /* greedy: calls whose id was not the most probable */
+    int zero_prob;     /* calls whose id had probability 0 */
+    uint32_t n_vocab;
+    float first[4096]; /* probs of the first call (V <= 4096) */
+} tok_log;
+
+static bool on_tok(int32_t id, const float *probs, uint32_t n_vocab, void *u) {
+    tok_log *l = u;
+    double sum = 0;
+    uint32_t best = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        sum += probs[i];
+        if (probs[i] > probs[best]) best = i;
+    }
+    if (fabs(sum - 1.0) > l->worst_sum) l->worst_sum = fabs(sum - 1.0);
+    l->not_argmax += probs[best] > probs[id];
+    l->zero_prob += !(probs[id] > 0.0f);
+    if (l->n == 0 && n_vocab <= 4096) memcpy(l->first, probs, n_vocab * sizeof *probs);
+    l->n_vocab = n_vocab;
+    if (l->n < 64) l->ids[l->n] = id;
+    l->n++;
+    return !(l->stop_at && (int)l->n >= l->stop_at);
+}
+
+static void test_on_token(ctx *c) {
+    cmf_error err;
+    cmf_gen_stats st;
+    const size_t n = c->n_prompt, G = c->n_greedy, V = c->V;
+    REQUIRE_V(V <= 4096, "vocabulary of %zu too large for the test buffer", V);
+    cmf_session *s = new_session(c, 128, true, 0);
+    REQUIRE_V(s, "session");
+    static tok_log lg;
+    memset(&lg, 0, sizeof lg);
+    REQUIRE_V(cmf_session_prefill_tokens(s, c->prompt, n, &err) == CMF_OK, "prefill: %s", err.msg);
+    /* the greedy distribution of the first token: softmax of these logits */
+    double *want = malloc(V * sizeof *want), mx = -INFINITY, z = 0;
+    REQUIRE_V(want, "oom");
+    const float *logits = cmf_session_logits(s);
+    for (size_t i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (size_t i = 0; i < V; i++) z += want[i] = exp((double)logits[i] - mx);
+    CHECK(cmf_session_generate(s, &(cmf_gen_params){.n_predict = (int32_t)G, .on_token = on_tok,
+                                                   .token_user = &lg},
+                               NULL, NULL, &st, &err) == CMF_OK, "generate: %s", err.msg);
+    CHECK(lg.n == G && st.n_generated == G, "on_token called %zu times for %zu tokens", lg.n,
+          st.n_generated);
+    CHECK(lg.n_vocab == V, "n_vocab %u, model %zu", lg.n_vocab, V);
+    int bad = 0;
+    for (size_t i = 0; i < G && i < 64; i++) bad += lg.ids[i] != c->greedy[i];
+    CHECK(bad == 0, "on_token ids differ from transformers' greedy ids at %d positions", bad);
+    CHECK(lg.worst_sum < 1e-4 && lg.not_argmax == 0 && lg.zero_prob == 0,
+          "greedy probs: |sum-1| up to %g, %d ids not the argmax, %d with p 0", lg.worst_sum,
+          lg.not_argmax, lg.zero_prob);
+    double d = 0;
+    for (size_t i = 0; i < V; i++) d = fmax(d, fabs(lg.first[i] - want[i] / z));
+    CHECK(d < 1e-6, "greedy probs differ from the softmax of the logits by %g", d);
+    free(want);
+
+    /* EOS is reported too; a false return stops after that token */
+    int32_t eos = c->greedy[5];
+    size_t first = 0;
+    while (c->greedy[first] != eos) first++;
+    memset(&lg, 0, sizeof lg);
+    REQUIRE_V(cmf_session_prefill_tokens(s, c->prompt, n, &err) == CMF_OK, "prefill");
+    CHECK(cmf_session_generate(s, &(cmf_gen_params){.n_predict = 100, .eos_ids = &eos, .n_eos = 1,
+                                                   .on_token = on_tok, .token_user = &lg},
+                               NULL, NULL, &st, &err) == CMF_OK && st.stop == CMF_STOP_EOS,
+          "generate to EOS: %s", err.msg);
+    CHECK(lg.n == first + 1 && lg.ids[first] == eos, "EOS: %zu calls, want %zu ending in the EOS id",
+          lg.n, first + 1);
+    memset(&lg, 0, sizeof lg);
+    lg.stop_at = 3;
+    REQUIRE_V(cmf_session_prefill_tokens(s, c->prompt, n, &err) == CMF_OK, "prefill");
+    CHECK(cmf_session_generate(s, &(cmf_gen_params){.n_predict = 100, .on_token = on_tok,
+                                                   .token_user = &lg},
+                               NULL, NULL, &st, &err) == CMF_OK, "generate: %s", err.msg);
+    size_t nt;
+    cmf_session_tokens(s, &nt);
+    CHECK(st.stop == CMF_STOP_CALLBACK && lg.n == 3 && st.n_generated == 3 && nt == n + 3,
+          "false on call 3: stop %d, %zu calls, %zu generated, %zu tokens", (int)st.stop, lg.n,
+          st.n_generated, nt);
+    cmf_session_free(s);
+
+    /* Sampling (seeded): the same tokens with and without the callback, and
+     * every sampled id had p > 0 in a distribution summing to 1. */
+    int32_t plain[32];
+    for (int r = 0; r < 2; r++) {
+        s = new_session(c, 128, false, 99);
+        REQUIRE_V(s, "session");
+        memset(&lg, 0, sizeof lg);
+        REQUIRE_V(cmf_session_prefill_tokens(s, c->prompt, n, &err) == CMF_OK, "prefill");
+        cmf_gen_params gp = {.n_predict = 32, .on_token = r ? on_tok : NULL, .token_user = &lg};
+        CHECK(cmf_session_generate(s, &gp, NULL, NULL, &st, &err) == CMF_OK, "generate: %s", err.msg);
+        const int32_t *t = cmf_session_tokens(s, &nt);
+        REQUIRE_V(nt == n + 32, "32 tokens");
+        if (r == 0) memcpy(plain, t + n, sizeof plain);
+        else {
+            CHECK(memcmp(plain, t + n, sizeof plain) == 0 && memcmp(plain, lg.ids, sizeof plain) == 0,
+                  "on_token changed the sampled tokens");
+            CHECK(lg.n == 32 && lg.worst_sum < 1e-4 && lg.zero_prob == 0,
+                  "sampled probs: %zu calls, |sum-1| up to %g, %d ids with p 0", lg.n, lg.worst_sum,
+                  lg.zero_prob);
+        }
+        cmf_session_free(s);
+    }
+}
+
 int main(void) {
     const char *data = test_shared_data();
     if (!data) TEST_SKIP("../shared/data not found");
@@ -310,6 +425,7 @@ int main(void) {
     test_prefill(&c);
     test_greedy(&c);
     test_seeded(&c);
+    test_on_token(&c);
 
     cmf_model_free(c.model);
     cmf_file_close(f);

@@ -10,7 +10,9 @@
  *     primed with the prompt's last tokens);
  *   - stop strings cut the text at their first occurrence, across token
  *     boundaries; an EOS id ends the text and is not printed; a callback
- *     returning false stops at once.
+ *     returning false stops at once; an on_token callback returning false
+ *     on the first token stops before any text is streamed (it runs before
+ *     the text callback).
  * Skips (77) when the shared data, the importer or the tokenizer is missing.
  */
 #include "cmf/generate.h"
@@ -43,6 +45,11 @@ static bool collect(const char *t, size_t n, void *u) {
     }
     b->calls++;
     return !(b->stop_after && b->calls >= b->stop_after);
+}
+
+static bool refuse(int32_t id, const float *probs, uint32_t n_vocab, void *u) {
+    (void)id, (void)probs, (void)n_vocab, (void)u;
+    return false;
 }
 
 /* ids of a JSON array (given as a JSON array or as its text). */
@@ -163,6 +170,13 @@ static void stops(cmf_model *m, const cmf_tokenizer *tok, const ref_run *r) {
               CMF_OK, "generate: %s", err.msg);
     CHECK(st.stop == CMF_STOP_CALLBACK && cb.calls == 3 && st.n_generated <= 4,
           "callback stop: %d calls, %zu tokens, stop %d", cb.calls, st.n_generated, (int)st.stop);
+    text_buf none = {.n = 0};
+    REQUIRE_V(cmf_session_prefill_tokens(s, r->prompt_ids, r->n_prompt, &err) == CMF_OK, "prefill");
+    CHECK(cmf_session_generate(s, &(cmf_gen_params){.n_predict = n_new, .on_token = refuse},
+                               collect, &none, &st, &err) == CMF_OK, "generate: %s", err.msg);
+    CHECK(st.stop == CMF_STOP_CALLBACK && st.n_generated == 1 && none.calls == 0,
+          "on_token false on the first token: stop %d, %zu tokens, %d text calls", (int)st.stop,
+          st.n_generated, none.calls);
     cmf_session_free(s);
 }
 

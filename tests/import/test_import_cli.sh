@@ -35,6 +35,11 @@ check "convert sharded" 0 "$CMF" convert "$DATA/parity/qwen3-moe" -o "$T/moe.cmf
     grep -q "wrote 2 shards, open them as $T/moe-00001-of-00002.cmf" "$T/err.txt" ||
     { echo "FAIL: sharded convert output or message"; cat "$T/err.txt"; ls "$T"; fail=1; }
 check "info of the first shard" 0 "$CMF" info "$T/moe-00001-of-00002.cmf"
+# the -o path itself (the stem) opens the set: info, verify, a forward pass
+check "info of the -o path" 0 "$CMF" info "$T/moe.cmf"
+grep -q "^shards:        2" "$T/out.txt" || { echo "FAIL: info of the -o path: not the 2-shard set"; cat "$T/out.txt"; fail=1; }
+check "verify of the -o path" 0 "$CMF" verify "$T/moe.cmf"
+check "logits of the -o path" 0 "$CMF" logits "$T/moe.cmf" --tokens 1,2 -o "$T/moe-logits.npy"
 
 check "import-gguf stories260K" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-gguf.cmf"
 check "verify gguf import" 0 "$CMF" verify "$T/s-gguf.cmf"

@@ -3,7 +3,10 @@
  * computed by hand from its definition (cmf/sample.h), the repetition
  * penalty trap, reproducibility with a seed, the large-vocabulary selection
  * paths against a full sort, and a chi-square check of the draw on a fixed
- * distribution with a fixed seed (deterministic, so it cannot flake).
+ * distribution with a fixed seed (deterministic, so it cannot flake); the
+ * logit bias (step 0: before the penalties, -inf bans, pairs add up, the
+ * array is copied) and cmf_sampler_sample_probs (the distribution drawn
+ * from, the same draws as cmf_sampler_sample).
  */
 #include "cmf/sample.h"
 #include "sample/rng.h"
@@ -472,6 +475,131 @@ static int test_params(void) {
     return 0;
 }
 
+static void test_logit_bias(void) {
+    const double P[4] = {0.1, 0.2, 0.3, 0.4};
+    float l[4];
+    logp(l, P, 4);
+    cmf_logit_bias b[3] = {{3, -INFINITY}, {0, 1.0f}, {0, 1.0f}};
+    cmf_sampler_params p = plain();
+    p.greedy = true;
+    p.logit_bias = b;
+    p.n_logit_bias = 1;
+    cmf_sampler *s = mk(&p, 4);
+    REQUIRE_V(s, "sampler");
+    CHECK(cmf_sampler_sample(s, l) == 2, "greedy: id 3 banned by -inf, want 2");
+    cmf_sampler_free(s);
+    p.n_logit_bias = 3; /* id 0 gets +2: ln .1 + 2 = -0.30 > ln .3 */
+    s = mk(&p, 4);
+    REQUIRE_V(s, "sampler");
+    b[1].bias = b[2].bias = -100.0f; /* the sampler holds its own copy */
+    CHECK(cmf_sampler_sample(s, l) == 0, "greedy: +1 +1 on id 0 must win");
+    cmf_sampler_free(s);
+    /* sampled: -inf never drawn; final logits show the bias */
+    b[1].bias = b[2].bias = 1.0f;
+    p = plain();
+    p.logit_bias = b;
+    p.n_logit_bias = 3;
+    s = mk(&p, 4);
+    REQUIRE_V(s, "sampler");
+    int32_t ids[4];
+    float fl[4];
+    size_t n = cands(s, l, ids, fl, NULL);
+    CHECK(n == 4 && ids[0] == 0 && NEAR(fl[0], l[0] + 2.0f, 1e-6) && ids[3] == 3 && fl[3] == -INFINITY,
+          "biased candidates: %zu, first %d (%g), last %d (%g)", n, (int)ids[0], (double)fl[0],
+          (int)ids[3], (double)fl[3]);
+    int drawn3 = 0;
+    for (int i = 0; i < 2000; i++) drawn3 += cmf_sampler_sample(s, l) == 3;
+    CHECK(drawn3 == 0, "a -inf bias was drawn %d times", drawn3);
+    cmf_sampler_free(s);
+    /* before the penalties: l0 = 1, bias -2 -> -1, then repetition 2 -> -2
+     * (penalty first would give 0.5 - 2 = -1.5) */
+    float l2[4] = {1.0f, 0.0f, 0.0f, 0.0f};
+    cmf_logit_bias b0 = {0, -2.0f};
+    p = plain();
+    p.repeat_penalty = 2.0f;
+    p.logit_bias = &b0;
+    p.n_logit_bias = 1;
+    s = mk(&p, 4);
+    REQUIRE_V(s, "sampler");
+    cmf_sampler_accept(s, 0);
+    n = cands(s, l2, ids, fl, NULL);
+    CHECK(n == 4 && ids[3] == 0 && NEAR(fl[3], -2.0f, 1e-6), "bias then penalty: id %d at %g, want 0 at -2",
+          (int)ids[3], (double)fl[3]);
+    cmf_sampler_free(s);
+    /* errors name the field */
+    cmf_error err;
+    cmf_logit_bias bad[2] = {{4, 1.0f}, {0, NAN}};
+    p = plain();
+    p.logit_bias = bad;
+    p.n_logit_bias = 1;
+    CHECK(cmf_sampler_new(&p, 4, &s, &err) == CMF_ERR_ARG && strstr(err.msg, "logit_bias"),
+          "id 4 of 4 refused: %s", err.msg);
+    p.logit_bias = bad + 1;
+    CHECK(cmf_sampler_new(&p, 4, &s, &err) == CMF_ERR_ARG && strstr(err.msg, "NaN"), "NaN bias: %s",
+          err.msg);
+    p.logit_bias = NULL;
+    CHECK(cmf_sampler_new(&p, 4, &s, &err) == CMF_ERR_ARG, "NULL logit_bias with n 1");
+}
+
+/* max |probs[i] - want[i]| */
+static double dist_diff(const float *probs, const double *want, int n) {
+    double d = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs((double)probs[i] - want[i]));
+    return d;
+}
+
+static void test_sample_probs(void) {
+    const double P[5] = {0.1, 0.2, 0.3, 0.4, 0.0};
+    float l[5], pr[5];
+    logp(l, P, 4);
+    l[4] = -INFINITY;
+    /* plain: the softmax itself, and the same draws as cmf_sampler_sample */
+    cmf_sampler_params p = plain();
+    cmf_sampler *a = mk(&p, 5), *b = mk(&p, 5);
+    REQUIRE_V(a && b, "sampler");
+    int differ = 0;
+    double worst = 0;
+    for (int i = 0; i < 500; i++) {
+        int32_t x = cmf_sampler_sample(a, l), y = cmf_sampler_sample_probs(b, l, pr);
+        differ += x != y;
+        worst = fmax(worst, dist_diff(pr, P, 5));
+    }
+    CHECK(differ == 0, "sample_probs drew differently from sample %d times", differ);
+    CHECK(worst < 1e-6, "plain probs differ from the softmax by %g", worst);
+    cmf_sampler_free(a);
+    cmf_sampler_free(b);
+    /* top-k 2 and temperature 0.5: p ∝ P^2 over ids 2, 3 */
+    p.top_k = 2;
+    p.temp = 0.5f;
+    a = mk(&p, 5);
+    REQUIRE_V(a, "sampler");
+    int32_t t = cmf_sampler_sample_probs(a, l, pr);
+    const double W[5] = {0, 0, 0.09 / 0.25, 0.16 / 0.25, 0};
+    CHECK((t == 2 || t == 3) && dist_diff(pr, W, 5) < 1e-6, "top-k 2, temp 0.5: id %d, diff %g", (int)t,
+          dist_diff(pr, W, 5));
+    cmf_sampler_free(a);
+    /* greedy with a repetition penalty and a bias: softmax of the adjusted
+     * logits (id 3 penalized to ln .16, id 1 banned) */
+    cmf_logit_bias ban = {1, -INFINITY};
+    p = plain();
+    p.greedy = true;
+    p.repeat_penalty = 2.0f;
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    a = mk(&p, 5);
+    REQUIRE_V(a, "sampler");
+    cmf_sampler_accept(a, 3);
+    t = cmf_sampler_sample_probs(a, l, pr);
+    const double G[5] = {0.1 / 0.56, 0, 0.3 / 0.56, 0.16 / 0.56, 0};
+    CHECK(t == 2 && dist_diff(pr, G, 5) < 1e-6, "greedy probs: id %d, diff %g", (int)t, dist_diff(pr, G, 5));
+    CHECK(cmf_sampler_sample(a, l) == t, "greedy: sample and sample_probs agree");
+    /* every logit -inf: probability 1 on the id returned */
+    float ninf[5] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    t = cmf_sampler_sample_probs(a, ninf, pr);
+    CHECK(t >= 0 && t < 5 && pr[t] == 1.0f, "all -inf: id %d with p %g", (int)t, t >= 0 && t < 5 ? pr[t] : 0.0f);
+    cmf_sampler_free(a);
+}
+
 int main(void) {
     test_greedy();
     test_repetition_trap();
@@ -482,5 +610,7 @@ int main(void) {
     test_chi_square();
     test_extremes();
     test_params();
+    test_logit_bias();
+    test_sample_probs();
     return test_done();
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Minimal CMF v2 reader in numpy, for computing reference outputs on the
-exact weights a .cmf file ships (docs: /work/shared/docs/CMF_FORMAT.md).
+exact weights a .cmf file ships (format: docs/FORMAT.md).
 
 Reads the 128-byte envelope (§1), the header JSON (§2), the tensor directory
 (§3) and dequantizes tensors of dtype f32 (0), f16 (1), bf16 (2), q8_row (3),

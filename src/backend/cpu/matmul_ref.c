@@ -2,7 +2,7 @@
  * matmul_ref.c — the plain C reference of cmf_cpu_matmul (CMF_CPU=ref) and
  * the row decoders it uses. Every SIMD kernel is tested against this.
  *
- * Each weight is dequantized exactly as CMF_FORMAT.md §4 defines it, then
+ * Each weight is dequantized exactly as docs/FORMAT.md §4 defines it, then
  * dotted with the float activation in double precision, so the reference is
  * the "true" product of the stored weights and X (no activation
  * quantization). Rows are decoded in slices of MM_REF_SLICE elements into a
