@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <libgen.h>
 #include <limits.h>
@@ -115,6 +116,63 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
         }
     }
     return true;
+}
+
+/* The first n bytes of the file at path; false when it cannot be read. */
+static bool read_head(const char *path, unsigned char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t r = fread(buf, 1, n, f);
+    fclose(f);
+    return r == n;
+}
+
+static bool ends_with_ci(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+bool cli_refuse_foreign(const char *cmd, const char *path) {
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0) return false;
+    unsigned char h[9];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "dir/" -> "dir" for the suggested name */
+    if (S_ISDIR(sb.st_mode)) {
+        char cfg[PATH_MAX];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (stat(cfg, &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
+        fprintf(stderr,
+                "cmf %s: %s: this is a Hugging Face folder: convert it with `cmf convert %s -o %.*s.cmf`\n",
+                cmd, path, path, (int)n, path);
+        return true;
+    }
+    if (!S_ISREG(sb.st_mode) || !read_head(path, h, sizeof h)) return false;
+    if (memcmp(h, "GGUF", 4) == 0) {
+        if (ends_with_ci(path, ".gguf")) n -= 5;
+        fprintf(stderr, "cmf %s: %s: this is a GGUF file: convert it with `cmf import-gguf %s -o %.*s.cmf`\n", cmd,
+                path, path, (int)n, path);
+        return true;
+    }
+    if (ends_with_ci(path, ".safetensors") && h[8] == '{') {
+        char copy[PATH_MAX];
+        snprintf(copy, sizeof copy, "%s", path);
+        fprintf(stderr,
+                "cmf %s: %s: this is a safetensors file: convert its Hugging Face folder with `cmf convert %s "
+                "-o OUT.cmf`\n",
+                cmd, path, dirname(copy));
+        return true;
+    }
+    return false;
+}
+
+bool cli_open_file(const char *cmd, const char *path, cmf_file **f) {
+    *f = NULL;
+    if (cli_refuse_foreign(cmd, path)) return false;
+    cmf_error err = {0};
+    if (cmf_file_open(path, f, &err) == CMF_OK) return true;
+    cli_fail(cmd, &err);
+    return false;
 }
 
 void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx) {

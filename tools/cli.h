@@ -58,6 +58,17 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
 /* True for "-h"/"--help". */
 bool cli_is_help(const char *arg);
 
+/* When `path` is something cmf converts rather than reads (a GGUF file, a
+ * Hugging Face folder with config.json, a .safetensors file), print
+ * "cmf <cmd>: PATH: this is a GGUF file: convert it with `cmf import-gguf
+ * PATH -o NAME.cmf`" (or the `cmf convert` line) and return true. Every
+ * command that reads a .cmf file calls this (through cli_open_file when it
+ * opens one itself). */
+bool cli_refuse_foreign(const char *cmd, const char *path);
+/* cli_refuse_foreign, then cmf_file_open; prints the error and returns
+ * false on failure. */
+bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
+
 /* Warn on stderr when n_ctx tokens exceed the model's training context
  * (llama.cpp warns the same way); never an error. */
 void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx);

@@ -83,6 +83,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (bad) { free(buf); cmf_error_set(&err, CMF_ERR_IO, "%s: read error", file); return cli_fail(cmd, &err); }
     } else len = strlen(text);
     cmf_tokenizer *t = NULL;
+    if (cli_refuse_foreign(cmd, model)) { free(buf); return CLI_EXIT_FAIL; }
     if (cmf_tokenizer_load_path(model, &t, &err)) { free(buf); return cli_fail(cmd, &err); }
     int32_t *ids = NULL;
     size_t n = 0;
@@ -133,6 +134,7 @@ int cmd_detokenize(int argc, char **argv) {
     }
     cmf_error err = {0};
     cmf_tokenizer *t = NULL;
+    if (cli_refuse_foreign(cmd, model)) { free(ids); return CLI_EXIT_FAIL; }
     if (cmf_tokenizer_load_path(model, &t, &err)) { free(ids); return cli_fail(cmd, &err); }
     char *text = NULL;
     size_t len = 0;
