@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,11 @@ static bool is_cmf_file(const char *path) {
 }
 
 bool cli_check_output(const char *cmd, const char *out, const char *const *inputs, size_t n_inputs) {
+    cmf_error e = {0};
+    if (cmf_writer_check_path(out, &e) != CMF_OK) {
+        fprintf(stderr, "cmf %s: -o: %s\n", cmd, e.msg);
+        return false;
+    }
     struct stat so;
     if (stat(out, &so) != 0) return true; /* a new file destroys nothing */
     for (size_t i = 0; i < n_inputs; i++) {
@@ -173,6 +179,48 @@ bool cli_open_file(const char *cmd, const char *path, cmf_file **f) {
     if (cmf_file_open(path, f, &err) == CMF_OK) return true;
     cli_fail(cmd, &err);
     return false;
+}
+
+/* ---- SIGINT / SIGTERM while writing -------------------------------------- */
+
+static volatile sig_atomic_t g_signal;     /* the signal that came, 0 = none */
+static struct sigaction g_old_int, g_old_term;
+static bool g_have_int, g_have_term;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+/* Install on_signal for sig unless it is ignored (nohup, `&` without job
+ * control): then it stays ignored. */
+static bool catch_signal(int sig, struct sigaction *old) {
+    if (sigaction(sig, NULL, old) != 0 || old->sa_handler == SIG_IGN) return false;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    return sigaction(sig, &sa, NULL) == 0;
+}
+
+void cli_interrupt_begin(void) {
+    g_signal = 0;
+    g_have_int = catch_signal(SIGINT, &g_old_int);
+    g_have_term = catch_signal(SIGTERM, &g_old_term);
+}
+
+bool cli_interrupt_poll(void *unused) {
+    (void)unused;
+    return g_signal != 0;
+}
+
+int cli_interrupt_end(int rc) {
+    if (g_have_int) sigaction(SIGINT, &g_old_int, NULL);
+    if (g_have_term) sigaction(SIGTERM, &g_old_term, NULL);
+    g_have_int = g_have_term = false;
+    int sig = g_signal;
+    if (!sig || rc == CLI_EXIT_OK) return rc; /* it came after the work was done */
+    fflush(NULL);
+    raise(sig); /* the default action ends the process here */
+    return 128 + sig;
 }
 
 void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx) {

@@ -18,7 +18,8 @@ echo 'hello' > "$T/text.txt"
 
 # every reader, with the arguments it needs besides FILE
 cmds=("run -p hi" "chat" "info" "verify" "bench -p 1 -n 1 -r 1" "logits --tokens 1 -o $T/l.npy"
-      "ppl --file $T/text.txt" "template" "tokenize --text hi" "detokenize --ids 1" "compact -o $T/c.cmf")
+      "ppl --file $T/text.txt" "template" "tokenize --text hi" "detokenize --ids 1" "compact -o $T/c.cmf"
+      "quantize -o $T/q.cmf --quant q8")
 for c in "${cmds[@]}"; do
     set -- $c
     cmd=$1; shift
