@@ -107,9 +107,11 @@ static cmf_import_opts import_opts(const imp_args *a) {
     return o;
 }
 
-/* Report the outcome of an import (st, err) and end the interrupt handling. */
-static int finish(const char *cmd, const char *out, cmf_status st, const cmf_error *err) {
+/* Report the outcome of an import (st, err; o the options it ran with) and
+ * end the interrupt handling. */
+static int finish(const char *cmd, const char *out, const cmf_import_opts *o, cmf_status st, const cmf_error *err) {
     int rc = CLI_EXIT_OK;
+    if (st == CMF_ERR_CANCELLED && o->progress) fputc('\n', stderr); /* end the progress bar's line */
     if (st == CMF_ERR_ARG) {
         rc = cli_usage_error(cmd, "%s", err->msg);
     } else if (st == CMF_ERR_CANCELLED) {
@@ -153,7 +155,7 @@ int cmd_convert(int argc, char **argv) {
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
     cli_interrupt_begin();
-    return finish(argv[0], a.out, cmf_convert_hf(a.in, a.out, &o, &err), &err);
+    return finish(argv[0], a.out, &o, cmf_convert_hf(a.in, a.out, &o, &err), &err);
 }
 
 static const char gguf_usage[] =
@@ -171,7 +173,7 @@ int cmd_import_gguf(int argc, char **argv) {
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
     cli_interrupt_begin();
-    return finish(argv[0], a.out, cmf_import_gguf(a.in, a.out, &o, &err), &err);
+    return finish(argv[0], a.out, &o, cmf_import_gguf(a.in, a.out, &o, &err), &err);
 }
 
 static const char llama2c_usage[] =
@@ -187,7 +189,7 @@ int cmd_import_llama2c(int argc, char **argv) {
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
     cli_interrupt_begin();
-    return finish(argv[0], a.out, cmf_import_llama2c(a.in, a.tokenizer, a.out, &o, &err), &err);
+    return finish(argv[0], a.out, &o, cmf_import_llama2c(a.in, a.tokenizer, a.out, &o, &err), &err);
 }
 
 static const char quantize_usage[] =
@@ -213,5 +215,5 @@ int cmd_quantize(int argc, char **argv) {
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
     cli_interrupt_begin();
-    return finish(argv[0], a.out, cmf_quantize(a.in, a.out, &o, &err), &err);
+    return finish(argv[0], a.out, &o, cmf_quantize(a.in, a.out, &o, &err), &err);
 }
