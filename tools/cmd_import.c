@@ -88,7 +88,7 @@ static void summary(const char *cmd, const char *out) {
     const cJSON *e;
     if (strcmp(cmd, "import-gguf") == 0) /* (quantize copies the provenance of the file it reads) */
         cJSON_ArrayForEach(e, keep) if (cJSON_IsString(e))
-        fprintf(stderr, "cmf %s: --quant keep: GGUF %s -> %s\n", cmd, e->string, e->valuestring);
+            fprintf(stderr, "cmf %s: --quant keep: GGUF %s -> %s\n", cmd, e->string, e->valuestring);
     if (shard)
         fprintf(stderr, "cmf %s: wrote %u shards, open them as %s (%zu tensors%s)\n", cmd,
                 cmf_file_shard_count(f), out, cmf_file_tensor_count(f), tl ? ", tokenizer" : ", no tokenizer");
