@@ -186,7 +186,7 @@ int cmd_bench(int argc, char **argv) {
     int32_t *toks = NULL;
     int rc = CLI_EXIT_FAIL;
     double t_load = now_s();
-    if (cmf_file_open(path, &f, &err) != CMF_OK) goto fail;
+    if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
     cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL};
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
     t_load = now_s() - t_load;

@@ -408,7 +408,7 @@ int cmd_chat(int argc, char **argv) {
     conv c = {cJSON_CreateArray()};
     rc = CLI_EXIT_FAIL;
     if (!c.messages) goto done;
-    if (cmf_file_open(o.path, &f, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    if (!cli_open_file("chat", o.path, &f)) goto done;
     size_t tl = 0;
     const char *tj = cmf_file_tokenizer_json(f, &tl);
     if (!tj || !tl) { fprintf(stderr, "cmf chat: %s: the file has no tokenizer\n", o.path); goto done; }

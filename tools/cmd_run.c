@@ -29,10 +29,7 @@ static bool open_model(const char *cmd, const char *path, int n_threads, cmf_fil
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
-    if (cmf_file_open(path, f, &err) != CMF_OK) {
-        cli_fail(cmd, &err);
-        return false;
-    }
+    if (!cli_open_file(cmd, path, f)) return false;
     cmf_model_params mp = {.n_threads = n_threads, .backend = NULL};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);

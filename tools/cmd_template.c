@@ -161,7 +161,7 @@ int cmd_template(int argc, char **argv) {
     const char *name = path;
     cmf_template *t = NULL;
     if (ends_with(path, ".cmf")) {
-        if (cmf_file_open(path, &f, &err) != CMF_OK) { rc = cli_fail(cmd, &err); goto done; }
+        if (!cli_open_file(cmd, path, &f)) { rc = CLI_EXIT_FAIL; goto done; }
         bool fallback;
         const char *s = cli_chat_template_source(f, &fallback);
         if (fallback) name = "chatml";
@@ -187,6 +187,9 @@ int cmd_template(int argc, char **argv) {
             cJSON_Delete(ctx);
             ctx = extra;
         }
+    } else if (cli_refuse_foreign(cmd, path)) {
+        rc = CLI_EXIT_FAIL;
+        goto done;
     } else if (cmf_read_file(path, &src, &src_len, &err) != CMF_OK) {
         rc = cli_fail(cmd, &err);
         goto done;

@@ -27,6 +27,7 @@ static const command commands[] = {
     {"convert", cmd_convert, "convert a Hugging Face folder to .cmf"},
     {"import-gguf", cmd_import_gguf, "convert a GGUF file to .cmf"},
     {"import-llama2c", cmd_import_llama2c, "convert a llama2.c checkpoint to .cmf"},
+    {"quantize", cmd_quantize, "re-encode a .cmf file at another --quant"},
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"template", cmd_template, "render a chat template with a JSON context"},

@@ -37,7 +37,8 @@ typedef enum cmf_status {
     CMF_ERR_CONTEXT_FULL, /* the KV cache has no room for more tokens */
     CMF_ERR_RENDER,       /* a chat template raised or failed to render */
     CMF_ERR_NOT_FOUND,    /* a named thing (tensor, key, file) does not exist */
-    CMF_ERR_INTERNAL      /* an invariant broke: a bug in cmf */
+    CMF_ERR_INTERNAL,     /* an invariant broke: a bug in cmf */
+    CMF_ERR_CANCELLED     /* the caller's cancel callback asked to stop (e.g. on SIGINT) */
 } cmf_status;
 
 #define CMF_ERROR_MSG_MAX 1024

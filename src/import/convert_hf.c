@@ -343,7 +343,8 @@ cmf_status cmf_convert_hf(const char *hf_dir, const char *out_path, const cmf_im
     if (!err) err = &local;
     if (!hf_dir || !out_path) return cmf_error_set(err, CMF_ERR_ARG, "convert: hf_dir and out_path are required");
     cmf_imp_quant q;
-    cmf_status st = cmf_imp_quant_parse(opts ? opts->quant : NULL, false, &q, err);
+    cmf_writer_opts wo;
+    cmf_status st = cmf_imp_begin(opts, "q8", false, out_path, &q, &wo, err);
     if (st != CMF_OK) return st;
     conv c = {.dir = hf_dir, .err = err};
     cJSON *cfg = NULL, *gen = NULL, *tok_cfg = NULL, *arch = NULL;
@@ -376,8 +377,6 @@ cmf_status cmf_convert_hf(const char *hf_dir, const char *out_path, const cmf_im
     free(tok_path);
     if (st) goto out;
 
-    cmf_writer_opts wo = {0};
-    if (opts && opts->shard_max_gb > 0) wo.shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
     if ((st = cmf_writer_open(out_path, &wo, &w, err))) goto out;
     cJSON *h = cmf_writer_header(w);
     cJSON_AddItemToObject(h, "arch", arch);

@@ -76,7 +76,8 @@ cmf_status cmf_import_llama2c(const char *model_path, const char *tok_path, cons
     if (!model_path || !tok_path || !out_path)
         return cmf_error_set(err, CMF_ERR_ARG, "import-llama2c: model, tokenizer and output paths are required");
     cmf_imp_quant q;
-    cmf_status st = cmf_imp_quant_parse(opts ? opts->quant : NULL, false, &q, err);
+    cmf_writer_opts wo;
+    cmf_status st = cmf_imp_begin(opts, "q8", false, out_path, &q, &wo, err);
     if (st) return st;
     void *map = NULL, *tmap = NULL;
     size_t size = 0, tsize = 0;
@@ -123,8 +124,6 @@ cmf_status cmf_import_llama2c(const char *model_path, const char *tok_path, cons
         goto out;
     }
 
-    cmf_writer_opts wo = {0};
-    if (opts && opts->shard_max_gb > 0) wo.shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
     if ((st = cmf_writer_open(out_path, &wo, &w, err))) goto out;
     cJSON *hd = cmf_writer_header(w);
     cJSON *a = cJSON_AddObjectToObject(hd, "arch"), *tc = cJSON_AddObjectToObject(hd, "tokenizer_config"),
