@@ -174,12 +174,12 @@ int cmd_bench(int argc, char **argv) {
     int rc = CLI_EXIT_FAIL;
     double t_load = now_s();
     if (cmf_file_open(path, &f, &err) != CMF_OK) goto fail;
-    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL};
+    long n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL, .n_ctx = (uint32_t)(n_max + 16)};
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
     t_load = now_s() - t_load;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
-    long n_max = n_prompt > n_gen ? n_prompt : n_gen;
     cmf_kv_params kp = {.n_ctx = (uint32_t)(n_max + 16), .n_seq_max = 1, .page_size = 0,
                         .type = CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) goto fail;
