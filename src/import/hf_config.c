@@ -304,6 +304,12 @@ cmf_status cmf_imp_hf_arch(const cJSON *cfg_in, const char *path, cJSON **arch_o
             cJSON_Delete(a);
             return err->status;
         }
+        if (ne > 65536 || topk > ne) {
+            cJSON_Delete(a);
+            return cmf_error_set(err, CMF_ERR_FORMAT, "%s: '%s' %llu / num_experts_per_tok %llu invalid (at most 65536 "
+                                 "experts, top-k at most the experts)",
+                                 path, ne_key, (unsigned long long)ne, (unsigned long long)topk);
+        }
         info->n_experts = (uint32_t)ne;
         info->moe_intermediate = mi;
         cJSON *m = cJSON_AddObjectToObject(a, "moe");

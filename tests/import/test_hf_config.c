@@ -188,5 +188,12 @@ int main(void) {
     CHECK(!a && strstr(err.msg, "hidden_size"), "negative: %s", err.msg);
     a = arch_of("{\"model_type\":\"qwen3_moe\"," BASE "}", &in, &err);
     CHECK(!a && strstr(err.msg, "num_local_experts"), "moe keys: %s", err.msg);
+    /* 2^32 + 2 experts used to become 2 (uint32 truncation) */
+    a = arch_of("{\"model_type\":\"qwen3_moe\"," BASE ",\"num_experts\":4294967298,\"num_experts_per_tok\":2,"
+                "\"moe_intermediate_size\":32}", &in, &err);
+    CHECK(!a && strstr(err.msg, "num_experts") && strstr(err.msg, "4294967298"), "huge num_experts: %s", err.msg);
+    a = arch_of("{\"model_type\":\"qwen3_moe\"," BASE ",\"num_experts\":4,\"num_experts_per_tok\":8,"
+                "\"moe_intermediate_size\":32}", &in, &err);
+    CHECK(!a && strstr(err.msg, "num_experts_per_tok"), "top-k > experts: %s", err.msg);
     return test_done();
 }
