@@ -413,7 +413,7 @@ int cmd_chat(int argc, char **argv) {
     const char *tj = cmf_file_tokenizer_json(f, &tl);
     if (!tj || !tl) { fprintf(stderr, "cmf chat: %s: the file has no tokenizer\n", o.path); goto done; }
     if (cmf_tokenizer_load_json(tj, tl, &tok, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
-    cmf_model_params mp = {.n_threads = (int)o.threads};
+    cmf_model_params mp = {.n_threads = (int)o.threads, .n_ctx = (uint32_t)o.n_ctx};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};

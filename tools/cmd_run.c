@@ -24,13 +24,16 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Open FILE and bind a model; prints the error and returns false on failure. */
-static bool open_model(const char *cmd, const char *path, int n_threads, cmf_file **f, cmf_model **m) {
+/* Open FILE and bind a model for a context of n_ctx tokens (0 = the
+ * default; longrope models pick their factors by it); prints the error and
+ * returns false on failure. */
+static bool open_model(const char *cmd, const char *path, int n_threads, uint32_t n_ctx, cmf_file **f,
+                       cmf_model **m) {
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
     if (!cli_open_file(cmd, path, f)) return false;
-    cmf_model_params mp = {.n_threads = n_threads, .backend = NULL};
+    cmf_model_params mp = {.n_threads = n_threads, .backend = NULL, .n_ctx = n_ctx};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         cmf_file_close(*f);
@@ -126,7 +129,7 @@ int cmd_logits(int argc, char **argv) {
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) return CLI_EXIT_USAGE;
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -199,7 +202,7 @@ int cmd_ppl(int argc, char **argv) {
     if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) return cli_fail(cmd, &err);
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
     cmf_tokenizer *tok = NULL;
     cmf_kv_cache *kv = NULL;
@@ -473,7 +476,7 @@ int cmd_run(int argc, char **argv) {
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
     rc = CLI_EXIT_FAIL;
     cmf_error err = {0};
     cmf_tokenizer *tok = NULL;

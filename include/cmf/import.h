@@ -38,7 +38,10 @@ typedef struct cmf_import_opts {
 } cmf_import_opts;
 
 /* Hugging Face folder -> CMF. Errors name the file and field
- * (e.g. "config.json: model_type 'foo' is not supported"). */
+ * (e.g. "config.json: model_type 'foo' is not supported"); a tokenizer.json
+ * with an id >= config.json's vocab_size is CMF_ERR_FORMAT. Warning on
+ * stderr ("cmf: warning: ..."): a tokenizer.json with fewer ids than
+ * vocab_size (padded embedding; accepted). */
 cmf_status cmf_convert_hf(const char *hf_dir, const char *out_path, const cmf_import_opts *opts,
                           cmf_error *err);
 

@@ -62,6 +62,9 @@ typedef struct cmf_imp_progress {
 void cmf_imp_progress_start(cmf_imp_progress *p, bool on, size_t n_total, uint64_t bytes_total);
 void cmf_imp_progress_step(cmf_imp_progress *p, uint64_t bytes);
 void cmf_imp_progress_end(cmf_imp_progress *p);
+/* One line "cmf: warning: ..." on stderr: an input the import accepts but
+ * the user should know about (import.h lists them). */
+void cmf_imp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- header helpers (quant_select.c) ---------------------------------- */
 
