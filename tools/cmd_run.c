@@ -9,7 +9,6 @@
 #include "chat_prompt.h"
 #include "cli.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -331,27 +330,14 @@ static const char run_help[] =
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
-    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS.\n";
+    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS (with --chat\n"
+    "  also on the end-of-turn marker the template writes, e.g. <|im_end|>).\n";
 
 static bool write_cb(const char *text, size_t len, void *user) {
     (void)user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     return true;
-}
-
-/* EOS ids: header.tokenizer_config.eos_token_ids + the tokenizer's EOS. */
-static size_t collect_eos(const cmf_file *f, const cmf_tokenizer *tok, int32_t *out, size_t cap) {
-    size_t n = 0;
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(tc, "eos_token_ids");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) if (cJSON_IsNumber(e) && n < cap) out[n++] = (int32_t)e->valuedouble;
-    const cJSON *one = cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id");
-    if (cJSON_IsNumber(one) && n < cap) out[n++] = (int32_t)one->valuedouble;
-    int32_t te = cmf_tokenizer_eos_id(tok);
-    if (te >= 0 && n < cap) out[n++] = te;
-    return n;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -419,7 +405,6 @@ int cmd_run(int argc, char **argv) {
     double t_load = now_s() - t0;
 
     const char *text = prompt;
-    bool add_special = true;
     if (chat) {
         size_t rlen = 0;
         if (cli_render_chat_prompt(f, system, prompt, false, &rendered, &rlen, &err) != 0) {
@@ -427,23 +412,11 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         text = rendered;
-        add_special = false; /* the template writes BOS itself (HF apply_chat_template) */
     }
-    if (cmf_tokenizer_encode(tok, text, strlen(text), add_special, &ids, &n_ids, &err) != CMF_OK) {
+    /* the BOS rule (cmf/policy.h): the template writes BOS itself */
+    if (cmf_model_encode_prompt(f, tok, text, strlen(text), chat, &ids, &n_ids, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         goto done;
-    }
-    /* tokenizer_config.add_bos_token = true: make sure BOS leads */
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
-    const cJSON *abos = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
-    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(tc, "bos_token_id");
-    if (!chat && cJSON_IsTrue(abos) && cJSON_IsNumber(bos) && (n_ids == 0 || ids[0] != (int32_t)bos->valuedouble)) {
-        int32_t *nid = realloc(ids, (n_ids + 1) * sizeof *nid);
-        if (!nid) { fprintf(stderr, "cmf run: out of memory\n"); goto done; }
-        ids = nid;
-        memmove(ids + 1, ids, n_ids * sizeof *ids);
-        ids[0] = (int32_t)bos->valuedouble;
-        n_ids++;
     }
     if (n_ids == 0) { fprintf(stderr, "cmf run: the prompt encodes to no tokens\n"); goto done; }
 
@@ -468,8 +441,13 @@ int cmd_run(int argc, char **argv) {
     if (cmf_session_prefill_tokens(s, ids, n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     tp = now_s() - tp;
     if (echo) { fputs(text, stdout); fflush(stdout); }
-    int32_t eos[64];
-    cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = collect_eos(f, tok, eos, 64),
+    int32_t eos[CMF_MODEL_EOS_MAX]; /* --chat: also the end-of-turn markers (as ids, else as stop strings) */
+    size_t n_eos = cmf_model_eos_ids(f, tok, chat, eos, CMF_MODEL_EOS_MAX), room = 64 - n_stops;
+    if (chat) {
+        size_t k = cmf_model_chat_stop_strings(f, tok, stops + n_stops, room);
+        n_stops += k < room ? k : room;
+    }
+    cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = n_eos,
                          .stop_strings = stops, .n_stop = n_stops};
     cmf_gen_stats st = {0};
     if (cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
