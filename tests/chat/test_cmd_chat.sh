@@ -2,7 +2,8 @@
 # test_cmd_chat.sh — `cmf chat` driven through a pipe with the tiny
 # stories260K model (imported from ../shared/data; skipped when absent):
 # two turns (the second must reuse the KV prefix), /save, /system, /reset,
-# /load, unknown commands, and the exit codes.
+# /load, unknown commands, and the exit codes; a chat that outgrows -c
+# (the demo model).
 # Args: <cmf binary> <source dir> <build dir>.
 set -u
 CMF=$1; SRC=$2; BUILD=$3
@@ -15,6 +16,28 @@ check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
 "$CMF" chat --help > "$TMP/help.txt"; check '[ $? -eq 0 ] && grep -q -- --no-think "$TMP/help.txt"' "--help"
 "$CMF" chat 2> /dev/null; check '[ $? -eq 2 ]' "no model -> exit 2"
 "$CMF" chat "$TMP/missing.cmf" < /dev/null 2> /dev/null; check '[ $? -eq 1 ]' "missing model -> exit 1"
+
+# A chat that outgrows a small context (-c 64, the demo model in the
+# repository): the oldest whole turns are dropped (the system prompt stays)
+# and every turn is answered; a message too long to fit even alone is
+# refused with an error naming both sizes, and the chat goes on.
+DEMO=$SRC/models/demo/demo-base.cmf
+long=$(for i in $(seq 120); do printf 'word '; done)
+printf 'Tell me a story.\nWhat happened next?\nAnd then?\nWhere did it go?\n%s\nThank you.\n/save %s\n' \
+    "$long" "$TMP/ctx.json" |
+    "$CMF" chat "$DEMO" -c 64 -n 16 --seed 3 -t 1 --stats --system "You are helpful." \
+    > "$TMP/ctx_out.txt" 2> "$TMP/ctx_err.txt"
+check '[ $? -eq 0 ]' "overflowing chat exits 0 ($(tail -n 2 "$TMP/ctx_err.txt"))"
+check '[ "$(grep -c "dropped the oldest" "$TMP/ctx_err.txt")" -ge 1 ]' "dropping the oldest turns is said"
+check '[ "$(grep -c "generated in" "$TMP/ctx_err.txt")" -eq 5 ]' "every turn but the too-long one is answered"
+check 'grep -q "does not fit the context: the prompt is [0-9]* tokens with the system prompt, the context holds 64" "$TMP/ctx_err.txt"' \
+    "a message too long alone is refused with both sizes"
+check '! grep -q "Tell me a story" "$TMP/ctx.json" && ! grep -q "word word" "$TMP/ctx.json"' \
+    "the oldest turn and the refused message are gone"
+check 'grep "\"role\"" "$TMP/ctx.json" | head -n 1 | grep -q system && grep -q "You are helpful." "$TMP/ctx.json"' \
+    "the system prompt stays"
+check 'grep -q "Thank you." "$TMP/ctx.json" && grep "\"role\"" "$TMP/ctx.json" | tail -n 1 | grep -q assistant' \
+    "the last turn is answered"
 
 GGUF=$DATA/models/stories260K/stories260K.gguf
 if [ ! -f "$GGUF" ]; then echo "SKIP: $GGUF absent"; [ $fail -eq 0 ] && exit 77 || exit 1; fi
