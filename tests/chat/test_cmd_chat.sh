@@ -27,7 +27,8 @@ printf 'Tell me a story.\nWhat happened next?\nAnd then?\nWhere did it go?\n%s\n
     "$long" "$TMP/ctx.json" |
     "$CMF" chat "$DEMO" -c 64 -n 16 --seed 3 -t 1 --stats --system "You are helpful." \
     > "$TMP/ctx_out.txt" 2> "$TMP/ctx_err.txt"
-check '[ $? -eq 0 ]' "overflowing chat exits 0 ($(tail -n 2 "$TMP/ctx_err.txt"))"
+rc=$?
+check '[ $rc -eq 0 ]' "overflowing chat exits 0 ($(tail -n 2 "$TMP/ctx_err.txt"))"
 check '[ "$(grep -c "dropped the oldest" "$TMP/ctx_err.txt")" -ge 1 ]' "dropping the oldest turns is said"
 check '[ "$(grep -c "generated in" "$TMP/ctx_err.txt")" -eq 5 ]' "every turn but the too-long one is answered"
 check 'grep -q "does not fit the context: the prompt is [0-9]* tokens with the system prompt, the context holds 64" "$TMP/ctx_err.txt"' \
@@ -47,7 +48,8 @@ fi
 printf 'Once upon a time\nThe end\n/save %s\n/system Be brief.\n/reset\n/save %s\n/load %s\n/save %s\n/nope\n' \
     "$TMP/c1.json" "$TMP/c2.json" "$TMP/c1.json" "$TMP/c3.json" |
     "$CMF" chat "$TMP/s.cmf" -n 12 --seed 7 -t 1 --stats --no-think > "$TMP/out.txt" 2> "$TMP/err.txt"
-check '[ $? -eq 0 ]' "chat session exit 0 ($(tail -n 3 "$TMP/err.txt"))"
+rc=$?
+check '[ $rc -eq 0 ]' "chat session exit 0 ($(tail -n 3 "$TMP/err.txt"))"
 check '[ "$(grep -c "\"role\"" "$TMP/c1.json")" -eq 4 ]' "/save after two turns holds 4 messages"
 check 'grep -q "Once upon a time" "$TMP/c1.json" && grep -q "The end" "$TMP/c1.json"' "user turns saved"
 check '[ "$(grep -c "\"assistant\"" "$TMP/c1.json")" -eq 2 ]' "assistant turns saved"

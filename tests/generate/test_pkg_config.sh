@@ -17,6 +17,8 @@ TMP=$BUILD/tmp_pkg_config
 rm -rf "$TMP"; mkdir -p "$TMP"
 trap 'rm -rf "$TMP"' EXIT
 fail=0
+# (a status to test is saved in rc first: the message argument is expanded
+# before check runs and resets $?)
 check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
 
 if ! "$CMAKE" --install "$TOP" --prefix "$TMP/prefix" > "$TMP/install.log" 2>&1; then
@@ -37,14 +39,16 @@ flags=()
 # shellcheck disable=SC2086  # pkg-config output is a list of words
 "$CC" -std=c11 -Wall -Wextra -Werror "${flags[@]}" "$SRC/tests/generate/pkg_config_prog.c" -o "$TMP/prog" \
     $cflags $libs > "$TMP/cc.log" 2>&1
-check '[ $? -eq 0 ]' "builds with pkg-config alone: $(head -c 600 "$TMP/cc.log")"
+rc=$?
+check '[ $rc -eq 0 ]' "builds with pkg-config alone: $(head -c 600 "$TMP/cc.log")"
 [ -x "$TMP/prog" ] || { echo "FAIL: no program to run"; exit 1; }
 if command -v readelf > /dev/null; then
     check '! readelf -d "$TMP/prog" | grep NEEDED | grep -q cjson' "the program itself links no cJSON"
 fi
 LIBDIR=$(pkg-config --variable=libdir cmf)
 LD_LIBRARY_PATH=$LIBDIR "$TMP/prog" "$SRC/models/demo/demo-base.cmf" > "$TMP/out.txt" 2> "$TMP/err.txt"
-check '[ $? -eq 0 ]' "the program runs ($(head -c 300 "$TMP/err.txt"))"
+rc=$?
+check '[ $rc -eq 0 ]' "the program runs ($(head -c 300 "$TMP/err.txt"))"
 field() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ /, ""); print }' "$TMP/out.txt"; }
 ver=$(field version)
 check '[ -n "$ver" ] && [ "$ver" = "$(field header)" ]' "cmf_version() '$ver' is the headers' '$(field header)'"
