@@ -263,7 +263,8 @@ static char *read_line(bool tty) {
 }
 
 /* answer() result besides the CLI exit codes: the new turn does not fit
- * the context even alone; it is dropped and the chat goes on. */
+ * the context even alone (or the KV cache refused it); it is dropped and
+ * the chat goes on. */
 #define ANSWER_CONTEXT_FULL 3
 
 /* Where a generation stops: the model's stop ids and, for end-of-turn
@@ -415,7 +416,9 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
     prompt_free(&p);
     if (st != CMF_OK) {
         sigaction(SIGINT, &old, NULL);
-        return cli_fail("chat", &err);
+        if (st != CMF_ERR_CONTEXT_FULL) return cli_fail("chat", &err);
+        fprintf(stderr, "[%s: /reset to start over]\n", err.msg); /* not fatal */
+        return ANSWER_CONTEXT_FULL;
     }
     cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = te->ids, .n_eos = te->n_ids,
                          .stop_strings = te->stops, .n_stop = te->n_stops};
