@@ -9,10 +9,12 @@
  *   - upstream_cmf/llama-f32.cmf: no tokenizer, no template (ChatML);
  *   - vocab/ggml-vocab-llama-spm.gguf imported to a tokenizer-only file
  *     (SentencePiece, add_bos_token, no template: <|im_end|> is no token);
- *   - tokenizers/{qwen3,llama3,gemma3}: tokenizer.json + tokenizer_config.json
+ *     (and again without add_bos_token: the post-processor's BOS);
+ *   - tokenizers/{qwen3,llama3}: tokenizer.json + tokenizer_config.json
  *     written into a tokenizer-only file the way `cmf convert` fills
  *     header.tokenizer_config (cmf_imp_hf_tokenizer_config), with a
- *     generation_config-style list of EOS ids.
+ *     generation_config-style list of EOS ids (llama3 with add_bos_token
+ *     set, its tokenizer.json adding no BOS itself).
  * Expected ids are looked up in each file's own tokenizer and header, never
  * written down here.
  */
@@ -201,6 +203,43 @@ static void case_demo(const char *src) {
     cmf_file_close(f);
 }
 
+/* A header-only file: every source of stop ids, in order, each once;
+ * values that are no id are ignored; no tokenizer, so ChatML's marker is
+ * a stop string. */
+static void case_synthetic(const char *tmp) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ids.cmf", tmp);
+    cmf_writer *w = NULL;
+    cmf_error err;
+    REQUIRE_V(cmf_writer_open(path, NULL, &w, &err) == CMF_OK, "%s", err.msg);
+    cJSON *h = cmf_writer_header(w);
+    cJSON *tc = cJSON_Parse("{\"eos_token_ids\": [5, -1, 1.5, \"x\", 3e9, 5], \"eos_token_id\": [9, 5]}");
+    cJSON *gen = cJSON_Parse("{\"eos_token_id\": [7, 9, 11]}");
+    bool ok = tc && gen && cJSON_AddItemToObject(h, "tokenizer_config", tc);
+    if (!ok) cJSON_Delete(tc);
+    ok = ok && cJSON_AddItemToObject(h, "generation_config", gen);
+    if (!ok) cJSON_Delete(gen);
+    if (!ok) {
+        cmf_writer_abort(w);
+        CHECK(0, "synthetic: out of memory");
+        return;
+    }
+    REQUIRE_V(cmf_writer_finish(w, &err) == CMF_OK, "%s", err.msg);
+    cmf_file *f = NULL;
+    REQUIRE_V(cmf_file_open(path, &f, &err) == CMF_OK, "%s", err.msg);
+    int32_t ids[8] = {0};
+    size_t n = cmf_model_eos_ids(f, NULL, false, ids, 8);
+    CHECK(n == 4 && ids[0] == 5 && ids[1] == 9 && ids[2] == 7 && ids[3] == 11,
+          "synthetic: stop ids %zu: %d %d %d %d (want 5 9 7 11)", n, ids[0], ids[1], ids[2], ids[3]);
+    CHECK(cmf_model_eos_ids(f, NULL, true, NULL, 0) == 4, "synthetic: chat adds ids without a tokenizer");
+    const char *stops[4];
+    CHECK(cmf_model_chat_stop_strings(f, NULL, stops, 4) == 1 && strcmp(stops[0], "<|im_end|>") == 0,
+          "synthetic: ChatML's marker is not the one stop string");
+    CHECK(cmf_model_eos_ids(NULL, NULL, true, ids, 8) == 0, "synthetic: ids without file or tokenizer");
+    cmf_file_close(f);
+    remove(path);
+}
+
 /* upstream file: no tokenizer, no template (ChatML fallback) */
 static void case_upstream(const char *data) {
     char path[4096];
@@ -259,6 +298,20 @@ static void case_spm(const char *data, const char *tmp) {
     size_t nc = cmf_model_eos_ids(f, tok, true, chat, CMF_MODEL_EOS_MAX);
     CHECK(nr == nc && nr >= 1 && has_id(raw, nr, cmf_tokenizer_token_to_id(tok, "</s>")),
           "spm: the stop set is </s> for both prompts (%zu, %zu)", nr, nc);
+    /* without add_bos_token the post-processor's BOS is the rule's */
+    cJSON *h = cJSON_Duplicate(cmf_file_header(f), 1);
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, "tokenizer_config"), "add_bos_token");
+    cmf_file_close(f);
+    f = NULL;
+    CHECK(h && cmf_file_append(out, NULL, 0, h, &err) == CMF_OK, "spm: rewriting the header: %s", err.msg);
+    cJSON_Delete(h);
+    if (cmf_file_open(out, &f, &err) == CMF_OK) {
+        CHECK(!cJSON_GetObjectItemCaseSensitive(tcfg(f), "add_bos_token"), "spm: add_bos_token still there");
+        check_bos("spm-noflag", f, tok);
+        bos = -1;
+        CHECK(cmf_tokenizer_bos_id(tok) >= 0 && cmf_model_add_bos(f, tok, false, &bos) && bos == cmf_tokenizer_bos_id(tok),
+              "spm-noflag: the post-processor's BOS %d is not the rule's (%d)", cmf_tokenizer_bos_id(tok), bos);
+    }
     cmf_tokenizer_free(tok);
     cmf_file_close(f);
     remove(out);
@@ -266,11 +319,12 @@ static void case_spm(const char *data, const char *tmp) {
 
 /* tokenizers/<name>: a tokenizer-only file with header.tokenizer_config as
  * `cmf convert` writes it, plus generation_config ids gen_eos (token
- * strings); tokenizer_config.json's add_bos_token kept (bos_flag 0),
- * removed (-1) or set to true (1). Returns the path written, or NULL
- * (skip). */
+ * strings); tokenizer_config.json's add_bos_token kept, or set to true
+ * when add_bos (no bos_token_id then: `cmf convert` takes it from
+ * config.json). Returns the path written and its tokenizer in *tok_out
+ * (loaded once: the big vocabularies take a second), or NULL (skip). */
 static const char *write_tok_file(const char *data, const char *tmp, const char *name, const char *const *gen_eos,
-                                  int bos_flag, char *path, size_t cap) {
+                                  bool add_bos, char *path, size_t cap, cmf_tokenizer **tok_out) {
     char p[4096];
     snprintf(p, sizeof p, "%s/tokenizers/%s/tokenizer.json.gz", data, name);
     char *tj = NULL, *tc = NULL;
@@ -290,10 +344,11 @@ static const char *write_tok_file(const char *data, const char *tmp, const char 
     }
     cJSON *tok_cfg = cJSON_Parse(tc), *gen = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(gen, "eos_token_id");
     for (size_t i = 0; gen_eos[i]; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(cmf_tokenizer_token_to_id(tok, gen_eos[i])));
-    cmf_tokenizer_free(tok);
-    if (bos_flag) cJSON_DeleteItemFromObjectCaseSensitive(tok_cfg, "add_bos_token");
-    if (bos_flag > 0) cJSON_AddTrueToObject(tok_cfg, "add_bos_token");
-    snprintf(path, cap, "%s/%s%s.cmf", tmp, name, bos_flag < 0 ? "-noflag" : bos_flag > 0 ? "-addbos" : "");
+    if (add_bos) {
+        cJSON_DeleteItemFromObjectCaseSensitive(tok_cfg, "add_bos_token");
+        cJSON_AddTrueToObject(tok_cfg, "add_bos_token");
+    }
+    snprintf(path, cap, "%s/%s.cmf", tmp, name);
     cmf_writer *w = NULL;
     bool ok = tok_cfg && cmf_writer_open(path, NULL, &w, &err) == CMF_OK;
     cJSON *out = ok ? cJSON_AddObjectToObject(cmf_writer_header(w), "tokenizer_config") : NULL;
@@ -311,62 +366,15 @@ static const char *write_tok_file(const char *data, const char *tmp, const char 
     cJSON_Delete(gen);
     free(tj);
     free(tc);
+    if (!ok) cmf_tokenizer_free(tok);
+    *tok_out = ok ? tok : NULL;
     return ok ? path : NULL;
 }
 
-/* A model's own tokenizer and template: the end-of-turn marker is a stop
- * id for chat prompts, BOS follows tokenizer_config / the post-processor. */
-static void case_hf(const char *data, const char *tmp, const char *name, const char *marker,
-                    const char *const *gen_eos, bool marker_only_chat, int bos_flag) {
-    char path[4096];
-    if (!write_tok_file(data, tmp, name, gen_eos, bos_flag, path, sizeof path)) return;
-    cmf_file *f = NULL;
-    cmf_tokenizer *tok = NULL;
-    cmf_error err;
-    REQUIRE_V(cmf_file_open(path, &f, &err) == CMF_OK, "%s", err.msg);
-    REQUIRE_V(cmf_tokenizer_load_path(path, &tok, &err) == CMF_OK, "%s", err.msg);
-    check_common(name, f, tok);
-    check_bos(name, f, tok);
-    if (bos_flag > 0) { /* no bos_token_id: the id of the bos_token string */
-        int32_t bos = -1;
-        const char *bs = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tcfg(f), "bos_token"));
-        CHECK(bs && cmf_model_add_bos(f, tok, false, &bos) && bos == cmf_tokenizer_token_to_id(tok, bs) && bos >= 0,
-              "%s: add_bos_token=true gives BOS %d", name, bos);
-    }
-    int32_t raw[CMF_MODEL_EOS_MAX], chat[CMF_MODEL_EOS_MAX];
-    size_t nr = cmf_model_eos_ids(f, tok, false, raw, CMF_MODEL_EOS_MAX);
-    size_t nc = cmf_model_eos_ids(f, tok, true, chat, CMF_MODEL_EOS_MAX);
-    int32_t mk = cmf_tokenizer_token_to_id(tok, marker);
-    CHECK(mk >= 0 && has_id(chat, nc, mk), "%s: %s (%d) is not a chat stop id", name, marker, mk);
-    if (marker_only_chat) /* a base model's list: the marker ends chat turns only */
-        CHECK(!has_id(raw, nr, mk), "%s: %s is a stop id of raw prompts", name, marker);
-    for (size_t i = 0; gen_eos[i]; i++)
-        CHECK(has_id(raw, nr, cmf_tokenizer_token_to_id(tok, gen_eos[i])), "%s: generation_config id %s missing",
-              name, gen_eos[i]);
-    CHECK(cmf_model_chat_stop_strings(f, tok, NULL, 0) == 0, "%s: stop strings for markers that are tokens", name);
-    /* the special tokens are tokenizer_config.json's strings */
-    char *bos = NULL, *eos = NULL;
-    REQUIRE_V(cmf_model_special_tokens(f, tok, &bos, &eos, &err) == CMF_OK, "%s", err.msg);
-    const char *want = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tcfg(f), "eos_token"));
-    CHECK(want && strcmp(eos, want) == 0, "%s: eos_token '%s'", name, eos);
-    free(bos);
-    free(eos);
-    cmf_tokenizer_free(tok);
-    cmf_file_close(f);
-    remove(path);
-}
-
 /* Qwen3's template: enable_thinking=false writes an empty think block,
- * reasoning_content arrives through extra_json, bos/eos overrides. */
-static void case_qwen3_render(const char *data, const char *tmp) {
-    char path[4096];
-    const char *gen_eos[] = {"<|im_end|>", "<|endoftext|>", NULL};
-    if (!write_tok_file(data, tmp, "qwen3", gen_eos, 0, path, sizeof path)) return;
-    cmf_file *f = NULL;
+ * reasoning_content arrives through extra_json. */
+static void check_qwen3_render(const cmf_file *f) {
     cmf_error err;
-    REQUIRE_V(cmf_file_open(path, &f, &err) == CMF_OK, "%s", err.msg);
-    int32_t bos = 0;
-    CHECK(!cmf_model_add_bos(f, NULL, false, &bos) && bos == -1, "qwen3: no BOS, got %d", bos);
     cmf_chat_message m[2] = {{"user", "Q-TEXT", NULL}, {"assistant", "A-TEXT", "{\"reasoning_content\": \"R-TEXT\"}"}};
     cmf_chat_prompt_opts o = cmf_chat_prompt_default_opts();
     char *def = NULL, *off = NULL, *on = NULL, *r = NULL;
@@ -385,6 +393,58 @@ static void case_qwen3_render(const char *data, const char *tmp) {
     free(off);
     free(on);
     free(r);
+}
+
+/* A model's own tokenizer and template: the end-of-turn marker is a stop
+ * id for chat prompts (only for them when the generation_config list
+ * lacks it: marker_only_chat), BOS follows tokenizer_config and the
+ * post-processor. */
+static void case_hf(const char *data, const char *tmp, const char *name, const char *marker,
+                    const char *const *gen_eos, bool marker_only_chat, bool add_bos) {
+    char path[4096];
+    cmf_tokenizer *tok = NULL;
+    if (!write_tok_file(data, tmp, name, gen_eos, add_bos, path, sizeof path, &tok)) return;
+    cmf_file *f = NULL;
+    cmf_error err;
+    if (cmf_file_open(path, &f, &err) != CMF_OK) {
+        CHECK(0, "%s", err.msg);
+        cmf_tokenizer_free(tok);
+        return;
+    }
+    check_common(name, f, tok);
+    check_bos(name, f, tok);
+    if (add_bos) { /* no bos_token_id: the id of the bos_token string */
+        int32_t bos = -1;
+        const char *bs = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tcfg(f), "bos_token"));
+        CHECK(bs && cmf_model_add_bos(f, tok, false, &bos) && bos == cmf_tokenizer_token_to_id(tok, bs) && bos >= 0,
+              "%s: add_bos_token=true gives BOS %d", name, bos);
+    } else if (cmf_tokenizer_bos_id(tok) < 0) {
+        int32_t bos = 0;
+        CHECK(!cmf_model_add_bos(f, tok, false, &bos) && bos == -1, "%s: BOS %d for a model without one", name, bos);
+    }
+    int32_t raw[CMF_MODEL_EOS_MAX], chat[CMF_MODEL_EOS_MAX];
+    size_t nr = cmf_model_eos_ids(f, tok, false, raw, CMF_MODEL_EOS_MAX);
+    size_t nc = cmf_model_eos_ids(f, tok, true, chat, CMF_MODEL_EOS_MAX);
+    int32_t mk = cmf_tokenizer_token_to_id(tok, marker);
+    CHECK(mk >= 0 && has_id(chat, nc, mk), "%s: %s (%d) is not a chat stop id", name, marker, mk);
+    if (marker_only_chat) /* a base model's list: the marker ends chat turns only */
+        CHECK(!has_id(raw, nr, mk), "%s: %s is a stop id of raw prompts", name, marker);
+    for (size_t i = 0; gen_eos[i]; i++)
+        CHECK(has_id(raw, nr, cmf_tokenizer_token_to_id(tok, gen_eos[i])), "%s: generation_config id %s missing",
+              name, gen_eos[i]);
+    CHECK(cmf_model_chat_stop_strings(f, tok, NULL, 0) == 0, "%s: stop strings for markers that are tokens", name);
+    /* the special tokens are tokenizer_config.json's strings */
+    char *bos = NULL, *eos = NULL;
+    if (cmf_model_special_tokens(f, tok, &bos, &eos, &err) == CMF_OK) {
+        const char *want = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(tcfg(f), "eos_token"));
+        CHECK(want && strcmp(eos, want) == 0, "%s: eos_token '%s'", name, eos);
+    } else {
+        CHECK(0, "%s: %s", name, err.msg);
+    }
+    free(bos);
+    free(eos);
+    if (strcmp(name, "qwen3") == 0) check_qwen3_render(f);
+    cmf_tokenizer_free(tok);
     cmf_file_close(f);
     remove(path);
 }
@@ -392,25 +452,20 @@ static void case_qwen3_render(const char *data, const char *tmp) {
 int main(void) {
     CHECK(strcmp(cmf_version(), CMF_VERSION_STRING) == 0, "cmf_version() '%s' vs header '%s'", cmf_version(),
           CMF_VERSION_STRING);
+    const char *tmp = test_tmp_dir("policy");
     case_demo(CMF_SOURCE_DIR);
+    case_synthetic(tmp);
     const char *data = test_shared_data();
     if (!data) {
         fprintf(stderr, "../shared/data absent: only the demo model checked\n");
         return test_done();
     }
-    const char *tmp = test_tmp_dir("policy");
     case_upstream(data);
     case_spm(data, tmp);
     const char *qwen_eos[] = {"<|im_end|>", "<|endoftext|>", NULL};
-    const char *llama_eos[] = {"<|end_of_text|>", NULL};
-    const char *gemma_eos[] = {"<eos>", NULL};
-    case_hf(data, tmp, "qwen3", "<|im_end|>", qwen_eos, false, 0);
-    case_hf(data, tmp, "llama3", "<|eot_id|>", llama_eos, true, 0);
-    case_hf(data, tmp, "gemma3", "<end_of_turn>", gemma_eos, false, 0);
-    /* no add_bos_token: BOS comes from the post-processor alone */
-    case_hf(data, tmp, "gemma3", "<end_of_turn>", gemma_eos, false, -1);
+    const char *llama_eos[] = {"<|end_of_text|>", NULL}; /* a base model's list */
+    case_hf(data, tmp, "qwen3", "<|im_end|>", qwen_eos, false, false);
     /* add_bos_token with a post-processor that adds none: BOS is prepended */
-    case_hf(data, tmp, "llama3", "<|eot_id|>", llama_eos, true, 1);
-    case_qwen3_render(data, tmp);
+    case_hf(data, tmp, "llama3", "<|eot_id|>", llama_eos, true, true);
     return test_done();
 }
