@@ -9,8 +9,10 @@
  *   cmf/model.h      model, KV cache, batched forward pass
  *   cmf/sample.h     samplers and stop strings
  *   cmf/generate.h   the prefill/decode loop shared by run, chat and serve
+ *   cmf/policy.h     a model's stop ids, BOS rule and chat prompt
  *
- * Link with `pkg-config --cflags --libs cmf`.
+ * Link with `pkg-config --cflags --libs cmf` (just -lcmf; its own
+ * dependencies are private). cmf_version() gives the library's version.
  */
 #ifndef CMF_H
 #define CMF_H
@@ -23,5 +25,6 @@
 #include "cmf/model.h"
 #include "cmf/sample.h"
 #include "cmf/generate.h"
+#include "cmf/policy.h"
 
 #endif /* CMF_H */

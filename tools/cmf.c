@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-        printf("cmf %s\n", CMF_VERSION_STRING);
+        printf("cmf %s\n", cmf_version());
         return CLI_EXIT_OK;
     }
     /* CMF_CPU forces a kernel level (src/backend/cpu/cpu.h); a name that is

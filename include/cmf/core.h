@@ -23,7 +23,14 @@
 extern "C" {
 #endif
 
+/* The version of these headers (the CMake project version; CMakeLists.txt
+ * checks that they agree). */
 #define CMF_VERSION_STRING "0.1.0"
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH" (the
+ * CMake project version it was built from); compare with
+ * CMF_VERSION_STRING to catch a header/library mismatch. Static string. */
+const char *cmf_version(void);
 
 typedef enum cmf_status {
     CMF_OK = 0,
