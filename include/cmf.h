@@ -11,8 +11,10 @@
  *   cmf/sample.h     samplers and stop strings
  *   cmf/generate.h   one conversation: the session run and chat use
  *   cmf/engine.h     many sequences: continuous batching on a paged KV cache
+ *   cmf/policy.h     a model's stop ids, BOS rule and chat prompt
  *
- * Link with `pkg-config --cflags --libs cmf`.
+ * Link with `pkg-config --cflags --libs cmf` (just -lcmf; its own
+ * dependencies are private). cmf_version() gives the library's version.
  */
 #ifndef CMF_H
 #define CMF_H
@@ -26,5 +28,6 @@
 #include "cmf/sample.h"
 #include "cmf/generate.h"
 #include "cmf/engine.h"
+#include "cmf/policy.h"
 
 #endif /* CMF_H */

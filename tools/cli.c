@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <libgen.h>
 #include <limits.h>
@@ -297,6 +298,11 @@ static bool is_cmf_file(const char *path) {
 }
 
 bool cli_check_output(const char *cmd, const char *out, const char *const *inputs, size_t n_inputs) {
+    cmf_error e = {0};
+    if (cmf_writer_check_path(out, &e) != CMF_OK) {
+        fprintf(stderr, "cmf %s: -o: %s\n", cmd, e.msg);
+        return false;
+    }
     struct stat so;
     if (stat(out, &so) != 0) return true; /* a new file destroys nothing */
     for (size_t i = 0; i < n_inputs; i++) {
@@ -345,6 +351,105 @@ bool cli_sigint_seen(void) { return g_sigint != 0; }
 void cli_sigint_release(void) {
     if (g_sigint_caught) sigaction(SIGINT, &g_sigint_old, NULL);
     g_sigint_caught = false;
+}
+
+/* The first n bytes of the file at path; false when it cannot be read. */
+static bool read_head(const char *path, unsigned char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t r = fread(buf, 1, n, f);
+    fclose(f);
+    return r == n;
+}
+
+static bool ends_with_ci(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcasecmp(s + n - m, suf) == 0;
+}
+
+bool cli_refuse_foreign(const char *cmd, const char *path) {
+    struct stat sb;
+    if (!path || stat(path, &sb) != 0) return false;
+    unsigned char h[9];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "dir/" -> "dir" for the suggested name */
+    if (S_ISDIR(sb.st_mode)) {
+        char cfg[PATH_MAX];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (stat(cfg, &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
+        fprintf(stderr,
+                "cmf %s: %s: this is a Hugging Face folder: convert it with `cmf convert %s -o %.*s.cmf`\n",
+                cmd, path, path, (int)n, path);
+        return true;
+    }
+    if (!S_ISREG(sb.st_mode) || !read_head(path, h, sizeof h)) return false;
+    if (memcmp(h, "GGUF", 4) == 0) {
+        if (ends_with_ci(path, ".gguf")) n -= 5;
+        fprintf(stderr, "cmf %s: %s: this is a GGUF file: convert it with `cmf import-gguf %s -o %.*s.cmf`\n", cmd,
+                path, path, (int)n, path);
+        return true;
+    }
+    if (ends_with_ci(path, ".safetensors") && h[8] == '{') {
+        char copy[PATH_MAX];
+        snprintf(copy, sizeof copy, "%s", path);
+        fprintf(stderr,
+                "cmf %s: %s: this is a safetensors file: convert its Hugging Face folder with `cmf convert %s "
+                "-o OUT.cmf`\n",
+                cmd, path, dirname(copy));
+        return true;
+    }
+    return false;
+}
+
+bool cli_open_file(const char *cmd, const char *path, cmf_file **f) {
+    *f = NULL;
+    if (cli_refuse_foreign(cmd, path)) return false;
+    cmf_error err = {0};
+    if (cmf_file_open(path, f, &err) == CMF_OK) return true;
+    cli_fail(cmd, &err);
+    return false;
+}
+
+/* ---- SIGINT / SIGTERM while writing -------------------------------------- */
+
+static volatile sig_atomic_t g_signal;     /* the signal that came, 0 = none */
+static struct sigaction g_old_int, g_old_term;
+static bool g_have_int, g_have_term;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+/* Install on_signal for sig unless it is ignored (nohup, `&` without job
+ * control): then it stays ignored. */
+static bool catch_signal(int sig, struct sigaction *old) {
+    if (sigaction(sig, NULL, old) != 0 || old->sa_handler == SIG_IGN) return false;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    return sigaction(sig, &sa, NULL) == 0;
+}
+
+void cli_interrupt_begin(void) {
+    g_signal = 0;
+    g_have_int = catch_signal(SIGINT, &g_old_int);
+    g_have_term = catch_signal(SIGTERM, &g_old_term);
+}
+
+bool cli_interrupt_poll(void *unused) {
+    (void)unused;
+    return g_signal != 0;
+}
+
+int cli_interrupt_end(int rc) {
+    if (g_have_int) sigaction(SIGINT, &g_old_int, NULL);
+    if (g_have_term) sigaction(SIGTERM, &g_old_term, NULL);
+    g_have_int = g_have_term = false;
+    int sig = g_signal;
+    if (!sig || rc == CLI_EXIT_OK) return rc; /* it came after the work was done */
+    fflush(NULL);
+    raise(sig); /* the default action ends the process here */
+    return 128 + sig;
 }
 
 void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx) {

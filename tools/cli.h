@@ -27,6 +27,7 @@ int cmd_compact(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_import_gguf(int argc, char **argv);
 int cmd_import_llama2c(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
@@ -89,10 +90,13 @@ size_t cli_process_escapes(char *s, size_t len);
  * unreadable), the error printed. */
 int cli_get_prompt(const char *cmd, const char *text, const char *file, bool strip_newline, bool escape,
                    char **out, size_t *len);
-/* Refuse an output path that would destroy an input: the same file as any
+/* Refuse, before any work, an output path the writer cannot use
+ * (cmf_writer_check_path: "", a directory, a missing or unwritable
+ * directory) or one that would destroy an input: the same file as any
  * of `inputs` (same device and inode, so "./x" and links count), or, for an
  * input that is a directory (a Hugging Face folder), an existing file in
- * it that is not a CMF file. Prints "cmf <cmd>: ..." and returns false. */
+ * it that is not a CMF file. Prints "cmf <cmd>: ..." naming the path as
+ * given and returns false. */
 bool cli_check_output(const char *cmd, const char *out, const char *const *inputs, size_t n_inputs);
 /* True for "-h"/"--help". */
 bool cli_is_help(const char *arg);
@@ -104,6 +108,28 @@ bool cli_is_help(const char *arg);
 void cli_sigint_catch(void);
 bool cli_sigint_seen(void);
 void cli_sigint_release(void);
+/* When `path` is something cmf converts rather than reads (a GGUF file, a
+ * Hugging Face folder with config.json, a .safetensors file), print
+ * "cmf <cmd>: PATH: this is a GGUF file: convert it with `cmf import-gguf
+ * PATH -o NAME.cmf`" (or the `cmf convert` line) and return true. Every
+ * command that reads a .cmf file calls this (through cli_open_file when it
+ * opens one itself). */
+bool cli_refuse_foreign(const char *cmd, const char *path);
+/* cli_refuse_foreign, then cmf_file_open; prints the error and returns
+ * false on failure. */
+bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
+
+/* SIGINT/SIGTERM during a command that writes a file (convert, import-*,
+ * quantize): cli_interrupt_begin() installs handlers that only set a flag
+ * (a signal that was ignored at start stays ignored); pass
+ * cli_interrupt_poll as the library's cancel callback, so that the writer
+ * fails with CMF_ERR_CANCELLED and removes its temporary files;
+ * cli_interrupt_end(rc) restores the previous handlers and, when a signal
+ * came and rc is not CLI_EXIT_OK, re-raises it (the process then ends as
+ * killed by that signal, as shells expect) or returns 128 + its number. */
+void cli_interrupt_begin(void);
+bool cli_interrupt_poll(void *unused);
+int cli_interrupt_end(int rc);
 
 /* Warn on stderr when n_ctx tokens exceed the model's training context
  * (llama.cpp warns the same way); never an error. */

@@ -216,8 +216,9 @@ int cmd_bench(int argc, char **argv) {
     int32_t *toks = NULL;
     int rc = CLI_EXIT_FAIL;
     double t_load = now_s();
-    if (cmf_file_open(path, &f, &err) != CMF_OK) goto fail;
-    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL};
+    if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
+    long n_max = n_prompt > n_gen ? n_prompt : n_gen;
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL, .n_ctx = (uint32_t)(n_max + 16)};
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
     t_load = now_s() - t_load;
     cmf_model_info info;
@@ -227,7 +228,6 @@ int cmd_bench(int argc, char **argv) {
         rc = bench_parallel(path, m, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, json);
         goto done;
     }
-    long n_max = n_prompt > n_gen ? n_prompt : n_gen;
     if (info.n_ctx_train > 0 && n_max > (long)info.n_ctx_train) {
         cli_warn_ctx(cmd, m, n_max);
         progress = true;

@@ -2,12 +2,16 @@
  * cmd_chat.c — `cmf chat MODEL.cmf`: an interactive multi-turn chat.
  *
  * Each turn renders the whole conversation with the file's chat template
- * (ChatML when it has none; chat_prompt.c), tokenizes it, and prefills the
- * session, which keeps the longest common prefix already in the KV cache
- * and runs only the new suffix (cmf_session_prefill_tokens). The answer
- * streams until an EOS id of header.tokenizer_config.eos_token_ids or the
- * template's end-of-turn marker (<|im_end|>, <|eot_id|>, <end_of_turn>,
- * ...): its token id, or the text itself when it is not a single token.
+ * (ChatML when it has none; cmf_chat_prompt_render through chat_prompt.c),
+ * tokenizes it (cmf_model_encode_prompt), and prefills the session, which
+ * keeps the longest common prefix already in the KV cache and runs only
+ * the new suffix (cmf_session_prefill_tokens). When the conversation no
+ * longer fits the context with room for an answer, the oldest whole turns
+ * are dropped (the system prompt stays) and a line on stderr says so; a
+ * turn that does not fit even alone is refused and the chat goes on. The
+ * answer streams until a stop id of the model (cmf_model_eos_ids: its EOS
+ * ids and the template's end-of-turn marker, <|im_end|>, <|eot_id|>,
+ * <end_of_turn>, ...) or the marker's text when it is not a single token.
  * Text between <think> and </think> is shown dimmed on a terminal.
  *
  * Commands: /system TEXT, /reset, /save FILE, /load FILE (conversation
@@ -49,7 +53,8 @@ static void usage(FILE *o) {
             "  -e, --escape          process \\n \\r \\t \\' \\\" \\\\ \\xHH in -p/-f and typed lines\n"
             "  --no-think            render with enable_thinking=false\n"
             "  -n, --n-predict N     max tokens per answer (default -1: until end of turn)\n"
-            "  -c, --ctx-size N      context size in tokens (default: min(4096, trained))\n"
+            "  -c, --ctx-size N      context size in tokens (default: min(4096, trained)); when the\n"
+            "                        chat outgrows it, the oldest turns are dropped (the system prompt stays)\n"
             "  -t, --threads N       CPU threads (default: physical cores)\n"
             "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, -s, --seed S\n"
             "  --greedy              argmax sampling (as --temp 0)\n"
@@ -186,49 +191,6 @@ static bool on_text(const char *text, size_t len, void *user) {
     return !g_interrupted;
 }
 
-/* ---- end-of-turn ids ---------------------------------------------------- */
-
-typedef struct idset { int32_t *v; size_t n, cap; } idset;
-
-static bool idset_add(idset *s, int32_t id) {
-    for (size_t i = 0; i < s->n; i++)
-        if (s->v[i] == id) return true;
-    if (s->n == s->cap) {
-        size_t nc = s->cap ? s->cap * 2 : 8;
-        int32_t *p = realloc(s->v, nc * sizeof *p);
-        if (!p) return false;
-        s->v = p;
-        s->cap = nc;
-    }
-    s->v[s->n++] = id;
-    return true;
-}
-
-/* eos_token_ids of the file, plus end-of-turn markers the template writes:
- * as ids when they are tokens of the vocabulary, else as stop strings
- * (stops[], up to 8). */
-static bool collect_eos(const cmf_file *f, const cmf_tokenizer *tok, const char *tpl, idset *out,
-                        const char **stops, size_t *n_stops) {
-    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
-    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_ids"), *e;
-    cJSON_ArrayForEach(e, ids)
-        if (cJSON_IsNumber(e) && !idset_add(out, (int32_t)e->valuedouble)) return false;
-    static const char *const markers[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>",
-                                          "<|eom_id|>", "<|END_OF_TURN_TOKEN|>", "<turn|>", "<|return|>",
-                                          "<|endoftext|>", "</s>", NULL};
-    for (int i = 0; markers[i]; i++) {
-        if (!strstr(tpl, markers[i])) continue;
-        int32_t id = cmf_tokenizer_token_to_id(tok, markers[i]);
-        if (id >= 0 && !idset_add(out, id)) return false;
-        if (id < 0 && *n_stops < 8 && strcmp(markers[i], "</s>") != 0) stops[(*n_stops)++] = markers[i];
-    }
-    if (out->n == 0) {
-        int32_t id = cmf_tokenizer_eos_id(tok);
-        if (id >= 0 && !idset_add(out, id)) return false;
-    }
-    return true;
-}
-
 /* ---- the chat loop ------------------------------------------------------ */
 
 typedef struct chat_opts {
@@ -319,23 +281,148 @@ static char *read_line(bool tty) {
     return line;
 }
 
-/* answer() result besides the CLI exit codes: the conversation no longer
- * fits the KV cache; the turn is dropped and the chat goes on. */
+/* answer() result besides the CLI exit codes: the new turn does not fit
+ * the context even alone (or the KV cache refused it); it is dropped and
+ * the chat goes on. */
 #define ANSWER_CONTEXT_FULL 3
+
+/* Where a generation stops: the model's stop ids and, for end-of-turn
+ * markers that are no single token, stop strings (cmf/policy.h). */
+typedef struct turn_end {
+    int32_t ids[CMF_MODEL_EOS_MAX];
+    size_t n_ids;
+    const char *stops[16];
+    size_t n_stops;
+} turn_end;
+
+static void turn_end_init(turn_end *e, const cmf_file *f, const cmf_tokenizer *tok) {
+    size_t cap = sizeof e->stops / sizeof e->stops[0];
+    e->n_ids = cmf_model_eos_ids(f, tok, true, e->ids, CMF_MODEL_EOS_MAX);
+    e->n_stops = cmf_model_chat_stop_strings(f, tok, e->stops, cap);
+    if (e->n_stops > cap) e->n_stops = cap;
+}
+
+/* A conversation rendered with the chat template and tokenized. */
+typedef struct prompt_ids {
+    char *text;
+    int32_t *ids;
+    size_t n;
+} prompt_ids;
+
+static void prompt_free(prompt_ids *p) {
+    free(p->text);
+    free(p->ids);
+    memset(p, 0, sizeof *p);
+}
+
+/* Render and tokenize `messages` without [from, from + drop). */
+static cmf_status encode_conv(const chat_opts *o, const cmf_file *f, const cmf_tokenizer *tok, const cJSON *messages,
+                              int from, int drop, prompt_ids *out, cmf_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *view = drop > 0 ? cJSON_Duplicate(messages, 1) : NULL;
+    if (drop > 0 && !view) return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < drop; k++) cJSON_DeleteItemFromArray(view, from);
+    size_t len = 0;
+    cmf_status st = cli_render_messages(f, tok, view ? view : messages, o->no_think, &out->text, &len, err);
+    cJSON_Delete(view);
+    if (st == CMF_OK) st = cmf_model_encode_prompt(f, tok, out->text, len, true, &out->ids, &out->n, err);
+    if (st != CMF_OK) prompt_free(out);
+    return st;
+}
+
+static bool is_role(const cJSON *m, const char *role) {
+    const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+    return r && strcmp(r, role) == 0;
+}
+
+/* The prompt of the next turn, fitted into n_ctx tokens with room for the
+ * answer (-n tokens, or a quarter of the context when -n is -1; at most
+ * half of it). When the conversation is longer, the fewest oldest whole
+ * turns (a turn starts at a user message; the leading system message
+ * stays) are dropped from it, and a line on stderr says so. When even the
+ * newest turn alone does not fit, the conversation is left unchanged and
+ * ANSWER_CONTEXT_FULL returned. */
+static int fit_context(const chat_opts *o, const cmf_file *f, const cmf_tokenizer *tok, uint32_t n_ctx, conv *c,
+                       prompt_ids *p) {
+    cmf_error err = {0};
+    size_t want = o->n_predict > 0 ? (size_t)o->n_predict : n_ctx / 4;
+    size_t room = want < n_ctx / 2 ? want : n_ctx / 2;
+    if (encode_conv(o, f, tok, c->messages, 0, 0, p, &err) != CMF_OK) return cli_fail("chat", &err);
+    if (p->n + room <= n_ctx) return CLI_EXIT_OK;
+    /* cut points: dropping [from, cut) leaves whole turns, the newest last */
+    int n_msgs = cJSON_GetArraySize(c->messages), from = is_role(cJSON_GetArrayItem(c->messages, 0), "system");
+    int *cuts = malloc((size_t)n_msgs * sizeof *cuts), m = 0;
+    if (!cuts) {
+        prompt_free(p);
+        fprintf(stderr, "cmf chat: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    for (int i = from + 1; i < n_msgs; i++)
+        if (is_role(cJSON_GetArrayItem(c->messages, i), "user")) cuts[m++] = i;
+    /* the fewest dropped turns that leave room (the prompt shrinks as
+     * more go): binary search over the cut points */
+    prompt_ids best = {0};
+    int lo = 0, hi = m;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        prompt_ids q;
+        if (encode_conv(o, f, tok, c->messages, from, cuts[mid] - from, &q, &err) != CMF_OK) {
+            prompt_free(&best);
+            prompt_free(p);
+            free(cuts);
+            return cli_fail("chat", &err);
+        }
+        if (q.n + room <= n_ctx) {
+            prompt_free(&best);
+            best = q;
+            hi = mid;
+        } else {
+            prompt_free(&q);
+            lo = mid + 1;
+        }
+    }
+    int cut = best.ids ? cuts[hi] : m > 0 ? cuts[m - 1] : from;
+    if (best.ids) {
+        prompt_free(p);
+        *p = best;
+    } else if (m > 0) {
+        /* none leaves the whole room: the newest turn alone, if it fits */
+        prompt_free(p);
+        if (encode_conv(o, f, tok, c->messages, from, cut - from, p, &err) != CMF_OK) {
+            free(cuts);
+            return cli_fail("chat", &err);
+        }
+    }
+    if (p->n >= n_ctx) {
+        fprintf(stderr,
+                "cmf chat: this message does not fit the context: the prompt is %zu tokens%s, the context holds "
+                "%u (-c); the message is dropped\n",
+                p->n, from ? " with the system prompt" : "", n_ctx);
+        prompt_free(p);
+        free(cuts);
+        return ANSWER_CONTEXT_FULL;
+    }
+    free(cuts);
+    if (cut > from) {
+        int turns = 0;
+        for (int i = from; i < cut; i++) turns += is_role(cJSON_GetArrayItem(c->messages, i), "user");
+        for (int i = from; i < cut; i++) cJSON_DeleteItemFromArray(c->messages, from);
+        fprintf(stderr, "[context full: dropped the oldest %d turn%s (%d messages) to fit %u tokens%s]\n", turns,
+                turns == 1 ? "" : "s", cut - from, n_ctx, from ? "; the system prompt stays" : "");
+    }
+    return CLI_EXIT_OK;
+}
 
 /* One assistant turn for the conversation as it stands. */
 static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf_session *s, conv *c,
-                  const idset *eos, const char *const *stops, size_t n_stops, bool tty) {
+                  const turn_end *te, bool tty) {
     cmf_error err = {0};
-    char *prompt = NULL;
-    size_t plen = 0;
-    if (cli_render_messages(f, c->messages, true, o->no_think, &prompt, &plen, &err) != CMF_OK) return cli_fail("chat", &err);
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    cmf_status st = cmf_tokenizer_encode(tok, prompt, plen, false, &ids, &n_ids, &err);
+    prompt_ids p;
+    int rc = fit_context(o, f, tok, cmf_session_n_ctx(s), c, &p);
+    if (rc != CLI_EXIT_OK) return rc;
+    size_t n_ids = p.n;
     stream sm = {0};
-    chat_think_init(&sm.think, stdout, tty, chat_prompt_opens_think(prompt));
-    free(prompt);
+    chat_think_init(&sm.think, stdout, tty, chat_prompt_opens_think(p.text));
     /* Ctrl-C from here on stops this answer (at its first piece when it
      * comes during the prefill), not the program */
     struct sigaction sa, old;
@@ -344,19 +431,16 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
     sigemptyset(&sa.sa_mask);
     g_interrupted = 0;
     sigaction(SIGINT, &sa, &old);
-    if (st == CMF_OK) st = cmf_session_prefill_tokens(s, ids, n_ids, &err);
-    free(ids);
+    cmf_status st = cmf_session_prefill_tokens(s, p.ids, p.n, &err);
+    prompt_free(&p);
     if (st != CMF_OK) {
         sigaction(SIGINT, &old, NULL);
-        if (st == CMF_ERR_CONTEXT_FULL) {
-            /* not fatal: the user can /reset (or /load a shorter chat) */
-            fprintf(stderr, "[%s: /reset to start over]\n", err.msg);
-            return ANSWER_CONTEXT_FULL;
-        }
-        return cli_fail("chat", &err);
+        if (st != CMF_ERR_CONTEXT_FULL) return cli_fail("chat", &err);
+        fprintf(stderr, "[%s: /reset to start over]\n", err.msg); /* not fatal */
+        return ANSWER_CONTEXT_FULL;
     }
-    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = eos->v, .n_eos = eos->n,
-                         .stop_strings = stops, .n_stop = n_stops};
+    cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = te->ids, .n_eos = te->n_ids,
+                         .stop_strings = te->stops, .n_stop = te->n_stops};
     cmf_gen_stats stats = {0};
     if (st == CMF_OK) st = cmf_session_generate(s, &gp, on_text, &sm, &stats, &err);
     sigaction(SIGINT, &old, NULL);
@@ -368,7 +452,8 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
         fprintf(stderr, "[prompt %zu tokens, %zu prefilled (%zu reused from the KV cache) in %.3f s; %zu generated in %.3f s]\n",
                 n_ids, stats.n_prompt_tokens, n_ids - (stats.n_prompt_tokens < n_ids ? stats.n_prompt_tokens : n_ids),
                 stats.prompt_seconds, stats.n_generated, stats.gen_seconds);
-    if (stats.stop == CMF_STOP_CONTEXT_FULL) fprintf(stderr, "[context full: /reset to start over]\n");
+    if (stats.stop == CMF_STOP_CONTEXT_FULL)
+        fprintf(stderr, "[context full: the answer is cut short; the next turn drops the oldest turns]\n");
     bool ok = st == CMF_OK && !sm.oom && conv_add(c, "assistant", sm.answer ? sm.answer : "");
     free(sm.answer);
     if (st != CMF_OK) return cli_fail("chat", &err);
@@ -402,23 +487,21 @@ int cmd_chat(int argc, char **argv) {
     cmf_tokenizer *tok = NULL;
     cmf_model *model = NULL;
     cmf_session *s = NULL;
-    idset eos = {0};
-    const char *stops[8];
-    size_t n_stops = 0;
+    turn_end *te = malloc(sizeof *te);
     conv c = {cJSON_CreateArray()};
     rc = CLI_EXIT_FAIL;
-    if (!c.messages) goto done;
-    if (cmf_file_open(o.path, &f, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
+    if (!c.messages || !te) { fprintf(stderr, "cmf chat: out of memory\n"); goto done; }
+    if (!cli_open_file("chat", o.path, &f)) goto done;
     size_t tl = 0;
     const char *tj = cmf_file_tokenizer_json(f, &tl);
     if (!tj || !tl) { fprintf(stderr, "cmf chat: %s: the file has no tokenizer\n", o.path); goto done; }
     if (cmf_tokenizer_load_json(tj, tl, &tok, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
-    cmf_model_params mp = {.n_threads = (int)o.threads};
+    cmf_model_params mp = {.n_threads = (int)o.threads, .n_ctx = (uint32_t)o.n_ctx};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
-    if (!collect_eos(f, tok, cli_chat_template_source(f, NULL), &eos, stops, &n_stops)) { fprintf(stderr, "cmf chat: out of memory\n"); goto done; }
+    turn_end_init(te, f, tok);
     if (o.load && !conv_load(&c, o.load)) goto done;
     if (o.system && !conv_set_system(&c, o.system)) goto done;
 
@@ -463,7 +546,7 @@ int cmd_chat(int argc, char **argv) {
         bool ok = conv_add(&c, "user", line);
         free(line);
         if (!ok) { fprintf(stderr, "cmf chat: out of memory\n"); rc = CLI_EXIT_FAIL; break; }
-        int arc = answer(&o, f, tok, s, &c, &eos, stops, n_stops, tty);
+        int arc = answer(&o, f, tok, s, &c, te, tty);
         if (arc != CLI_EXIT_OK) {
             /* drop the failed user turn so the user can retry */
             cJSON_DeleteItemFromArray(c.messages, cJSON_GetArraySize(c.messages) - 1);
@@ -473,7 +556,7 @@ int cmd_chat(int argc, char **argv) {
 done:
     free(first);
     free(sysf);
-    free(eos.v);
+    free(te);
     cJSON_Delete(c.messages);
     cmf_session_free(s);
     cmf_model_free(model);

@@ -65,8 +65,7 @@ int cmd_info(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("info", "missing FILE");
     cmf_file *f;
-    cmf_error err = {0};
-    if (cmf_file_open(path, &f, &err)) return cli_fail("info", &err);
+    if (!cli_open_file("info", path, &f)) return CLI_EXIT_FAIL;
 
     dtype_stat st[32] = {{0}};
     uint64_t params = 0, bytes = 0;
@@ -230,6 +229,7 @@ int cmd_verify(int argc, char **argv) {
     if (!path) return cli_usage_error("verify", "missing FILE");
     cmf_verify_report r;
     cmf_error err = {0};
+    if (cli_refuse_foreign("verify", path)) return CLI_EXIT_FAIL;
     if (cmf_verify(path, &r, &err)) return cli_fail("verify", &err);
     for (size_t i = 0; i < r.n_problems; i++) printf("FAIL %s\n", r.problems[i] ? r.problems[i] : "?");
     int rc = r.n_problems ? CLI_EXIT_FAIL : CLI_EXIT_OK;
@@ -359,6 +359,7 @@ int cmd_compact(int argc, char **argv) {
     if (!out) return cli_usage_error("compact", "missing -o OUT");
     if (!strcmp(in, out)) return cli_usage_error("compact", "OUT must differ from FILE");
     if (!cli_check_output("compact", out, &in, 1)) return CLI_EXIT_USAGE;
+    if (cli_refuse_foreign("compact", in)) return CLI_EXIT_FAIL;
     cmf_error err = {0};
     if (cmf_compact(in, out, &err)) return cli_fail("compact", &err);
     printf("wrote %s\n", out);

@@ -10,6 +10,7 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,16 +25,16 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Open FILE and bind a model; prints the error and returns false on failure. */
-static bool open_model(const char *cmd, const char *path, int n_threads, cmf_file **f, cmf_model **m) {
+/* Open FILE and bind a model for a context of n_ctx tokens (0 = the
+ * default; longrope models pick their factors by it); prints the error and
+ * returns false on failure. */
+static bool open_model(const char *cmd, const char *path, int n_threads, uint32_t n_ctx, cmf_file **f,
+                       cmf_model **m) {
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
-    if (cmf_file_open(path, f, &err) != CMF_OK) {
-        cli_fail(cmd, &err);
-        return false;
-    }
-    cmf_model_params mp = {.n_threads = n_threads, .backend = NULL};
+    if (!cli_open_file(cmd, path, f)) return false;
+    cmf_model_params mp = {.n_threads = n_threads, .backend = NULL, .n_ctx = n_ctx};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         cmf_file_close(*f);
@@ -129,7 +130,7 @@ int cmd_logits(int argc, char **argv) {
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) return CLI_EXIT_USAGE;
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -202,7 +203,7 @@ int cmd_ppl(int argc, char **argv) {
     if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) return cli_fail(cmd, &err);
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
     cmf_tokenizer *tok = NULL;
     cmf_kv_cache *kv = NULL;
@@ -311,7 +312,8 @@ static const char run_help[] =
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
-    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS.\n"
+    "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS (with --chat\n"
+    "  also on the end-of-turn marker the template writes, e.g. <|im_end|>).\n"
     "  --n-probs lines: {\"n\": i, \"id\": ID, \"text\": TOKEN, \"p\": P, \"top\": [{\"id\",\n"
     "  \"text\", \"p\"}, ...]}: the sampled token and up to N candidates with p > 0, most\n"
     "  probable first (greedy: the softmax of the logits).\n";
@@ -376,20 +378,6 @@ static bool probs_cb(int32_t id, const float *probs, uint32_t n_vocab, void *use
     return !cli_sigint_seen();
 }
 
-/* EOS ids: header.tokenizer_config.eos_token_ids + the tokenizer's EOS. */
-static size_t collect_eos(const cmf_file *f, const cmf_tokenizer *tok, int32_t *out, size_t cap) {
-    size_t n = 0;
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(tc, "eos_token_ids");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) if (cJSON_IsNumber(e) && n < cap) out[n++] = (int32_t)e->valuedouble;
-    const cJSON *one = cJSON_GetObjectItemCaseSensitive(tc, "eos_token_id");
-    if (cJSON_IsNumber(one) && n < cap) out[n++] = (int32_t)one->valuedouble;
-    int32_t te = cmf_tokenizer_eos_id(tok);
-    if (te >= 0 && n < cap) out[n++] = te;
-    return n;
-}
-
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run", *file = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *v;
     long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64, n_probs = 0;
@@ -400,7 +388,7 @@ int cmd_run(int argc, char **argv) {
     int n_prompts = 0;
     const char *stops[64];
     size_t n_stops = 0;
-    cmf_logit_bias bias[256 + 64]; /* --logit-bias, then -inf per EOS id for --ignore-eos */
+    cmf_logit_bias bias[256 + CMF_MODEL_EOS_MAX]; /* --logit-bias, then -inf per EOS id for --ignore-eos */
     size_t n_bias = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -476,7 +464,7 @@ int cmd_run(int argc, char **argv) {
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
     rc = CLI_EXIT_FAIL;
     cmf_error err = {0};
     cmf_tokenizer *tok = NULL;
@@ -497,7 +485,6 @@ int cmd_run(int argc, char **argv) {
 
     const char *input = text;
     size_t input_len = text_len;
-    bool add_special = true;
     if (chat) {
         size_t rlen = 0;
         if (cli_render_chat_prompt(f, system, text, false, &rendered, &rlen, &err) != 0) {
@@ -506,30 +493,19 @@ int cmd_run(int argc, char **argv) {
         }
         input = rendered;
         input_len = rlen;
-        add_special = false; /* the template writes BOS itself (HF apply_chat_template) */
     }
-    if (cmf_tokenizer_encode(tok, input, input_len, add_special, &ids, &n_ids, &err) != CMF_OK) {
+    /* the BOS rule (cmf/policy.h): the template writes BOS itself */
+    if (cmf_model_encode_prompt(f, tok, input, input_len, chat, &ids, &n_ids, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         goto done;
     }
-    /* tokenizer_config.add_bos_token = true: make sure BOS leads */
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "tokenizer_config");
-    const cJSON *abos = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
-    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(tc, "bos_token_id");
-    if (!chat && cJSON_IsTrue(abos) && cJSON_IsNumber(bos) && (n_ids == 0 || ids[0] != (int32_t)bos->valuedouble)) {
-        int32_t *nid = realloc(ids, (n_ids + 1) * sizeof *nid);
-        if (!nid) { fprintf(stderr, "cmf run: out of memory\n"); goto done; }
-        ids = nid;
-        memmove(ids + 1, ids, n_ids * sizeof *ids);
-        ids[0] = (int32_t)bos->valuedouble;
-        n_ids++;
-    }
     if (n_ids == 0) { fprintf(stderr, "cmf run: the prompt encodes to no tokens\n"); goto done; }
 
-    int32_t eos[64];
-    size_t n_eos = collect_eos(f, tok, eos, 64); /* <= 64: bias[] has room */
+    int32_t eos[CMF_MODEL_EOS_MAX]; /* --chat: also the end-of-turn markers */
+    size_t n_eos = cmf_model_eos_ids(f, tok, chat, eos, CMF_MODEL_EOS_MAX);
+    if (n_eos > CMF_MODEL_EOS_MAX) n_eos = CMF_MODEL_EOS_MAX;
     if (ignore_eos) /* llama.cpp: --ignore-eos implies --logit-bias EOS-inf */
-        for (size_t k = 0; k < n_eos; k++)
+        for (size_t k = 0; k < n_eos && n_bias < sizeof bias / sizeof bias[0]; k++)
             if (eos[k] >= 0 && (uint32_t)eos[k] < info.n_vocab) bias[n_bias++] = (cmf_logit_bias){eos[k], -INFINITY};
 
     cmf_session_params sp = {0};
@@ -567,6 +543,10 @@ int cmd_run(int argc, char **argv) {
     if (n_probs > 0 && !(po.top = top = malloc((size_t)n_probs * sizeof *top))) {
         fprintf(stderr, "cmf run: out of memory\n");
         goto done;
+    }
+    if (chat) { /* end-of-turn markers that are not single tokens stop as strings */
+        size_t room = 64 - n_stops, k = cmf_model_chat_stop_strings(f, tok, stops + n_stops, room);
+        n_stops += k < room ? k : room;
     }
     cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = ignore_eos ? 0 : n_eos,
                          .stop_strings = stops, .n_stop = n_stops,

@@ -4,10 +4,10 @@
  * transformers' apply_chat_template would and print the bytes, nothing
  * added. CTX.json's keys become the template's top-level variables; with a
  * .cmf file the template is the file's (ChatML when it has none) and
- * bos_token/eos_token default to the model's. A template that raises
+ * bos_token/eos_token default to the model's (cmf_model_chat_template,
+ * cmf_model_special_tokens: cmf/policy.h). A template that raises
  * prints the error (NAME:LINE:COL: message) on stderr and exits 1.
  */
-#include "chat_prompt.h"
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -161,17 +161,23 @@ int cmd_template(int argc, char **argv) {
     const char *name = path;
     cmf_template *t = NULL;
     if (ends_with(path, ".cmf")) {
-        if (cmf_file_open(path, &f, &err) != CMF_OK) { rc = cli_fail(cmd, &err); goto done; }
+        if (!cli_open_file(cmd, path, &f)) { rc = CLI_EXIT_FAIL; goto done; }
         bool fallback;
-        const char *s = cli_chat_template_source(f, &fallback);
+        const char *s = cmf_model_chat_template(f, &fallback);
         if (fallback) name = "chatml";
         src_len = strlen(s);
         src = malloc(src_len + 1);
         if (!src) { cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory"); rc = cli_fail(cmd, &err); goto done; }
         memcpy(src, s, src_len + 1);
+        char *bos = NULL, *eos = NULL;
+        if (cmf_model_special_tokens(f, NULL, &bos, &eos, &err) != CMF_OK) { rc = cli_fail(cmd, &err); goto done; }
         cJSON *extra = cJSON_CreateObject();
-        if (!extra || cli_chat_add_special_tokens(f, extra, &err) != CMF_OK) {
+        bool ok = extra && cJSON_AddStringToObject(extra, "bos_token", bos) && cJSON_AddStringToObject(extra, "eos_token", eos);
+        free(bos);
+        free(eos);
+        if (!ok) {
             cJSON_Delete(extra);
+            cmf_error_set(&err, CMF_ERR_NOMEM, "out of memory");
             rc = cli_fail(cmd, &err);
             goto done;
         }
@@ -187,6 +193,9 @@ int cmd_template(int argc, char **argv) {
             cJSON_Delete(ctx);
             ctx = extra;
         }
+    } else if (cli_refuse_foreign(cmd, path)) {
+        rc = CLI_EXIT_FAIL;
+        goto done;
     } else if (cmf_read_file(path, &src, &src_len, &err) != CMF_OK) {
         rc = cli_fail(cmd, &err);
         goto done;

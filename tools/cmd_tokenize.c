@@ -76,6 +76,7 @@ int cmd_tokenize(int argc, char **argv) {
     int rc = cli_get_prompt(cmd, text, file, false, escape, &buf, &len);
     if (rc != CLI_EXIT_OK) return rc;
     cmf_tokenizer *t = NULL;
+    if (cli_refuse_foreign(cmd, model)) { free(buf); return CLI_EXIT_FAIL; }
     if (cmf_tokenizer_load_path(model, &t, &err)) { free(buf); return cli_fail(cmd, &err); }
     int32_t *ids = NULL;
     size_t n = 0;
@@ -112,6 +113,7 @@ int cmd_detokenize(int argc, char **argv) {
     if (!cli_parse_ids(cmd, "--ids", list, true, &ids, &n)) return CLI_EXIT_USAGE;
     cmf_error err = {0};
     cmf_tokenizer *t = NULL;
+    if (cli_refuse_foreign(cmd, model)) { free(ids); return CLI_EXIT_FAIL; }
     if (cmf_tokenizer_load_path(model, &t, &err)) { free(ids); return cli_fail(cmd, &err); }
     char *text = NULL;
     size_t len = 0;

@@ -27,6 +27,7 @@ static const command commands[] = {
     {"convert", cmd_convert, "convert a Hugging Face folder to .cmf"},
     {"import-gguf", cmd_import_gguf, "convert a GGUF file to .cmf"},
     {"import-llama2c", cmd_import_llama2c, "convert a llama2.c checkpoint to .cmf"},
+    {"quantize", cmd_quantize, "re-encode a .cmf file at another --quant"},
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"template", cmd_template, "render a chat template with a JSON context"},
@@ -60,7 +61,7 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-        printf("cmf %s\n", CMF_VERSION_STRING);
+        printf("cmf %s\n", cmf_version());
         return CLI_EXIT_OK;
     }
     /* CMF_CPU forces a kernel level (src/backend/cpu/cpu.h); a name that is

@@ -23,7 +23,14 @@
 extern "C" {
 #endif
 
+/* The version of these headers (the CMake project version; CMakeLists.txt
+ * checks that they agree). */
 #define CMF_VERSION_STRING "0.1.0"
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH" (the
+ * CMake project version it was built from); compare with
+ * CMF_VERSION_STRING to catch a header/library mismatch. Static string. */
+const char *cmf_version(void);
 
 typedef enum cmf_status {
     CMF_OK = 0,
@@ -37,7 +44,8 @@ typedef enum cmf_status {
     CMF_ERR_CONTEXT_FULL, /* the KV cache has no room for more tokens */
     CMF_ERR_RENDER,       /* a chat template raised or failed to render */
     CMF_ERR_NOT_FOUND,    /* a named thing (tensor, key, file) does not exist */
-    CMF_ERR_INTERNAL      /* an invariant broke: a bug in cmf */
+    CMF_ERR_INTERNAL,     /* an invariant broke: a bug in cmf */
+    CMF_ERR_CANCELLED     /* the caller's cancel callback asked to stop (e.g. on SIGINT) */
 } cmf_status;
 
 #define CMF_ERROR_MSG_MAX 1024

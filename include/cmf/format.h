@@ -150,11 +150,28 @@ typedef struct cmf_writer_opts {
                                  "<stem>-0000K-of-0000N.cmf" of at most this
                                  many payload bytes each */
     uint32_t extra_features;  /* OR'd into required_features (e.g. SKILL_FILE) */
+    /* Cancellation (NULL = none): polled with cancel_ctx by
+     * cmf_writer_open, before each tensor is stored and every MiB while
+     * finish copies the weights. When it returns true that call fails with
+     * CMF_ERR_CANCELLED ("<path>: interrupted"); finish (or abort) then
+     * removes every temporary file. Called on the writer's thread; keep it
+     * cheap (e.g. read a flag that a signal handler sets). */
+    bool (*cancel)(void *cancel_ctx);
+    void *cancel_ctx;
 } cmf_writer_opts;
 
-/* Start a new file at `path`. Tensors are streamed to a temporary file next
- * to it; nothing appears at `path` until cmf_writer_finish succeeds.
- * opts may be NULL. */
+/* Check, before any work, that `path` can be a writer's output: not empty,
+ * not an existing directory, in an existing, writable directory. Creates
+ * nothing. Errors name `path` as given: CMF_ERR_ARG ("" or NULL),
+ * CMF_ERR_IO ("is a directory", "directory 'D' does not exist", "'D' is not
+ * a directory", "directory 'D' is not writable"). Thread-safe. */
+cmf_status cmf_writer_check_path(const char *path, cmf_error *err);
+
+/* Start a new file at `path` (checked with cmf_writer_check_path first).
+ * Tensors are streamed to a temporary file next to it; nothing appears at
+ * `path` until cmf_writer_finish succeeds. opts may be NULL. Errors:
+ * cmf_writer_check_path's, CMF_ERR_ARG (unknown extra_features),
+ * CMF_ERR_IO, CMF_ERR_NOMEM, CMF_ERR_CANCELLED. */
 cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_writer **out,
                            cmf_error *err);
 
@@ -165,7 +182,8 @@ struct cJSON *cmf_writer_header(cmf_writer *w);
 
 /* Add one tensor with an already-encoded payload (copied to disk at once;
  * the caller may free it on return). Payload size is checked against the
- * dtype and shape. Names must be unique. */
+ * dtype and shape. Names must be unique. CMF_ERR_CANCELLED when
+ * opts.cancel asks to stop (the tensor is not added). */
 cmf_status cmf_writer_add(cmf_writer *w, const char *name, cmf_dtype dt, uint32_t ndim,
                           const uint64_t *shape, const void *payload, uint64_t nbytes,
                           cmf_error *err);
@@ -182,7 +200,9 @@ cmf_status cmf_writer_set_tokenizer(cmf_writer *w, const char *json, size_t len,
 cmf_status cmf_writer_set_masks(cmf_writer *w, const void *data, size_t len, cmf_error *err);
 
 /* Write directory, header, tokenizer, hashes and envelope, fsync, and
- * rename into place. Frees w whether or not it succeeds. */
+ * rename into place. Frees w whether or not it succeeds; on failure
+ * (CMF_ERR_CANCELLED included) no temporary file and nothing at the output
+ * path remain. */
 cmf_status cmf_writer_finish(cmf_writer *w, cmf_error *err);
 /* Discard: remove the temporary files and free w. */
 void cmf_writer_abort(cmf_writer *w);

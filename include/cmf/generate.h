@@ -25,7 +25,9 @@ extern "C" {
 typedef struct cmf_session cmf_session;
 
 typedef struct cmf_session_params {
-    uint32_t n_ctx;          /* KV capacity in tokens (0 = min(4096, n_ctx_train)) */
+    uint32_t n_ctx;          /* KV capacity in tokens (0 = min(4096, n_ctx_train)); pass
+                                the same to cmf_model_params.n_ctx: a longrope model's
+                                factors follow that one */
     cmf_kv_type kv_type;     /* CMF_KV_F16 default */
     cmf_sampler_params sampler;
 } cmf_session_params;

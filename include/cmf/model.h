@@ -41,13 +41,20 @@ typedef struct cmf_model_params {
     const char *backend;  /* "cpu" (default when NULL; ignored with a device) */
     cmf_device *device;   /* run on this shared device (cmf/device.h); NULL = a
                              private CPU device of n_threads. It must outlive the model. */
+    uint32_t n_ctx;       /* context (tokens) the model will run with; 0 = min(4096,
+                             n_ctx_train), a session's default. Only longrope models
+                             (Phi-3.5, Phi-4-mini) read it: their RoPE tables use the
+                             long factors when n_ctx > original_max_position_embeddings,
+                             else the short ones, fixed for the model's life */
 } cmf_model_params;
 
 /* Bind a model to an open file (the file must outlive the model). Reads the
  * architecture from header.arch and the tensors present (a per-layer
  * operator is chosen by which tensors exist). Weights are not copied.
- * Errors: CMF_ERR_UNSUPPORTED (architecture/dtype), CMF_ERR_FORMAT
- * (missing tensor or shape mismatch, named), CMF_ERR_NOMEM. */
+ * Errors: CMF_ERR_UNSUPPORTED (architecture/dtype, RoPE type `dynamic`),
+ * CMF_ERR_FORMAT (missing tensor or shape mismatch, a header value outside
+ * its domain such as rms_norm_eps <= 0 or rope_theta <= 0, named),
+ * CMF_ERR_NOMEM. */
 cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf_model **out,
                           cmf_error *err);
 void cmf_model_free(cmf_model *m);

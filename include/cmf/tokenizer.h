@@ -80,7 +80,10 @@ cmf_status cmf_tokenizer_json_from_gguf(const struct cJSON *gguf_meta, char **js
 
 /* llama2.c tokenizer.bin (max_token_length, then per piece: f32 score,
  * i32 len, bytes) with vocab_size pieces -> SentencePiece-style
- * tokenizer.json (malloc'd). */
+ * tokenizer.json (malloc'd). The file must hold exactly vocab_size pieces
+ * (the checkpoint's): fewer, more, or unread trailing bytes are
+ * CMF_ERR_FORMAT naming both counts; vocab_size 0 or > 10^7 is
+ * CMF_ERR_ARG. */
 cmf_status cmf_tokenizer_json_from_llama2c(const void *data, size_t size, uint32_t vocab_size,
                                            char **json, size_t *len, cmf_error *err);
 

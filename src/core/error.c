@@ -53,6 +53,7 @@ const char *cmf_status_name(cmf_status st) {
     case CMF_ERR_CONTEXT_FULL: return "CMF_ERR_CONTEXT_FULL";
     case CMF_ERR_RENDER: return "CMF_ERR_RENDER";
     case CMF_ERR_NOT_FOUND: return "CMF_ERR_NOT_FOUND";
+    case CMF_ERR_CANCELLED: return "CMF_ERR_CANCELLED";
     case CMF_ERR_INTERNAL: return "CMF_ERR_INTERNAL";
     }
     return "CMF_ERR_UNKNOWN";

@@ -12,7 +12,10 @@
  *
  * — the layout of the files written by the original tool — fsyncs it and
  * renames it into place. On any failure every temporary is removed and
- * nothing appears at the output path. Sharding (opts.shard_max_bytes):
+ * nothing appears at the output path; that includes a stop asked by the
+ * caller's cancel callback (opts.cancel, polled before each tensor and
+ * every MiB of the final copy), which is how a CLI interrupted by SIGINT
+ * cleans up without the library touching signals. Sharding (opts.shard_max_bytes):
  * tensors go to the current shard until its blob would exceed the limit;
  * shard K of N is "<stem>-0000K-of-0000N.cmf" (stem = path minus ".cmf"),
  * each a valid file with header.shard {no, count}; the tokenizer, masks,
@@ -87,6 +90,37 @@ static cmf_status write_zeros(int fd, uint64_t n, const char *path, cmf_error *e
     return CMF_OK;
 }
 
+/* CMF_ERR_CANCELLED when the caller's cancel callback says stop. */
+static cmf_status check_cancel(const cmf_writer *w, cmf_error *err) {
+    if (w->opts.cancel && w->opts.cancel(w->opts.cancel_ctx))
+        return cmf_error_set(err, CMF_ERR_CANCELLED, "%s: interrupted", w->path);
+    return CMF_OK;
+}
+
+cmf_status cmf_writer_check_path(const char *path, cmf_error *err) {
+    if (!path || !*path) return cmf_error_set(err, CMF_ERR_ARG, "the output path is empty");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return cmf_error_set(err, CMF_ERR_IO, "%s: is a directory", path);
+    /* the directory part: up to the last '/' ("x" -> ".", "/x" -> "/") */
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    char *dir = malloc(dl + 1);
+    if (!dir) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(dir, slash ? path : ".", dl);
+    dir[dl] = 0;
+    cmf_status st = CMF_OK;
+    if (stat(dir, &sb) != 0)
+        st = errno == ENOENT ? cmf_error_set(err, CMF_ERR_IO, "%s: directory '%s' does not exist", path, dir)
+                             : cmf_error_set(err, CMF_ERR_IO, "%s: directory '%s': %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        st = cmf_error_set(err, CMF_ERR_IO, "%s: '%s' is not a directory", path, dir);
+    else if (access(dir, W_OK) != 0)
+        st = cmf_error_set(err, CMF_ERR_IO, "%s: directory '%s' is not writable: %s", path, dir, strerror(errno));
+    free(dir);
+    return st;
+}
+
 static char *tmp_name(const char *path, const char *tag, uint32_t k) {
     size_t n = strlen(path) + 64;
     char *s = malloc(n);
@@ -115,6 +149,8 @@ cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_wr
     *out = NULL;
     if (opts && (opts->extra_features & ~(uint32_t)CMF_KNOWN_FEATURES))
         return cmf_error_set(err, CMF_ERR_ARG, "%s: extra_features 0x%x has unknown bits", path, opts->extra_features);
+    cmf_status st = cmf_writer_check_path(path, err);
+    if (st) return st;
     cmf_writer *w = calloc(1, sizeof *w);
     if (!w) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);
     size_t pl = strlen(path) + 1;
@@ -127,8 +163,7 @@ cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_wr
     memcpy(w->path, path, pl);
     if (opts) w->opts = *opts;
     w->features = CMF_FEAT_TENSOR_DIR | w->opts.extra_features;
-    cmf_status st = new_shard(w, err);
-    if (st) {
+    if ((st = check_cancel(w, err)) || (st = new_shard(w, err))) {
         cmf_writer_abort(w);
         return st;
     }
@@ -214,6 +249,7 @@ cmf_status cmf_writer_add(cmf_writer *w, const char *name, cmf_dtype dt, uint32_
                              w->path, name, (unsigned long long)nbytes, cmf_dtype_name(dt), (unsigned long long)need);
     }
     if (st) return cmf_error_set(err, st, "%s: tensor '%s': %s", w->path, name, e2.msg);
+    if ((st = check_cancel(w, err))) return st;
     bool dup;
     if (w->nrecs == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 64;
@@ -361,14 +397,16 @@ static uint8_t *build_directory(cmf_writer *w, uint32_t k, uint64_t *len) {
     return d;
 }
 
-/* Copy n bytes of src fd (from offset 0) to dst fd. */
-static cmf_status copy_fd(int src, const char *spath, int dst, const char *dpath, uint64_t n, cmf_error *err) {
+/* Copy n bytes of src fd (from offset 0) to dst fd, polling w's cancel
+ * callback every MiB. */
+static cmf_status copy_fd(const cmf_writer *w, int src, const char *spath, int dst, const char *dpath, uint64_t n,
+                          cmf_error *err) {
     if (lseek(src, 0, SEEK_SET) < 0) return cmf_error_set(err, CMF_ERR_IO, "%s: seek failed: %s", spath, strerror(errno));
     size_t cap = 1u << 20;
     uint8_t *buf = malloc(cap);
     if (!buf) return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory");
     cmf_status st = CMF_OK;
-    while (n && !st) {
+    while (n && !st && !(st = check_cancel(w, err))) {
         ssize_t r = read(src, buf, n < cap ? (size_t)n : cap);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
@@ -412,7 +450,7 @@ static cmf_status write_shard(cmf_writer *w, uint32_t k, const char *tmp_path, c
         (st = write_all(fd, hdr, (size_t)e.header_len, tmp_path, err)) ||
         (st = write_all(fd, dir, (size_t)dlen, tmp_path, err)) ||
         (st = write_zeros(fd, e.blob_off - (e.dir_off + dlen), tmp_path, err)) ||
-        (st = copy_fd(w->shards[k].fd, w->shards[k].spool_path, fd, tmp_path, e.blob_len, err)))
+        (st = copy_fd(w, w->shards[k].fd, w->shards[k].spool_path, fd, tmp_path, e.blob_len, err)))
         goto out;
     if (k == 0 && w->masks_len && (st = write_all(fd, w->masks, w->masks_len, tmp_path, err))) goto out;
     if (k == 0 && w->tok_len && (st = write_all(fd, w->tok, w->tok_len, tmp_path, err))) goto out;
@@ -443,6 +481,7 @@ cmf_status cmf_writer_finish(cmf_writer *w, cmf_error *err) {
     }
     for (; done < n; done++)
         if ((st = write_shard(w, done, tmps[done], err))) { done++; goto out; }
+    if ((st = check_cancel(w, err))) goto out;
     for (; renamed < n; renamed++)
         if (rename(tmps[renamed], finals[renamed]) != 0) {
             st = cmf_error_set(err, CMF_ERR_IO, "%s: rename from %s failed: %s", finals[renamed], tmps[renamed],

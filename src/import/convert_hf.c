@@ -328,6 +328,23 @@ static void add_eos_from_tokenizer(const char *tok_json, size_t len, cJSON *tc, 
     cJSON_Delete(tj);
 }
 
+/* Every token id must have an embedding row: ids beyond vocab_size are an
+ * error; fewer ids than rows is common padding (a warning). */
+static cmf_status check_tokenizer_vocab(const cmf_tokenizer *tk, const cmf_imp_hf_info *in, const char *tok_path,
+                                        const char *cfg_path, cmf_error *err) {
+    size_t n = cmf_tokenizer_vocab_size(tk);
+    if (n > in->vocab) {
+        const char *t = cmf_tokenizer_id_to_token(tk, (int32_t)(n - 1));
+        return cmf_error_set(err, CMF_ERR_FORMAT,
+                             "%s: token id %zu (\"%.40s\") is outside the model's vocab_size %llu (%s)", tok_path,
+                             n - 1, t ? t : "", (unsigned long long)in->vocab, cfg_path);
+    }
+    if (n < in->vocab)
+        cmf_imp_warn("%s: %zu token ids, the embedding has %llu rows (vocab_size in %s): rows %zu.. are padding",
+                     tok_path, n, (unsigned long long)in->vocab, cfg_path, n);
+    return CMF_OK;
+}
+
 /* Drop the source pages of a tensor from our resident set. */
 static void release_pages(const cmf_st_tensor *t) {
     long pg = sysconf(_SC_PAGESIZE);
@@ -343,7 +360,8 @@ cmf_status cmf_convert_hf(const char *hf_dir, const char *out_path, const cmf_im
     if (!err) err = &local;
     if (!hf_dir || !out_path) return cmf_error_set(err, CMF_ERR_ARG, "convert: hf_dir and out_path are required");
     cmf_imp_quant q;
-    cmf_status st = cmf_imp_quant_parse(opts ? opts->quant : NULL, false, &q, err);
+    cmf_writer_opts wo;
+    cmf_status st = cmf_imp_begin(opts, "q8", false, out_path, &q, &wo, err);
     if (st != CMF_OK) return st;
     conv c = {.dir = hf_dir, .err = err};
     cJSON *cfg = NULL, *gen = NULL, *tok_cfg = NULL, *arch = NULL;
@@ -371,13 +389,12 @@ cmf_status cmf_convert_hf(const char *hf_dir, const char *out_path, const cmf_im
         cmf_tokenizer *tk = NULL;
         st = cmf_tokenizer_load_json(tok_json, tok_len, &tk, err);
         if (st) cmf_error_prefix(err, "%s", tok_path);
+        else st = check_tokenizer_vocab(tk, &info, tok_path, cfg_path, err);
         cmf_tokenizer_free(tk);
     }
     free(tok_path);
     if (st) goto out;
 
-    cmf_writer_opts wo = {0};
-    if (opts && opts->shard_max_gb > 0) wo.shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
     if ((st = cmf_writer_open(out_path, &wo, &w, err))) goto out;
     cJSON *h = cmf_writer_header(w);
     cJSON_AddItemToObject(h, "arch", arch);

@@ -9,6 +9,7 @@
  * sliding pattern, phi3's partial rotary, granite's multipliers.
  */
 #include "import/import_internal.h"
+#include "model/model_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -46,6 +47,14 @@ static double num_or(const cfgctx *c, const char *key, double dflt) {
     return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
+/* An optional number: false (error set) when present but not a number. */
+static bool opt_num(const cfgctx *c, const char *key) {
+    const cJSON *v = get(c, key);
+    if (!v || cJSON_IsNumber(v)) return true;
+    cmf_error_set(c->err, CMF_ERR_FORMAT, "%s: '%s' must be a number", c->path, key);
+    return false;
+}
+
 static bool add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }
 
 /* Copy key from cfg to arch as-is (number / null). */
@@ -59,11 +68,18 @@ static const char *const known_types[] = {"llama", "mistral", "qwen2", "qwen3", 
                                           "gemma", "gemma2", "gemma3_text", "phi3", "olmo2",
                                           "granite"};
 
-/* The rope object in use: rope_parameters (transformers 5; for gemma3 a
- * per-layer-type map whose "full_attention" entry is the global one) or
- * rope_scaling. *local receives the sliding layers' entry when split. */
+/* The rope object in use, as transformers 5 picks it
+ * (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict:
+ * `rope_parameters = rope_scaling or rope_parameters`): rope_scaling when
+ * it is a non-empty object (transformers 4 reads only that one), else
+ * rope_parameters (for gemma3 a per-layer-type map whose "full_attention"
+ * entry is the global one; *local receives the sliding layers' entry).
+ * Keys the object lacks come from the top level (rope_theta,
+ * partial_rotary_factor: see cmf_imp_hf_arch). */
 static const cJSON *rope_obj(const cfgctx *c, const cJSON **local) {
     *local = NULL;
+    const cJSON *rs = get(c, "rope_scaling");
+    if (cJSON_IsObject(rs) && rs->child) return rs;
     const cJSON *rp = get(c, "rope_parameters");
     if (cJSON_IsObject(rp)) {
         const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
@@ -73,8 +89,7 @@ static const cJSON *rope_obj(const cfgctx *c, const cJSON **local) {
         }
         return rp;
     }
-    const cJSON *rs = get(c, "rope_scaling");
-    return cJSON_IsObject(rs) ? rs : NULL;
+    return NULL;
 }
 
 static const char *rope_type_of(const cJSON *r) {
@@ -136,6 +151,8 @@ cmf_status cmf_imp_hf_arch(const cJSON *cfg_in, const char *path, cJSON **arch_o
                              path, (unsigned long long)heads, (unsigned long long)kv);
     if (layers > 100000 || heads > 100000 || head_dim > 100000)
         return cmf_error_set(err, CMF_ERR_FORMAT, "%s: num_hidden_layers/heads/head_dim absurdly large", path);
+    if (!opt_num(&c, "rms_norm_eps") || !opt_num(&c, "rope_theta") || !opt_num(&c, "partial_rotary_factor"))
+        return err->status;
     info->hidden = hidden;
     info->intermediate = inter;
     info->n_layers = (uint32_t)layers;
@@ -168,6 +185,21 @@ cmf_status cmf_imp_hf_arch(const cJSON *cfg_in, const char *path, cJSON **arch_o
             cJSON_DeleteItemFromObjectCaseSensitive(rs, "type");
             cJSON_DeleteItemFromObjectCaseSensitive(rs, "rope_type");
             ok = ok && cJSON_AddStringToObject(rs, "rope_type", rtype);
+            /* transformers' standardize_rope_params: for llama3 / yarn /
+             * longrope the pre-extension context is the top-level
+             * original_max_position_embeddings when the config has one (Phi3
+             * keeps it there; it wins), else the object's, else
+             * max_position_embeddings. */
+            const cJSON *oc = get(&c, "original_max_position_embeddings"), *mp = get(&c, "max_position_embeddings");
+            const char *omp = "original_max_position_embeddings";
+            if (strcmp(rtype, "llama3") == 0 || strcmp(rtype, "yarn") == 0 || strcmp(rtype, "longrope") == 0) {
+                if (cJSON_IsNumber(oc)) {
+                    cJSON_DeleteItemFromObjectCaseSensitive(rs, omp);
+                    ok = ok && add_num(rs, omp, oc->valuedouble);
+                } else if (!cJSON_GetObjectItemCaseSensitive(rs, omp) && cJSON_IsNumber(mp)) {
+                    ok = ok && add_num(rs, omp, mp->valuedouble);
+                }
+            }
             cJSON_AddItemToObject(a, "rope_scaling", rs);
         }
         if (strcmp(rtype, "yarn") == 0 && rs) ok = ok && cJSON_AddItemToObject(a, "yarn", cJSON_Duplicate(rs, 1));
@@ -272,6 +304,12 @@ cmf_status cmf_imp_hf_arch(const cJSON *cfg_in, const char *path, cJSON **arch_o
             cJSON_Delete(a);
             return err->status;
         }
+        if (ne > 65536 || topk > ne) {
+            cJSON_Delete(a);
+            return cmf_error_set(err, CMF_ERR_FORMAT, "%s: '%s' %llu / num_experts_per_tok %llu invalid (at most 65536 "
+                                 "experts, top-k at most the experts)",
+                                 path, ne_key, (unsigned long long)ne, (unsigned long long)topk);
+        }
         info->n_experts = (uint32_t)ne;
         info->moe_intermediate = mi;
         cJSON *m = cJSON_AddObjectToObject(a, "moe");
@@ -290,6 +328,14 @@ cmf_status cmf_imp_hf_arch(const cJSON *cfg_in, const char *path, cJSON **arch_o
     if (!ok) {
         cJSON_Delete(a);
         return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory building header.arch", path);
+    }
+    /* Store only an arch the engine can run: the values it reads (eps,
+     * RoPE base and scaling, head_dim) checked by the engine's own rules
+     * (dynamic RoPE is refused here, not at the first run). */
+    cmf_status st = cmf_model_check_arch(a, NULL, path, "", err);
+    if (st) {
+        cJSON_Delete(a);
+        return st;
     }
     *arch_out = a;
     return CMF_OK;

@@ -472,7 +472,8 @@ cmf_status cmf_import_gguf(const char *path, const char *out_path, const cmf_imp
     if (!err) err = &local;
     if (!path || !out_path) return cmf_error_set(err, CMF_ERR_ARG, "import-gguf: input and output paths are required");
     cmf_imp_quant q;
-    cmf_status st = cmf_imp_quant_parse(opts ? opts->quant : NULL, true, &q, err);
+    cmf_writer_opts wo;
+    cmf_status st = cmf_imp_begin(opts, "keep", true, out_path, &q, &wo, err);
     if (st != CMF_OK) return st;
     cmf_gguf *g = NULL;
     if ((st = cmf_gguf_open(path, &g, err))) return st;
@@ -495,8 +496,6 @@ cmf_status cmf_import_gguf(const char *path, const char *out_path, const cmf_imp
         st = cmf_error_set(err, CMF_ERR_FORMAT, "%s: no tensors and no tokenizer.ggml.model: nothing to import", path);
         goto out;
     }
-    cmf_writer_opts wo = {0};
-    if (opts && opts->shard_max_gb > 0) wo.shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
     if ((st = cmf_writer_open(out_path, &wo, &w, err))) goto out;
     cJSON *h = cmf_writer_header(w);
     cJSON *arch = cJSON_AddObjectToObject(h, "arch");

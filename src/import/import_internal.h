@@ -22,9 +22,17 @@ typedef struct cmf_imp_quant {
     bool keep;         /* GGUF --quant keep */
 } cmf_imp_quant;
 
-/* Parse --quant (NULL = "q8"). "keep" only when allow_keep. Errors:
+/* Parse --quant (NULL = "q8"), case-insensitively; llama.cpp's Q8_0 and
+ * Q4_0 name q8_row and q4_block. "keep" only when allow_keep. Errors:
  * CMF_ERR_ARG naming the value and the accepted ones. */
 cmf_status cmf_imp_quant_parse(const char *q, bool allow_keep, cmf_imp_quant *out, cmf_error *err);
+
+/* What every importer does before reading its input: parse opts->quant
+ * (dflt_quant when opts or opts->quant is NULL), check out_path
+ * (cmf_writer_check_path) and fill *wo from opts (shard size, cancel
+ * callback). opts may be NULL. Errors: those two calls'. */
+cmf_status cmf_imp_begin(const cmf_import_opts *opts, const char *dflt_quant, bool allow_keep,
+                         const char *out_path, cmf_imp_quant *q, cmf_writer_opts *wo, cmf_error *err);
 
 /* The dtype a tensor gets: 1-D, < 32 elements, > 2-D and MoE routers stay
  * f16 (f32 when the matrix dtype is f32); q4_block/q4_tiled/q4tp matrices
@@ -54,6 +62,9 @@ typedef struct cmf_imp_progress {
 void cmf_imp_progress_start(cmf_imp_progress *p, bool on, size_t n_total, uint64_t bytes_total);
 void cmf_imp_progress_step(cmf_imp_progress *p, uint64_t bytes);
 void cmf_imp_progress_end(cmf_imp_progress *p);
+/* One line "cmf: warning: ..." on stderr: an input the import accepts but
+ * the user should know about (import.h lists them). */
+void cmf_imp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- header helpers (quant_select.c) ---------------------------------- */
 

@@ -53,6 +53,14 @@ static cmf_status map_file(const char *path, void **map, size_t *size, cmf_error
     return CMF_OK;
 }
 
+/* Append an array of a*b*c floats at float offset *end: *start = its
+ * offset. false when the count or the end overflows 64 bits. */
+static bool arr(uint64_t *end, uint64_t a, uint64_t b, uint64_t c, uint64_t *start) {
+    uint64_t n;
+    *start = *end;
+    return cmf_mul_ok(a, b, &n) && cmf_mul_ok(n, c, &n) && cmf_add_ok(*end, n, end);
+}
+
 /* Copy `n` floats at float offset `off`, permuting rows if heads > 0. */
 static cmf_status put(cmf_writer *w, const cmf_imp_quant *q, const float *base, uint64_t off,
                       const char *name, uint64_t rows, uint64_t cols, uint32_t heads, cmf_error *err) {
@@ -76,7 +84,8 @@ cmf_status cmf_import_llama2c(const char *model_path, const char *tok_path, cons
     if (!model_path || !tok_path || !out_path)
         return cmf_error_set(err, CMF_ERR_ARG, "import-llama2c: model, tokenizer and output paths are required");
     cmf_imp_quant q;
-    cmf_status st = cmf_imp_quant_parse(opts ? opts->quant : NULL, false, &q, err);
+    cmf_writer_opts wo;
+    cmf_status st = cmf_imp_begin(opts, "q8", false, out_path, &q, &wo, err);
     if (st) return st;
     void *map = NULL, *tmap = NULL;
     size_t size = 0, tsize = 0;
@@ -103,12 +112,20 @@ cmf_status cmf_import_llama2c(const char *model_path, const char *tok_path, cons
     }
     uint64_t D = (uint64_t)h.dim, F = (uint64_t)h.hidden, L = (uint64_t)h.n_layers, V = (uint64_t)vocab;
     uint64_t hs = D / (uint64_t)h.n_heads, KV = hs * (uint64_t)h.n_kv_heads, S = (uint64_t)h.seq_len;
-    /* Float offsets of each array. */
-    uint64_t o_emb = 0, o_ratt = o_emb + V * D, o_wq = o_ratt + L * D, o_wk = o_wq + L * D * D,
-             o_wv = o_wk + L * KV * D, o_wo = o_wv + L * KV * D, o_rffn = o_wo + L * D * D,
-             o_w1 = o_rffn + L * D, o_w2 = o_w1 + L * F * D, o_w3 = o_w2 + L * D * F,
-             o_rfin = o_w3 + L * F * D, o_fcr = o_rfin + D, o_wcls = o_fcr + S * hs, end = o_wcls + (shared ? 0 : V * D);
+    /* Float offsets of each array, overflow-checked: a lying header must
+     * not wrap the sum around to the file size. */
+    uint64_t o_emb = 0, o_ratt, o_wq, o_wk, o_wv, o_wo, o_rffn, o_w1, o_w2, o_w3, o_rfin, o_fcr, o_wcls, end = 0;
+    bool fits = arr(&end, V, D, 1, &o_emb) && arr(&end, L, D, 1, &o_ratt) && arr(&end, L, D, D, &o_wq) &&
+                arr(&end, L, KV, D, &o_wk) && arr(&end, L, KV, D, &o_wv) && arr(&end, L, D, D, &o_wo) &&
+                arr(&end, L, D, 1, &o_rffn) && arr(&end, L, F, D, &o_w1) && arr(&end, L, D, F, &o_w2) &&
+                arr(&end, L, F, D, &o_w3) && arr(&end, D, 1, 1, &o_rfin) && arr(&end, S, hs, 1, &o_fcr) &&
+                arr(&end, shared ? 0 : V, D, 1, &o_wcls) && end <= (UINT64_MAX - sizeof h) / 4;
     uint64_t need = sizeof h + end * 4;
+    if (!fits) {
+        st = cmf_error_set(err, CMF_ERR_FORMAT, "%s: the header's array sizes exceed 2^64 bytes (file: %zu bytes)",
+                           model_path, size);
+        goto out;
+    }
     if ((uint64_t)size != need) {
         st = cmf_error_set(err, CMF_ERR_FORMAT,
                            "%s: size %zu bytes does not match the header (expected %llu for %s classifier)",
@@ -123,8 +140,6 @@ cmf_status cmf_import_llama2c(const char *model_path, const char *tok_path, cons
         goto out;
     }
 
-    cmf_writer_opts wo = {0};
-    if (opts && opts->shard_max_gb > 0) wo.shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
     if ((st = cmf_writer_open(out_path, &wo, &w, err))) goto out;
     cJSON *hd = cmf_writer_header(w);
     cJSON *a = cJSON_AddObjectToObject(hd, "arch"), *tc = cJSON_AddObjectToObject(hd, "tokenizer_config"),

@@ -1,10 +1,21 @@
 /*
  * progress.c — the importers' progress bar on stderr: tensors done, bytes
  * done, ETA. Drawn only when the caller says stderr is a terminal, at most
- * ten times a second; silent otherwise (the library never prints unless
- * opts->progress asks for it).
+ * ten times a second; silent otherwise (the library prints only this bar,
+ * when opts->progress asks for it, and the warnings of cmf_imp_warn).
  */
 #include "import/import_internal.h"
+
+#include <stdarg.h>
+
+void cmf_imp_warn(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cmf: warning: %s\n", msg);
+}
 
 static double now_s(void) {
     struct timespec t;

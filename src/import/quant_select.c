@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *name, *label;
@@ -20,25 +21,39 @@ static const struct {
     {"q4", "Q4_BLOCK", CMF_DT_Q4_BLOCK},  {"q4_block", "Q4_BLOCK", CMF_DT_Q4_BLOCK},
     {"q4t", "Q4_TILED", CMF_DT_Q4_TILED}, {"q4_tiled", "Q4_TILED", CMF_DT_Q4_TILED},
     {"q4tp", "Q4TP", CMF_DT_Q4TP},
+    /* llama.cpp's names (llama-quantize, convert_hf_to_gguf --outtype) where a
+     * CMF dtype has the same layout idea: one scale per row / per 32 values */
+    {"q8_0", "Q8_ROW", CMF_DT_Q8_ROW},    {"q4_0", "Q4_BLOCK", CMF_DT_Q4_BLOCK},
 };
 
 cmf_status cmf_imp_quant_parse(const char *q, bool allow_keep, cmf_imp_quant *out, cmf_error *err) {
     if (!q) q = "q8";
     memset(out, 0, sizeof *out);
     out->name = q;
-    if (allow_keep && strcmp(q, "keep") == 0) {
+    if (allow_keep && strcasecmp(q, "keep") == 0) {
         out->keep = true;
         out->matrix = CMF_DT_Q8_ROW; /* for types with no lossless CMF equivalent */
         return CMF_OK;
     }
     for (size_t i = 0; i < sizeof quants / sizeof *quants; i++)
-        if (strcmp(q, quants[i].name) == 0) {
+        if (strcasecmp(q, quants[i].name) == 0) {
             out->matrix = quants[i].dt;
             return CMF_OK;
         }
     return cmf_error_set(err, CMF_ERR_ARG,
-                         "--quant '%s' is not one of f32, f16, bf16, q8, q8_2f, q4, q4t, q4tp%s", q,
-                         allow_keep ? ", keep" : "");
+                         "--quant '%s' is not one of f32, f16, bf16, q8 (= q8_row, Q8_0), q8_2f, "
+                         "q4 (= q4_block, Q4_0), q4t (= q4_tiled), q4tp%s (case-insensitive)",
+                         q, allow_keep ? ", keep" : "");
+}
+
+cmf_status cmf_imp_begin(const cmf_import_opts *opts, const char *dflt_quant, bool allow_keep,
+                         const char *out_path, cmf_imp_quant *q, cmf_writer_opts *wo, cmf_error *err) {
+    memset(wo, 0, sizeof *wo);
+    cmf_status st = cmf_imp_quant_parse(opts && opts->quant ? opts->quant : dflt_quant, allow_keep, q, err);
+    if (st != CMF_OK || (st = cmf_writer_check_path(out_path, err)) != CMF_OK) return st;
+    if (opts && opts->shard_max_gb > 0) wo->shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
+    if (opts) wo->cancel = opts->cancel, wo->cancel_ctx = opts->cancel_ctx;
+    return CMF_OK;
 }
 
 const char *cmf_imp_quant_label(const cmf_imp_quant *q) {
@@ -73,7 +88,7 @@ cmf_status cmf_imp_add(cmf_writer *w, const cmf_imp_quant *q, const char *name, 
                        const uint64_t *shape, const float *data, cmf_error *err) {
     cmf_dtype dt = cmf_imp_pick_dtype(q, name, ndim, shape);
     cmf_status st = cmf_writer_add_f32(w, name, dt, ndim, shape, data, err);
-    if (st != CMF_OK) cmf_error_prefix(err, "tensor '%s' (%s)", name, cmf_dtype_name(dt));
+    if (st != CMF_OK && st != CMF_ERR_CANCELLED) cmf_error_prefix(err, "tensor '%s' (%s)", name, cmf_dtype_name(dt));
     return st;
 }
 

@@ -140,8 +140,27 @@ struct cmf_kv_cache {
     uint64_t prefix_hits, prefix_queries, evictions;
 };
 
-/* RoPE tables from header.arch (rope.c). */
-cmf_status cmf_model_rope_init(cmf_model *m, const struct cJSON *arch, cmf_error *err);
+/* RoPE tables from header.arch (rope.c) for a model run with a context of
+ * n_ctx tokens (longrope: its long factors when n_ctx >
+ * original_max_position_embeddings, else the short ones). */
+cmf_status cmf_model_rope_init(cmf_model *m, const struct cJSON *arch, uint32_t n_ctx, cmf_error *err);
+/* Check the RoPE keys of arch (+ hf_config_extras, may be NULL) as
+ * cmf_model_rope_init reads them, for heads of head_dim: rope_theta,
+ * rope_local_base_freq, partial_rotary_factor, rope_layout and the
+ * rope_scaling object. Messages are "<path>: <pfx><key> ...". Errors:
+ * CMF_ERR_FORMAT (a value outside its domain), CMF_ERR_UNSUPPORTED
+ * (rope_type dynamic or unknown, a rope_layout), CMF_ERR_NOMEM. */
+cmf_status cmf_rope_check(const struct cJSON *arch, const struct cJSON *extras, uint32_t head_dim,
+                          const char *path, const char *pfx, cmf_error *err);
+/* Check the values of header.arch (+ extras) the engine reads, before any
+ * tensor is looked at (model_load.c): rms_norm_eps > 0, head_dim (or
+ * hidden_size divisible by num_attention_heads without it),
+ * max_position_embeddings, sliding_window, and the RoPE keys
+ * (cmf_rope_check). cmf convert runs it on the header.arch it builds from
+ * config.json (pfx "" and config.json's path), cmf_model_load on the
+ * file's (pfx "arch."). Errors as cmf_rope_check. Thread-safe. */
+cmf_status cmf_model_check_arch(const struct cJSON *arch, const struct cJSON *extras, const char *path,
+                                const char *pfx, cmf_error *err);
 
 /* KV cache helpers for the forward pass (kv_cache.c). */
 /* Make room for positions [seq_len, new_len[s]) of every seq s (new_len

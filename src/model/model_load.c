@@ -60,6 +60,46 @@ static const char *key_str(const keys *k, const char *key, const char *dflt) {
     return cJSON_IsString(v) ? v->valuestring : dflt;
 }
 
+/* ---- value domains ----------------------------------------------------- */
+
+/* Keys holding a count: when present, an integer in [lo, 2^31 - 1]. */
+static const struct { const char *key; double lo; } count_keys[] = {
+    {"hidden_size", 1}, {"num_layers", 1}, {"num_hidden_layers", 1}, {"num_attention_heads", 1},
+    {"num_kv_heads", 1}, {"num_key_value_heads", 1}, {"head_dim", 1}, {"max_position_embeddings", 1},
+    {"original_max_position_embeddings", 1}, {"sliding_window", 0},
+};
+
+static cmf_status check_domain(const keys *k, const char *path, const char *pfx, cmf_error *err) {
+    for (size_t i = 0; i < sizeof count_keys / sizeof *count_keys; i++) {
+        const cJSON *v = key_get(k, count_keys[i].key);
+        if (cJSON_IsNumber(v) && !(v->valuedouble >= count_keys[i].lo && v->valuedouble <= 2147483647.0 &&
+                                   v->valuedouble == floor(v->valuedouble)))
+            return cmf_error_set(err, CMF_ERR_FORMAT, "%s: %s%s %g: must be an integer >= %g", path, pfx,
+                                 count_keys[i].key, v->valuedouble, count_keys[i].lo);
+    }
+    const cJSON *eps = key_get(k, "rms_norm_eps");
+    if (eps && !(cJSON_IsNumber(eps) && isfinite(eps->valuedouble) && eps->valuedouble > 0))
+        return cmf_error_set(err, CMF_ERR_FORMAT, "%s: %srms_norm_eps %g: must be a positive number", path, pfx,
+                             cJSON_IsNumber(eps) ? eps->valuedouble : NAN);
+    double hidden = key_num(k, "hidden_size", 0), heads = key_num(k, "num_attention_heads", 0);
+    if (!key_get(k, "head_dim") && hidden > 0 && heads > 0 && fmod(hidden, heads) != 0)
+        return cmf_error_set(err, CMF_ERR_FORMAT,
+                             "%s: %shead_dim is absent and %shidden_size %g is not a multiple of "
+                             "%snum_attention_heads %g",
+                             path, pfx, pfx, hidden, pfx, heads);
+    return CMF_OK;
+}
+
+cmf_status cmf_model_check_arch(const cJSON *arch, const cJSON *extras, const char *path, const char *pfx,
+                                cmf_error *err) {
+    keys k = {arch, cJSON_IsObject(extras) ? extras : NULL};
+    cmf_status st = check_domain(&k, path, pfx, err);
+    if (st) return st;
+    double heads = key_num(&k, "num_attention_heads", 0);
+    double hd = key_num(&k, "head_dim", heads > 0 ? floor(key_num(&k, "hidden_size", 0) / heads) : 0);
+    return cmf_rope_check(arch, k.extras, (uint32_t)hd, path, pfx, err);
+}
+
 /* ---- tensors ----------------------------------------------------------- */
 
 /* A tensor of the weight set being resolved: skill.<id>.<name> where the
@@ -400,11 +440,12 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(hdr, "provenance");
     keys k = {arch, cJSON_IsObject(prov) ? cJSON_GetObjectItemCaseSensitive(prov, "hf_config_extras") : NULL};
     if (k.extras && !cJSON_IsObject(k.extras)) k.extras = NULL;
+    cmf_status st = cmf_model_check_arch(arch, k.extras, cmf_file_path(f), "arch.", err);
+    if (st) return st;
 
     cmf_model *m = calloc(1, sizeof *m);
     if (!m) return cmf_error_set(err, CMF_ERR_NOMEM, "model: out of memory");
     m->file = f;
-    cmf_status st;
     if ((st = read_hparams(m, &k, err)) || (st = read_moe(m, &k, err))) goto fail;
     m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) { st = cmf_error_set(err, CMF_ERR_NOMEM, "model: out of memory"); goto fail; }
@@ -421,7 +462,9 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
     if (!m->output) m->output = m->tok_embd; /* tied embeddings */
     if ((st = check_mat(m, m->output, 0, m->hp.n_embd, err))) goto fail;
     m->hp.n_vocab = (uint32_t)m->output->shape[0];
-    if ((st = cmf_model_rope_init(m, arch, err))) goto fail;
+    uint32_t n_ctx = params && params->n_ctx ? params->n_ctx
+                     : m->hp.n_ctx_train && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    if ((st = cmf_model_rope_init(m, arch, n_ctx, err))) goto fail;
 
     for (size_t i = 0; i < cmf_file_tensor_count(f); i++) {
         const cmf_tensor *t = cmf_file_tensor_at(f, i);

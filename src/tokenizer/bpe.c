@@ -40,7 +40,7 @@ static cmf_status load_vocab_object(const cJSON *v, tk_model *m, cmf_error *err)
                                  e->string ? e->string : "");
         if ((int64_t)e->valuedouble > maxid) maxid = (int64_t)e->valuedouble;
     }
-    if (maxid > (int64_t)n * 4 + 1024)
+    if (!tk_ids_dense(maxid, n))
         return cmf_error_set(err, CMF_ERR_FORMAT, "model.vocab: ids are too sparse (max id %lld for %zu tokens)",
                              (long long)maxid, n);
     m->n_ids = (size_t)(maxid + 1);

@@ -50,6 +50,12 @@ char *tk_utf8_lossy(const char *s, size_t n, size_t *out_len);
  * character boundary (incomplete trailing sequence excluded). */
 size_t tk_utf8_complete_prefix(const char *s, size_t n);
 
+/* Tables indexed by token id (id -> token, id -> added token) are sized by
+ * the largest id: it must stay proportional to the n tokens that exist
+ * (max_id <= 4n + 1024), so a hostile id such as 999999999 is refused
+ * instead of costing gigabytes. */
+static inline bool tk_ids_dense(int64_t max_id, size_t n) { return max_id <= (int64_t)n * 4 + 1024; }
+
 /* ---- hash maps (tk_map.c) --------------------------------------------- */
 /* String -> int32. Keys are copied, NUL-terminated, into one arena owned
  * by the map (entry e's key starts at arena + koff[e]; pointers into the

@@ -62,8 +62,17 @@ cmf_status cmf_tokenizer_load_json(const char *json, size_t len, cmf_tokenizer *
     if ((st = tk_decoder_load(cJSON_GetObjectItemCaseSensitive(root, "decoder"), &t->dec, err))) goto fail;
     if ((st = tk_added_build(&t->added, t->norm, err))) goto fail;
     t->vocab_size = t->model.n_ids;
-    for (size_t i = 0; i < t->added.n; i++)
+    size_t top = 0; /* the added token with the largest id */
+    for (size_t i = 0; i < t->added.n; i++) {
         if ((size_t)t->added.v[i].id + 1 > t->vocab_size) t->vocab_size = (size_t)t->added.v[i].id + 1;
+        if (t->added.v[i].id > t->added.v[top].id) top = i;
+    }
+    if (!tk_ids_dense((int64_t)t->vocab_size - 1, t->model.n_ids + t->added.n)) {
+        st = cmf_error_set(err, CMF_ERR_FORMAT,
+                           "added_tokens[%zu].id %d: ids are too sparse (largest id for %zu model and %zu added tokens)",
+                           top, (int)t->added.v[top].id, t->model.n_ids, t->added.n);
+        goto fail;
+    }
     for (size_t i = 0; i < t->post.prefix.n; i++)
         if ((size_t)t->post.prefix.v[i] >= t->vocab_size) { st = cmf_error_set(err, CMF_ERR_FORMAT, "post_processor: id %d out of vocab", (int)t->post.prefix.v[i]); goto fail; }
     for (size_t i = 0; i < t->post.suffix.n; i++)

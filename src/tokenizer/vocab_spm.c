@@ -255,6 +255,11 @@ cmf_status cmf_tokenizer_json_from_llama2c(const void *data, size_t size, uint32
     const unsigned char *p = data;
     if (size < 4) return cmf_error_set(err, CMF_ERR_FORMAT, "tokenizer.bin: truncated header");
     if (vocab_size == 0 || vocab_size > 10000000) return cmf_error_set(err, CMF_ERR_ARG, "tokenizer.bin: bad vocab_size %u", vocab_size);
+    /* A piece takes at least 8 bytes: refuse before allocating per piece. */
+    if (vocab_size > (size - 4) / 8)
+        return cmf_error_set(err, CMF_ERR_FORMAT,
+                             "tokenizer.bin: %zu bytes cannot hold the checkpoint's vocab_size %u pieces",
+                             size, vocab_size);
     tk_spm_vocab v = {0};
     v.n = vocab_size;
     v.text = calloc(vocab_size, sizeof *v.text);
@@ -265,6 +270,11 @@ cmf_status cmf_tokenizer_json_from_llama2c(const void *data, size_t size, uint32
     if (!v.text || !v.len || !v.score || !v.type) { st = cmf_error_set(err, CMF_ERR_NOMEM, "tokenizer.bin: out of memory"); goto done; }
     size_t off = 4;
     for (uint32_t i = 0; i < vocab_size; i++) {
+        if (size == off) {
+            st = cmf_error_set(err, CMF_ERR_FORMAT, "tokenizer.bin: %u pieces, the checkpoint's vocab_size is %u", i,
+                               vocab_size);
+            goto done;
+        }
         if (size - off < 8) { st = cmf_error_set(err, CMF_ERR_FORMAT, "tokenizer.bin: piece %u: truncated", i); goto done; }
         float sc;
         int32_t l;
@@ -280,6 +290,26 @@ cmf_status cmf_tokenizer_json_from_llama2c(const void *data, size_t size, uint32
             if (p[off + k] == 0) { st = cmf_error_set(err, CMF_ERR_FORMAT, "tokenizer.bin: piece %u: contains NUL", i); goto done; }
         off += (size_t)l;
         if (is_byte_piece(v.text[i], v.len[i])) v.type[i] = 6;
+    }
+    if (off < size) {
+        /* More pieces than the checkpoint's vocabulary (another model's
+         * tokenizer), or bytes that are no piece at all. */
+        size_t more = 0, at = off;
+        while (size - at >= 8) {
+            int32_t l;
+            memcpy(&l, p + at + 4, 4);
+            if (l < 0 || (size_t)l > size - at - 8) break;
+            at += 8 + (size_t)l;
+            more++;
+        }
+        if (at == size)
+            st = cmf_error_set(err, CMF_ERR_FORMAT, "tokenizer.bin: %zu pieces, the checkpoint's vocab_size is %u",
+                               (size_t)vocab_size + more, vocab_size);
+        else
+            st = cmf_error_set(err, CMF_ERR_FORMAT,
+                               "tokenizer.bin: %zu unread trailing bytes after the checkpoint's vocab_size %u pieces",
+                               size - off, vocab_size);
+        goto done;
     }
     /* llama2.c convention: 0 <unk>, 1 BOS, 2 EOS (exported as "\n<s>\n"...) */
     static const char *names[3] = {"<unk>", "<s>", "</s>"};

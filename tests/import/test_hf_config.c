@@ -4,7 +4,10 @@
  * (rope_theta + rope_scaling with "type") and 5 (rope_parameters, per layer
  * type for gemma3), llama3/yarn scaling, gemma3 sliding pattern and local
  * base, granite multipliers, qwen2 use_sliding_window, phi3 partial rotary,
- * and the errors for unknown model_type and missing keys.
+ * rope_scaling beside rope_parameters (transformers 5 takes rope_scaling),
+ * longrope (supported) and dynamic (refused here, not at run time), and
+ * the errors for unknown model_type, missing keys and values outside their
+ * domain (rms_norm_eps <= 0, rope_theta <= 0, an odd rotary dim).
  */
 #include "import/import_internal.h"
 #include "test.h"
@@ -106,6 +109,73 @@ int main(void) {
     a = arch_of("{\"model_type\":\"olmo2\"," BASE "}", &in, &err);
     CHECK(a && !strcmp(str(a, "arch_name"), "olmo2"), "olmo2: %s", err.msg);
     cJSON_Delete(a);
+    /* rope_scaling and rope_parameters both: transformers 5 takes rope_scaling
+     * (`rope_scaling or rope_parameters`), rope_theta from the top level */
+    a = arch_of("{\"model_type\":\"llama\"," BASE ",\"rope_theta\":500000,\"rope_parameters\":{\"rope_type\":\"default\","
+                "\"rope_theta\":1000000},\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}", &in, &err);
+    CHECK(a, "both rope spellings: %s", err.msg);
+    if (a) {
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(a, "rope_scaling");
+        CHECK(!strcmp(str(rs, "rope_type"), "linear") && num(rs, "factor") == 2 && num(a, "rope_theta") == 500000,
+              "rope_scaling wins over rope_parameters: %s, theta %g", str(rs, "rope_type"), num(a, "rope_theta"));
+        cJSON_Delete(a);
+    }
+    /* an empty rope_scaling does not hide rope_parameters */
+    a = arch_of("{\"model_type\":\"llama\"," BASE ",\"rope_scaling\":{},\"rope_parameters\":{\"rope_type\":\"linear\","
+                "\"factor\":4.0,\"rope_theta\":1000000}}", &in, &err);
+    CHECK(a && num(cJSON_GetObjectItemCaseSensitive(a, "rope_scaling"), "factor") == 4 && num(a, "rope_theta") == 1e6,
+          "empty rope_scaling: %s", err.msg);
+    cJSON_Delete(a);
+    /* Phi-3.5 longrope: supported; the top-level original_max_position_embeddings
+     * goes into the rope object (transformers' standardize_rope_params) */
+#define FACT8 "[1.0,1.1,1.2,1.3,1.4,1.5,1.6,1.7]"
+    a = arch_of("{\"model_type\":\"phi3\"," BASE ",\"max_position_embeddings\":131072,"
+                "\"original_max_position_embeddings\":4096,\"rope_scaling\":{\"type\":\"longrope\","
+                "\"short_factor\":" FACT8 ",\"long_factor\":" FACT8 ",\"original_max_position_embeddings\":2048}}",
+                &in, &err);
+    CHECK(a, "longrope: %s", err.msg);
+    if (a) {
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(a, "rope_scaling");
+        CHECK(!strcmp(str(rs, "rope_type"), "longrope") && num(rs, "original_max_position_embeddings") == 4096 &&
+              cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(rs, "long_factor")) == 8,
+              "longrope object: original %g", num(rs, "original_max_position_embeddings"));
+        cJSON_Delete(a);
+    }
+    /* yarn without it: max_position_embeddings */
+    a = arch_of("{\"model_type\":\"qwen2\"," BASE ",\"max_position_embeddings\":32768,"
+                "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}", &in, &err);
+    CHECK(a && num(cJSON_GetObjectItemCaseSensitive(a, "rope_scaling"), "original_max_position_embeddings") == 32768,
+          "yarn original defaults to max_position_embeddings: %s", err.msg);
+    cJSON_Delete(a);
+    /* refused at convert time, naming config.json and the key */
+    struct { const char *json; cmf_status st; const char *needle; } bad[] = {
+        {"\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}", CMF_ERR_UNSUPPORTED, "rope_type \"dynamic\""},
+        {"\"rope_parameters\":{\"rope_type\":\"dynamic\",\"factor\":2.0}", CMF_ERR_UNSUPPORTED, "dynamic"},
+        {"\"rope_scaling\":{\"type\":\"spiral\",\"factor\":2.0}", CMF_ERR_UNSUPPORTED, "\"spiral\""},
+        {"\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1],\"long_factor\":" FACT8 "}", CMF_ERR_FORMAT,
+         "rope_scaling.short_factor"},
+        {"\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":" FACT8 ",\"long_factor\":[1,1,1,1,1,1,1,-1]}",
+         CMF_ERR_FORMAT, "rope_scaling.long_factor"},
+        {"\"rope_scaling\":{\"type\":\"linear\",\"factor\":0}", CMF_ERR_FORMAT, "rope_scaling.factor"},
+        {"\"rms_norm_eps\":0", CMF_ERR_FORMAT, "rms_norm_eps"},
+        {"\"rms_norm_eps\":-1e-6", CMF_ERR_FORMAT, "rms_norm_eps"},
+        {"\"rms_norm_eps\":\"1e-6\"", CMF_ERR_FORMAT, "rms_norm_eps"},
+        {"\"rope_theta\":-10000", CMF_ERR_FORMAT, "rope_theta"},
+        {"\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":0}", CMF_ERR_FORMAT, "rope_theta"},
+        {"\"head_dim\":15", CMF_ERR_FORMAT, "head_dim 15"},
+        {"\"partial_rotary_factor\":0", CMF_ERR_FORMAT, "partial_rotary_factor"},
+        {"\"max_position_embeddings\":-5", CMF_ERR_FORMAT, "max_position_embeddings"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char js[1024];
+        snprintf(js, sizeof js, "{\"model_type\":\"llama\"," BASE ",%s}", bad[i].json);
+        memset(&err, 0, sizeof err);
+        a = arch_of(js, &in, &err);
+        CHECK(!a && err.status == bad[i].st && strstr(err.msg, bad[i].needle) && strstr(err.msg, "config.json"),
+              "%s: %s \"%s\" (want %s naming \"%s\")", bad[i].json, cmf_status_name(err.status), err.msg,
+              cmf_status_name(bad[i].st), bad[i].needle);
+        cJSON_Delete(a);
+    }
     /* errors */
     a = arch_of("{\"model_type\":\"bloom\"," BASE "}", &in, &err);
     CHECK(!a && err.status == CMF_ERR_UNSUPPORTED && strstr(err.msg, "bloom") && strstr(err.msg, "config.json"), "unknown type: %s", err.msg);
@@ -118,5 +188,12 @@ int main(void) {
     CHECK(!a && strstr(err.msg, "hidden_size"), "negative: %s", err.msg);
     a = arch_of("{\"model_type\":\"qwen3_moe\"," BASE "}", &in, &err);
     CHECK(!a && strstr(err.msg, "num_local_experts"), "moe keys: %s", err.msg);
+    /* 2^32 + 2 experts used to become 2 (uint32 truncation) */
+    a = arch_of("{\"model_type\":\"qwen3_moe\"," BASE ",\"num_experts\":4294967298,\"num_experts_per_tok\":2,"
+                "\"moe_intermediate_size\":32}", &in, &err);
+    CHECK(!a && strstr(err.msg, "num_experts") && strstr(err.msg, "4294967298"), "huge num_experts: %s", err.msg);
+    a = arch_of("{\"model_type\":\"qwen3_moe\"," BASE ",\"num_experts\":4,\"num_experts_per_tok\":8,"
+                "\"moe_intermediate_size\":32}", &in, &err);
+    CHECK(!a && strstr(err.msg, "num_experts_per_tok"), "top-k > experts: %s", err.msg);
     return test_done();
 }

@@ -1,8 +1,9 @@
 #!/bin/bash
 # test_import_cli.sh — the importer subcommands end to end: --help, usage
 # errors (exit 2), convert / import-gguf / import-llama2c on the shared
-# data, `cmf verify` of the outputs, a vocabulary-only GGUF, and a bad
-# input (exit 1, no output left). Args: <cmf binary> <source dir> <build dir>.
+# data, `cmf verify` of the outputs, import-gguf's default (--quant keep)
+# and llama.cpp's --quant names, a vocabulary-only GGUF, and a bad input
+# (exit 1, no output left). Args: <cmf binary> <source dir> <build dir>.
 set -u
 CMF=$1; SRC=$2; BUILD=$3
 DATA=${CMF_SHARED_DATA:-$SRC/../shared/data}
@@ -24,6 +25,7 @@ for c in convert import-gguf import-llama2c; do
 done
 check "convert unknown flag" 2 "$CMF" convert "$DATA/parity/llama" -o "$T/x.cmf" --bogus
 check "convert bad quant" 2 "$CMF" convert "$DATA/parity/llama" -o "$T/x.cmf" --quant q3
+grep -q "Q8_0" "$T/err.txt" || { echo "FAIL: the --quant error does not list what is accepted"; cat "$T/err.txt"; fail=1; }
 check "import-llama2c without --tokenizer" 2 "$CMF" import-llama2c "$DATA/models/stories260K/stories260K.bin" -o "$T/x.cmf"
 
 check "convert parity/qwen3" 0 "$CMF" convert "$DATA/parity/qwen3" -o "$T/qwen3.cmf" --quant q4t
@@ -42,6 +44,15 @@ check "verify of the -o path" 0 "$CMF" verify "$T/moe.cmf"
 check "logits of the -o path" 0 "$CMF" logits "$T/moe.cmf" --tokens 1,2 -o "$T/moe-logits.npy"
 
 check "import-gguf stories260K" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-gguf.cmf"
+# the default is --quant keep, the GGUF's own types: this all-F32 GGUF stays f32 (a Q4_0 one, 4-bit)
+grep -q -- "--quant keep: GGUF F32 -> f32" "$T/err.txt" || { echo "FAIL: import-gguf default is not keep"; cat "$T/err.txt"; fail=1; }
+check "info of the default gguf import" 0 "$CMF" info "$T/s-gguf.cmf"
+grep -q "quant_type:    KEEP" "$T/out.txt" && grep -qE "^  f32 " "$T/out.txt" && ! grep -q "q8_row" "$T/out.txt" ||
+    { echo "FAIL: import-gguf default dtypes"; cat "$T/out.txt"; fail=1; }
+check "import-gguf --quant Q8_0" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-q8.cmf" --quant Q8_0
+check "info of the Q8_0 gguf import" 0 "$CMF" info "$T/s-q8.cmf"
+grep -q "quant_type:    Q8_ROW" "$T/out.txt" && grep -qE "^  q8_row " "$T/out.txt" ||
+    { echo "FAIL: import-gguf --quant Q8_0 dtypes"; cat "$T/out.txt"; fail=1; }
 check "verify gguf import" 0 "$CMF" verify "$T/s-gguf.cmf"
 check "import-gguf keep" 0 "$CMF" import-gguf "$DATA/models/stories260K/stories260K.gguf" -o "$T/s-keep.cmf" --quant keep
 check "import-llama2c stories260K" 0 "$CMF" import-llama2c "$DATA/models/stories260K/stories260K.bin" \

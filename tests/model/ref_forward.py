@@ -3,8 +3,8 @@
 pass, written from the Hugging Face transformers modeling code of each
 architecture (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
 phi3, olmo2, granite; dense FFN only), for the cases the parity folders do
-not cover (olmo2, granite, gemma3, rope scaling llama3/linear/yarn, partial
-rotary). It is first checked against the transformers logits of the parity
+not cover (olmo2, granite, gemma3, rope scaling llama3/linear/yarn/longrope,
+partial rotary). It is first checked against the transformers logits of the parity
 folders, then used as the reference for synthetic checkpoints.
 
 Usage:
@@ -52,7 +52,8 @@ def save_safetensors(path, tensors):
 # ---- RoPE: transformers modeling_rope_utils semantics ---------------------
 
 def rope_params(cfg, sliding):
-    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    # transformers 5 convert_rope_params_to_dict: rope_scaling or rope_parameters
+    rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if "full_attention" in rp:  # per layer type (gemma3, transformers 5)
         rp = rp["sliding_attention" if sliding else "full_attention"]
     theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
@@ -61,7 +62,7 @@ def rope_params(cfg, sliding):
     return theta, rp
 
 
-def inv_freq(cfg, sliding, head_dim):
+def inv_freq(cfg, sliding, head_dim, seq_len):
     theta, rp = rope_params(cfg, sliding)
     prf = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     dim = int(head_dim * prf)
@@ -112,6 +113,21 @@ def inv_freq(cfg, sliding, head_dim):
         extra_f = 1 - ramp
         pos_freqs = theta ** (np.arange(0, dim, 2).astype(F32) / dim)
         inv = (1.0 / (factor * pos_freqs)) * (1 - extra_f) + (1.0 / pos_freqs) * extra_f
+    elif kind == "longrope":
+        # _compute_longrope_parameters; standardize_rope_params puts a top-level
+        # original_max_position_embeddings (Phi3) into the rope dict, where it wins;
+        # longrope_frequency_update picks long_factor when seq_len > original
+        maxp = cfg["max_position_embeddings"]
+        orig = cfg.get("original_max_position_embeddings") or rp.get("original_max_position_embeddings") or maxp
+        factor = rp.get("factor")
+        if factor is None:
+            factor = maxp / orig
+        att = rp.get("attention_factor")
+        if att is None:
+            att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        ext = np.array(rp["long_factor"] if seq_len > orig else rp["short_factor"], dtype=F32)
+        shape = np.arange(0, dim, 2, dtype=np.int64).astype(F32) / F32(dim)
+        inv = F32(1.0) / (ext * (F32(theta) ** shape).astype(F32))
     else:
         raise SystemExit("rope_type %s not in the reference" % kind)
     return inv.astype(F32), F32(att), dim
@@ -192,7 +208,7 @@ def forward(d, ids):
         q, k, v = q.reshape(T, H, D), k.reshape(T, KV, D), v.reshape(T, KV, D)
         if qn is not None:
             q, k = rms(q, qn, eps, gemma), rms(k, kn, eps, gemma)
-        inv, att, rdim = inv_freq(cfg, sliding, D)
+        inv, att, rdim = inv_freq(cfg, sliding, D, T)
         q, k = apply_rope(q, pos, inv, att, rdim), apply_rope(k, pos, inv, att, rdim)
         rep = H // KV
         k, v = np.repeat(k, rep, 1), np.repeat(v, rep, 1)
@@ -286,6 +302,17 @@ def make(kind, out):
     elif kind == "phi3partial":
         cfg["model_type"] = "phi3"
         cfg["rope_parameters"] = {"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 0.5}
+    elif kind in ("longrope", "longropeshort"):
+        # Phi-3.5 / Phi-4-mini layout (transformers 4 spelling): rope_scaling with
+        # short/long factors, original_max_position_embeddings at the top level,
+        # partial rotary (0.75: 12 of 16 dims, 6 factors), and a stale
+        # rope_parameters that rope_scaling overrides
+        cfg["model_type"] = "phi3"
+        cfg.update(rope_theta=10000.0, partial_rotary_factor=0.75, max_position_embeddings=64,
+                   original_max_position_embeddings=16,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+                   rope_scaling={"type": "longrope", "short_factor": [1.0, 1.02, 1.1, 1.3, 1.6, 2.0],
+                                 "long_factor": [1.0, 1.5, 3.0, 6.0, 12.0, 24.0]})
     else:
         raise SystemExit("unknown kind " + kind)
     n = lambda *s: rng.normal(0, 0.08, s).astype(F32)  # noqa: E731
@@ -296,7 +323,7 @@ def make(kind, out):
         p = "model.layers.%d." % l
         for nm in norms:
             Wt[p + nm + ".weight"] = (0 if cfg["model_type"].startswith("gemma") else 1) + n(E)
-        if kind == "phi3partial":
+        if cfg["model_type"] == "phi3":
             Wt[p + "self_attn.qkv_proj.weight"] = n((H + 2 * KV) * D, E)
             Wt[p + "mlp.gate_up_proj.weight"] = n(2 * FF, E)
         else:
@@ -317,7 +344,8 @@ def make(kind, out):
             Wt[p + "self_attn.k_norm.weight"] = base + n(kn)
     json.dump(cfg, open(out + "/config.json", "w"), indent=1)
     save_safetensors(out + "/model.safetensors", Wt)
-    ids = [int(i) for i in rng.integers(3, V, 30)]
+    # longropeshort: within original_max_position_embeddings (short factors)
+    ids = [int(i) for i in rng.integers(3, V, 12 if kind == "longropeshort" else 30)]
     json.dump({"input_ids": ids}, open(out + "/tokens.json", "w"))
 
 

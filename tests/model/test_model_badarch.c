@@ -1,7 +1,8 @@
 /*
  * test_model_badarch.c — cmf_model_load on files whose header.arch or
  * tensors are wrong must fail with the right status and a message naming
- * the file and the field or tensor, never crash. Each case rewrites
+ * the file and the field or tensor, never crash (nor load and give NaN
+ * logits: values outside their domain, RoPE types it cannot run). Each case rewrites
  * ../shared/data/upstream_cmf/llama-f32.cmf with one mutation.
  */
 #include "model_util.h"
@@ -10,7 +11,8 @@
 #include <unistd.h>
 
 typedef struct mutation {
-    const char *key;      /* arch key to set (NULL: none) */
+    const char *key;      /* arch key to set (NULL: none; "+": json is an object of
+                             keys to set, null values removing theirs) */
     const char *json;     /* its new value as JSON ("DELETE" removes it) */
     const char *drop;     /* tensor to leave out (NULL: none) */
     cmf_status want;
@@ -28,8 +30,23 @@ static const mutation cases[] = {
     {"head_dim", "100000", NULL, CMF_ERR_FORMAT, "head_dim"},
     {"hidden_size", "65", NULL, CMF_ERR_FORMAT, "hidden_size"},
     {"layer_types", "[\"FullAttention\"]", NULL, CMF_ERR_FORMAT, "layer_types"},
-    {"rope_scaling", "{\"rope_type\": \"longrope\"}", NULL, CMF_ERR_UNSUPPORTED, "longrope"},
+    {"rope_scaling", "{\"rope_type\": \"dynamic\", \"factor\": 2}", NULL, CMF_ERR_UNSUPPORTED, "dynamic"},
+    {"rope_scaling", "{\"rope_type\": \"ntk\", \"factor\": 2}", NULL, CMF_ERR_UNSUPPORTED, "ntk"},
+    {"rope_scaling", "{\"rope_type\": \"longrope\", \"short_factor\": [1, 1], \"long_factor\": [1, 1]}", NULL,
+     CMF_ERR_FORMAT, "short_factor"},
     {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": -1}", NULL, CMF_ERR_FORMAT, "factor"},
+    {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 0}", NULL, CMF_ERR_FORMAT, "factor"},
+    {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 2, \"high_freq_factor\": 2}", NULL,
+     CMF_ERR_FORMAT, "high_freq_factor"},
+    /* header values outside their domain: an error naming the key, not NaN logits */
+    {"rms_norm_eps", "0", NULL, CMF_ERR_FORMAT, "arch.rms_norm_eps"},
+    {"rms_norm_eps", "-1e-5", NULL, CMF_ERR_FORMAT, "arch.rms_norm_eps"},
+    {"rope_theta", "-10000", NULL, CMF_ERR_FORMAT, "arch.rope_theta"},
+    {"rope_theta", "0", NULL, CMF_ERR_FORMAT, "arch.rope_theta"},
+    {"rope_local_base_freq", "-5", NULL, CMF_ERR_FORMAT, "arch.rope_local_base_freq"},
+    {"max_position_embeddings", "-1", NULL, CMF_ERR_FORMAT, "arch.max_position_embeddings"},
+    {"head_dim", "15", NULL, CMF_ERR_FORMAT, "arch.head_dim 15"},
+    {"+", "{\"head_dim\": null, \"num_attention_heads\": 6}", NULL, CMF_ERR_FORMAT, "arch.head_dim is absent"},
     {"partial_rotary_factor", "2", NULL, CMF_ERR_FORMAT, "partial_rotary_factor"},
     {"hidden_act", "\"relu\"", NULL, CMF_ERR_UNSUPPORTED, "hidden_act"},
     {"rope_layout", "\"spiral\"", NULL, CMF_ERR_UNSUPPORTED, "rope_layout"},
@@ -48,6 +65,13 @@ static cmf_status write_mutant(const cmf_file *f, const mutation *mu, const char
     if (mu->key && strcmp(mu->key, "arch") == 0) {
         cJSON_Delete(arch);
         arch = NULL;
+    } else if (mu->key && strcmp(mu->key, "+") == 0) {
+        cJSON *set = cJSON_Parse(mu->json), *e;
+        cJSON_ArrayForEach(e, set) {
+            cJSON_DeleteItemFromObjectCaseSensitive(arch, e->string);
+            if (!cJSON_IsNull(e)) cJSON_AddItemToObject(arch, e->string, cJSON_Duplicate(e, 1));
+        }
+        cJSON_Delete(set);
     } else if (mu->key) {
         cJSON_DeleteItemFromObjectCaseSensitive(arch, mu->key);
         cJSON_AddItemToObject(arch, mu->key, cJSON_Parse(mu->json));

@@ -4,13 +4,17 @@
  * Metaspace prepend schemes, added tokens (lstrip/rstrip/single_word),
  * Unigram Viterbi with unk, WordPiece with BERT normalizer/pre-tokenizer/
  * decoder, byte fallback, invalid UTF-8, malformed files (errors name the
- * field), a long run of one character, and encoding from several threads.
+ * field), hostile ids (refused, not gigabytes of tables), a long run of one
+ * character, and encoding from several threads.
  * Expected ids follow from the HF `tokenizers` semantics of each component.
  */
 #include "test.h"
 #include "tok_test_util.h"
 
+#include "cmf/format.h"
+
 #include <pthread.h>
+#include <unistd.h>
 
 static cmf_tokenizer *load(const char *js) {
     cmf_tokenizer *t = NULL;
@@ -296,7 +300,40 @@ static void test_errors(void) {
     CHECK(cmf_tokenizer_load_path("/nonexistent/tokenizer.json", &t, &err) == CMF_ERR_IO, "missing file");
 }
 
+/* Ids read from a file size tables indexed by id: an added token with id
+ * 999999999 is refused (it would cost 4 GB), in tokenizer.json and in a .cmf
+ * tokenizer section; a sparse but proportional id still loads. */
+static void test_hostile_ids(void) {
+    const char *fmt = "{\"added_tokens\":[{\"id\":%s,\"content\":\"<x>\",\"special\":true}],"
+                      "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}";
+    char js[512];
+    snprintf(js, sizeof js, fmt, "999999999");
+    expect_error(js, CMF_ERR_FORMAT, "added_tokens[0].id");
+    snprintf(js, sizeof js, fmt, "1030");
+    cmf_tokenizer *t = load(js);
+    CHECK(t && cmf_tokenizer_vocab_size(t) == 1031 && cmf_tokenizer_token_to_id(t, "<x>") == 1030, "sparse id 1030");
+    cmf_tokenizer_free(t);
+    /* the same id in a .cmf file's tokenizer section */
+    snprintf(js, sizeof js, fmt, "999999999");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/hostile.cmf", test_tmp_dir("tokenizer_units"));
+    cmf_error err = {0};
+    cmf_writer *w = NULL;
+    cmf_status st = cmf_writer_open(path, NULL, &w, &err);
+    if (!st) st = cmf_writer_set_tokenizer(w, js, strlen(js), &err);
+    if (!st) st = cmf_writer_finish(w, &err);
+    else cmf_writer_abort(w);
+    CHECK(st == CMF_OK, "write %s: %s", path, err.msg);
+    t = NULL;
+    st = cmf_tokenizer_load_path(path, &t, &err);
+    CHECK(st == CMF_ERR_FORMAT && t == NULL && strstr(err.msg, "hostile.cmf") && strstr(err.msg, "added_tokens[0].id"),
+          ".cmf tokenizer section: %s %s", cmf_status_name(st), err.msg);
+    cmf_tokenizer_free(t);
+    unlink(path);
+}
+
 int main(void) {
+    test_hostile_ids();
     test_split();
     test_normalizers();
     test_added();

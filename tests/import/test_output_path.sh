@@ -1,0 +1,49 @@
+#!/bin/bash
+# test_output_path.sh — a bad -o fails before any work, naming the path the
+# user gave, never a temporary name (issue 17, item 7), for every command
+# that writes a model: convert, import-gguf, import-llama2c, quantize,
+# compact. The bad outputs: "", an existing directory, a file in a missing
+# directory, a file under a regular file. The inputs are chosen so that any
+# work on them would fail with another message (a folder with config.json
+# only, a GGUF with a header only, ...), which shows the -o check came
+# first. Nothing may appear on disk (the working directory included).
+# Args: <cmf binary> <source dir> <build dir>.
+set -u
+CMF=$1; SRC=$2; BUILD=$3
+T=$(mktemp -d "$BUILD/tmp_output_path.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+fail=0
+mkdir -p "$T/hf" "$T/run" "$T/outdir"
+echo '{"model_type": "llama"}' > "$T/hf/config.json"
+printf 'GGUF\003\000\000\000' > "$T/in.gguf"
+head -c 28 /dev/zero > "$T/in.bin"
+head -c 16 /dev/zero > "$T/tok.bin"
+: > "$T/plain"
+CMFIN=$SRC/models/demo/demo-draft.cmf
+before=$(cd "$T" && find . | sort)
+
+check() { # check DESC WANT_IN_MSG CMD... (run in $T/run: an output next to "" would land there)
+    local desc=$1 want=$2; shift 2
+    (cd "$T/run" && "$@") >"$T/out.txt" 2>"$T/err.txt"; local rc=$?
+    [ "$rc" = 2 ] || { echo "FAIL: $desc: exit $rc, expected 2"; cat "$T/err.txt"; fail=1; }
+    grep -qF -- "$want" "$T/err.txt" || { echo "FAIL: $desc: message lacks '$want':"; cat "$T/err.txt"; fail=1; }
+    grep -q '\.tmp' "$T/err.txt" && { echo "FAIL: $desc: message names a temporary file"; cat "$T/err.txt"; fail=1; }
+    rm -f "$T/out.txt" "$T/err.txt"
+}
+
+for o in "" "$T/outdir" "$T/missing/x.cmf" "$T/plain/x.cmf"; do
+    case $o in
+        "") want="the output path is empty" ;;
+        "$T/outdir") want="$T/outdir: is a directory" ;;
+        "$T/missing/x.cmf") want="$T/missing/x.cmf: directory '$T/missing' does not exist" ;;
+        *) want="$T/plain/x.cmf: '$T/plain' is not a directory" ;;
+    esac
+    check "convert -o '$o'" "$want" "$CMF" convert "$T/hf" -o "$o"
+    check "import-gguf -o '$o'" "$want" "$CMF" import-gguf "$T/in.gguf" -o "$o"
+    check "import-llama2c -o '$o'" "$want" "$CMF" import-llama2c "$T/in.bin" --tokenizer "$T/tok.bin" -o "$o"
+    check "quantize -o '$o'" "$want" "$CMF" quantize "$CMFIN" -o "$o" --quant q4
+    check "compact -o '$o'" "$want" "$CMF" compact "$CMFIN" -o "$o"
+done
+after=$(cd "$T" && find . | sort)
+[ "$before" = "$after" ] || { echo "FAIL: files appeared:"; diff <(echo "$before") <(echo "$after"); fail=1; }
+exit $fail
