@@ -130,6 +130,15 @@ bool cmf_engine_idle(cmf_engine *e);
  * generation runs as for a new sequence (sp->keep is implied). Errors:
  * CMF_ERR_ARG (unknown id, not kept or still running, bad prompt). */
 cmf_status cmf_engine_resume(cmf_engine *e, uint64_t id, const cmf_seq_params *sp, cmf_error *err);
+/* A new sequence (*id) from a kept, finished one: sp->prompt is its whole
+ * token list; the KV pages of the longest common prefix with the source's
+ * cached prompt tokens are shared (copy on write), not recomputed, so the
+ * fork runs only the rest; its output equals a fresh sequence of the same
+ * prompt, bit for bit (tokens the source sampled are not shared: they were
+ * computed as decodes). The source stays as it is. Stepping thread only.
+ * Errors: CMF_ERR_ARG (source not kept and idle, another weight set, bad
+ * prompt), CMF_ERR_LIMIT (no free sequence slot), CMF_ERR_NOMEM. */
+cmf_status cmf_engine_fork(cmf_engine *e, uint64_t src, const cmf_seq_params *sp, uint64_t *id, cmf_error *err);
 /* Free a kept sequence (its KV pages and tokens). Unknown ids are ignored. */
 void cmf_engine_release(cmf_engine *e, uint64_t id);
 

@@ -269,7 +269,7 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     for (uint32_t i = 0; i < n_seq; i++) e->free_slots[i] = (int32_t)(n_seq - 1 - i);
     e->n_free_slots = n_seq;
     cmf_kv_params kp = {.n_ctx = (uint32_t)n_ctx, .n_seq_max = n_seq, .page_size = p->page_size,
-                        .type = p->kv_type};
+                        .type = p->kv_type, .prefix_cache = p->prefix_cache};
     cmf_status st = cmf_kv_create(model, &kp, &e->kv, err);
     if (st != CMF_OK) {
         cmf_engine_free(e);
@@ -560,7 +560,18 @@ static void sample_one(cmf_engine *e, eseq *s, float *logits) {
     if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
 }
 
-/* Admit queued sequences, oldest first, while KV slots are free. */
+/* Tokens of s before its first decode-class one: the part whose K/V a
+ * fresh run of the same tokens computes identically (the prefix cache and
+ * forks share only these). */
+static size_t prompt_class_len(const eseq *s) {
+    size_t n = 0;
+    while (n < s->n_tok && !s->dec[n]) n++;
+    return n;
+}
+
+/* Admit queued sequences, oldest first, while KV slots are free; with the
+ * prefix cache, attach the cached pages of their prompt's prefix (keeping
+ * at least the last token to run, for its logits). */
 static void admit(cmf_engine *e) {
     for (size_t i = 0; i < e->n_seqs && e->n_free_slots > 0; i++) {
         eseq *s = e->seqs[i];
@@ -569,6 +580,12 @@ static void admit(cmf_engine *e) {
         s->state = SEQ_RUNNING;
         s->n_kv = 0;
         assert(cmf_kv_seq_len(e->kv, s->slot) == 0);
+        if (e->prefix_cache) {
+            size_t lim = prompt_class_len(s);
+            if (lim >= s->n_tok) lim = s->n_tok - 1;
+            s->n_kv = cmf_kv_prefix_attach(e->kv, s->slot, s->tok, (uint32_t)lim, s->weight_set);
+            assert(s->n_kv <= lim && cmf_kv_seq_len(e->kv, s->slot) == s->n_kv);
+        }
     }
 }
 
@@ -694,6 +711,10 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         eseq *s = e->b_owner[c];
         s->n_kv += e->b_len[c];
         assert(cmf_kv_seq_len(e->kv, s->slot) == s->n_kv);
+        if (e->prefix_cache) { /* its full prompt-class pages become findable */
+            size_t lim = prompt_class_len(s);
+            cmf_kv_prefix_publish(e->kv, s->slot, s->tok, (uint32_t)(s->n_kv < lim ? s->n_kv : lim), s->weight_set);
+        }
         if (!e->b_logits[e->b_off[c] + e->b_len[c] - 1]) continue;
         float *lg = e->logits + (size_t)row++ * e->n_vocab;
         if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) { /* prefill only */
@@ -765,6 +786,64 @@ cmf_status cmf_engine_resume(cmf_engine *e, uint64_t id, const cmf_seq_params *s
     pthread_mutex_lock(&e->mu);
     e->n_pending++;
     pthread_mutex_unlock(&e->mu);
+    return CMF_OK;
+}
+
+cmf_status cmf_engine_fork(cmf_engine *e, uint64_t src, const cmf_seq_params *sp, uint64_t *id, cmf_error *err) {
+    if (!e) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_fork: engine is NULL");
+    eseq *from = find(e, src);
+    if (!from || from->state != SEQ_IDLE)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: fork of %llu: not a finished, kept sequence",
+                             (unsigned long long)src);
+    cmf_status st = check_prompt(e, sp, err);
+    if (st != CMF_OK) return st;
+    if (sp->weight_set != from->weight_set)
+        return cmf_error_set(err, CMF_ERR_ARG, "engine: fork of %llu: weight set %llu, the source has %llu",
+                             (unsigned long long)src, (unsigned long long)sp->weight_set,
+                             (unsigned long long)from->weight_set);
+    if (e->n_free_slots == 0)
+        return cmf_error_set(err, CMF_ERR_LIMIT, "engine: fork of %llu: all %u sequence slots are in use",
+                             (unsigned long long)src, e->n_seq_max);
+    if (e->n_seqs == e->cap_seqs) {
+        size_t cap = e->cap_seqs ? 2 * e->cap_seqs : 32;
+        eseq **v = realloc(e->seqs, cap * sizeof *v);
+        if (!v) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+        e->seqs = v;
+        e->cap_seqs = cap;
+    }
+    eseq *s = calloc(1, sizeof *s);
+    if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+    s->slot = -1;
+    s->weight_set = sp->weight_set;
+    if (!seq_reserve(s, sp->n_prompt + 1)) {
+        seq_free(s);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory for %zu prompt tokens", sp->n_prompt);
+    }
+    memcpy(s->tok, sp->prompt, sp->n_prompt * sizeof *s->tok);
+    memset(s->dec, 0, sp->n_prompt);
+    s->n_tok = sp->n_prompt;
+    if ((st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err)) || (st = seq_set_turn(e, s, sp, err))) {
+        seq_free(s);
+        return cmf_error_prefix(err, "engine: fork");
+    }
+    /* share the common prompt-class prefix of the source's cached tokens */
+    size_t share = 0, lim = prompt_class_len(from);
+    if (lim > from->n_kv) lim = from->n_kv;
+    while (share < lim && share < s->n_tok - 1 && from->tok[share] == s->tok[share]) share++;
+    s->slot = e->free_slots[--e->n_free_slots];
+    if (share && (st = cmf_kv_seq_fork(e->kv, from->slot, s->slot, (uint32_t)share, err))) {
+        e->free_slots[e->n_free_slots++] = s->slot;
+        seq_free(s);
+        return cmf_error_prefix(err, "engine: fork");
+    }
+    s->n_kv = share;
+    s->state = SEQ_RUNNING;
+    pthread_mutex_lock(&e->mu);
+    s->id = e->next_id++;
+    e->n_pending++;
+    pthread_mutex_unlock(&e->mu);
+    e->seqs[e->n_seqs++] = s; /* the newest id: seqs stays sorted */
+    if (id) *id = s->id;
     return CMF_OK;
 }
 

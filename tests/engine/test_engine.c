@@ -94,6 +94,11 @@ static void make_specs(spec *sp, int n, uint32_t n_vocab) {
         s->smp.seed = 1000 + (uint64_t)i;
         if (i % 3 == 0) s->smp.greedy = true;
         if (i % 4 == 1) s->smp.repeat_penalty = 1.1f;
+        if (i % 6 == 5 && i > 5 && sp[i - 5].n_prompt > 20) { /* a shared prefix (system prompt) */
+            size_t k = 16 + rnd((uint32_t)(sp[i - 5].n_prompt - 16));
+            memcpy(s->prompt, sp[i - 5].prompt, k * sizeof *s->prompt);
+            if (s->n_prompt < k + 1) s->n_prompt = k + 1 + rnd(8);
+        }
         s->n_predict = 1 + (int32_t)rnd(30);
         s->stop = i % 7 == 3 ? stops[rnd(2)] : NULL;
         s->cancel_after = -1;
@@ -213,9 +218,86 @@ static void run_batched(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, 
     for (int i = 0; i < n; i++) compare(what, i, &want[i], &got[i], cancelled[i]);
     fprintf(stderr, "%s: %d sequences, %d steps, largest batch %u, %u preemptions\n", what, n, steps,
             max_batch, *preempted);
+    if (ep->prefix_cache) {
+        cmf_kv_stats ks;
+        cmf_kv_get_stats(cmf_engine_kv(e), &ks);
+        fprintf(stderr, "%s: prefix cache: %llu of %llu pages hit\n", what, (unsigned long long)ks.prefix_hits,
+                (unsigned long long)ks.prefix_queries);
+        CHECK(ks.prefix_hits > 0, "%s: no prefix-cache hit (the test would not test hits)", what);
+    }
     cmf_engine_free(e);
     free(got);
     free(cancelled);
+}
+
+/* ---- forks -------------------------------------------------------------- */
+
+/* A kept sequence is prefilled; forks of it continue with each spec's
+ * prompt that shares its prefix: they equal the oracle's fresh runs. */
+static void run_fork(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, const rec *want) {
+    cmf_engine_params ep = {.n_ctx = 2048, .n_seq_max = 8};
+    cmf_engine *e = NULL;
+    cmf_error err;
+    if (cmf_engine_new(m, tok, &ep, &e, &err) != CMF_OK) {
+        CHECK(0, "fork: engine: %s", err.msg);
+        return;
+    }
+    /* the source: spec 0's prompt, prefill only */
+    rec src = {.cancel_after = -1};
+    cmf_seq_params p0 = seq_params(&sp[0], &src);
+    p0.n_predict = 0;
+    p0.keep = true;
+    uint64_t sid = 0;
+    CHECK(cmf_engine_add(e, &p0, &sid, &err) == CMF_OK, "fork source: %s", err.msg);
+    while (!src.done && cmf_engine_step(e, NULL, &err) == CMF_OK) {}
+    /* forks: spec 0 itself (everything but the last token shared), and a
+     * prompt made of spec 0's prefix plus another tail */
+    spec alt = sp[0];
+    size_t k = sp[0].n_prompt / 2;
+    for (size_t j = k; j < alt.n_prompt; j++) alt.prompt[j] = (int32_t)(5 + j);
+    rec fresh_alt = {.cancel_after = -1}, got[2] = {{.cancel_after = -1}, {.cancel_after = -1}};
+    run_alone(m, tok, &alt, 1, &fresh_alt);
+    const spec *which[2] = {&sp[0], &alt};
+    const rec *ref[2] = {&want[0], &fresh_alt};
+    for (int f = 0; f < 2; f++) {
+        cmf_seq_params q = seq_params(which[f], &got[f]);
+        CHECK(cmf_engine_fork(e, sid, &q, NULL, &err) == CMF_OK, "fork %d: %s", f, err.msg);
+    }
+    while (!cmf_engine_idle(e))
+        if (cmf_engine_step(e, NULL, &err) != CMF_OK) break;
+    for (int f = 0; f < 2; f++) compare("fork", f, ref[f], &got[f], false);
+    /* a source that generated: its sampled tokens were computed as decodes,
+     * so a fork over them must recompute them to equal a fresh run */
+    rec gen = {.cancel_after = -1};
+    spec s1 = sp[1];
+    s1.stop = NULL;
+    s1.n_predict = 6;
+    cmf_seq_params p1 = seq_params(&s1, &gen);
+    p1.keep = true;
+    uint64_t gid = 0;
+    CHECK(cmf_engine_add(e, &p1, &gid, &err) == CMF_OK, "fork source 2: %s", err.msg);
+    while (!gen.done && cmf_engine_step(e, NULL, &err) == CMF_OK) {}
+    size_t nt = 0;
+    const int32_t *t = cmf_engine_seq_tokens(e, gid, &nt);
+    spec whole = s1;
+    whole.n_prompt = nt < 96 ? nt : 96;
+    for (size_t j = 0; t && j < whole.n_prompt; j++) whole.prompt[j] = t[j];
+    whole.n_predict = 4;
+    rec fresh_whole = {.cancel_after = -1}, got_whole = {.cancel_after = -1};
+    run_alone(m, tok, &whole, 1, &fresh_whole);
+    cmf_seq_params qw = seq_params(&whole, &got_whole);
+    CHECK(cmf_engine_fork(e, gid, &qw, NULL, &err) == CMF_OK, "fork over sampled tokens: %s", err.msg);
+    while (!cmf_engine_idle(e))
+        if (cmf_engine_step(e, NULL, &err) != CMF_OK) break;
+    compare("fork over sampled tokens", 0, &fresh_whole, &got_whole, false);
+    cmf_engine_release(e, gid);
+    cmf_kv_stats ks;
+    cmf_kv_get_stats(cmf_engine_kv(e), &ks);
+    CHECK(ks.n_used > 0, "fork: the source's pages are gone");
+    cmf_seq_params bad = seq_params(&sp[1], &got[0]);
+    CHECK(cmf_engine_fork(e, 424242, &bad, NULL, &err) == CMF_ERR_ARG, "fork of an unknown id");
+    cmf_engine_release(e, sid);
+    cmf_engine_free(e);
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -393,7 +475,12 @@ int main(void) {
     /* (c) tiny token budget: every prompt in many chunks */
     cmf_engine_params c = {.n_ctx = 2048, .n_seq_max = 12, .n_batch = 12, .page_size = 8};
     run_batched(m, tok, sp, n, want, &c, "chunks", &pre_c);
+    /* (d) the prefix cache: hits give the logits of misses */
+    uint32_t pre_d = 0;
+    cmf_engine_params d = {.n_ctx = 1024, .n_seq_max = 8, .n_batch = 64, .prefix_cache = true};
+    run_batched(m, tok, sp, n, want, &d, "prefix", &pre_d);
     run_threads(m, tok, sp, n, want);
+    run_fork(m, tok, sp, want);
     for (int i = 0; i < 6; i++)
         if (sp[i].n_predict >= 2 && !sp[i].stop) run_kept(m, tok, &sp[i], &want[i]);
 
