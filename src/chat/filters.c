@@ -198,8 +198,18 @@ static jv as_gen(jv v) {
     return v;
 }
 
+/* jinja2's select/reject/map guard with `if value:`: none, false, 0, ""
+ * and empty containers yield an empty sequence (no argument checks). */
+static bool falsy_seq(jrt *rt, const jv *x, jv *out) {
+    if (jv_truthy(x)) return false;
+    *out = jv_list_new(rt, 0);
+    return true;
+}
+
 static jv do_select(jrt *rt, jv *x, jargs *a, bool attr, bool want) {
     jlist *l;
+    jv empty;
+    if (falsy_seq(rt, x, &empty)) return empty;
     if (!jv_iterate(rt, x, &l)) return jv_undef();
     jv out = jv_list_new(rt, l->n);
     for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
@@ -217,6 +227,8 @@ static jv do_select(jrt *rt, jv *x, jargs *a, bool attr, bool want) {
 
 static jv do_map(jrt *rt, jv *x, jargs *a) {
     jlist *l;
+    jv empty;
+    if (falsy_seq(rt, x, &empty)) return empty;
     if (!jv_iterate(rt, x, &l)) return jv_undef();
     jv out = jv_list_new(rt, l->n);
     jv *attr = jargs_get(a, -1, "attribute");
