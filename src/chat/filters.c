@@ -84,6 +84,18 @@ static jv sort_key(jrt *rt, const jv *v, bool cs) {
 
 typedef struct sort_item { jv key; jv val; size_t idx; } sort_item;
 
+/* The pair whose '<' Python evaluates when comparing x and y: sequences of
+ * one type compare at their first unequal items (for error messages). */
+static void cmp_culprits(const jv **x, const jv **y) {
+    while (jv_is_seq(*x) && (*x)->t == (*y)->t) {
+        size_t i = 0, n = (*x)->u.l->n < (*y)->u.l->n ? (*x)->u.l->n : (*y)->u.l->n;
+        while (i < n && jv_equal(&(*x)->u.l->v[i], &(*y)->u.l->v[i])) i++;
+        if (i == n) return;
+        *x = &(*x)->u.l->v[i];
+        *y = &(*y)->u.l->v[i];
+    }
+}
+
 /* Stable merge sort (Python sort is stable); comparison errors reported. */
 static bool msort(jrt *rt, sort_item *a, sort_item *tmp, size_t n, bool rev) {
     if (n < 2) return true;
@@ -94,8 +106,10 @@ static bool msort(jrt *rt, sort_item *a, sort_item *tmp, size_t n, bool rev) {
         bool ok;
         int c = jv_compare(&a[j].key, &a[i].key, &ok);
         if (!ok) {
+            const jv *x = &a[j].key, *y = &a[i].key;
+            cmp_culprits(&x, &y);
             jrt_fail(rt, CMF_ERR_RENDER, "'<' not supported between instances of '%s' and '%s'",
-                     jv_type_name(&a[j].key), jv_type_name(&a[i].key));
+                     jv_type_name(x), jv_type_name(y));
             return false;
         }
         bool take_j = rev ? c > 0 : c < 0;
@@ -252,6 +266,30 @@ static jv do_map(jrt *rt, jv *x, jargs *a) {
     return JRT_OK(rt) ? out : jv_undef();
 }
 
+/* jinja2 make_multi_attrgetter: the key is a list with one item per
+ * comma-separated attribute path (the item itself without attribute), so
+ * keys compare as lists do: equal items (None and None) never raise. */
+static jv multi_key(jrt *rt, const jv *item, const jv *attr, bool cs) {
+    jv key = jv_list_new(rt, 1);
+    if (!JRT_OK(rt)) return key;
+    if (!attr || attr->t != JV_STR) {
+        jv k = attr && attr->t != JV_NONE ? get_path(rt, item, attr) : *item;
+        jv_list_push(rt, &key, sort_key(rt, &k, cs));
+        return key;
+    }
+    const char *p = attr->u.s->s;
+    size_t n = attr->u.s->len;
+    for (size_t i = 0; i <= n && JRT_OK(rt);) {
+        size_t j = i;
+        while (j < n && p[j] != ',') j++;
+        jv part = jv_str(rt, p + i, j - i);
+        jv k = JRT_OK(rt) ? get_path(rt, item, &part) : jv_undef();
+        if (JRT_OK(rt)) jv_list_push(rt, &key, sort_key(rt, &k, cs));
+        i = j + 1;
+    }
+    return key;
+}
+
 static jv do_sort(jrt *rt, jv *x, jargs *a) {
     jlist *l;
     if (!jv_iterate(rt, x, &l)) return jv_undef();
@@ -260,8 +298,7 @@ static jv do_sort(jrt *rt, jv *x, jargs *a) {
     sort_item *it = jrt_alloc(rt, (l->n ? l->n : 1) * sizeof *it);
     if (!it) return jv_undef();
     for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
-        jv k = attr ? get_path(rt, &l->v[i], attr) : l->v[i];
-        it[i].key = sort_key(rt, &k, cs);
+        it[i].key = multi_key(rt, &l->v[i], attr, cs);
         it[i].val = l->v[i];
     }
     if (!JRT_OK(rt) || !sort_items(rt, it, l->n, rev)) return jv_undef();
