@@ -482,7 +482,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
         return jrt_fail(rt, CMF_ERR_LIMIT, "macro recursion deeper than %d", rt->max_depth);
     jscope *sc = scope_new(rt, m->closure);
     if (!sc) return jv_undef();
-    if (nargs > def->nitems)
+    if (nargs > def->nitems && !def->op)
         return jrt_fail(rt, CMF_ERR_RENDER, "macro '%.*s' takes not more than %d argument(s)",
                         (int)def->name_len, def->name ? def->name : "caller", def->nitems);
     bool used_kw[32] = {0};
@@ -513,6 +513,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
     }
     if (!JRT_OK(rt) || !scope_set(rt, sc, "kwargs", 6, kwargs)) return jv_undef();
     jv varargs = jv_list_new(rt, 0);
+    for (int i = def->nitems; i < nargs && JRT_OK(rt); i++) jv_list_push(rt, &varargs, args[i]);
     varargs.t = JV_TUPLE;
     if (!JRT_OK(rt) || !scope_set(rt, sc, "varargs", 7, varargs)) return jv_undef();
     if (m->caller.t == JV_MACRO && !scope_set(rt, sc, "caller", 6, m->caller)) return jv_undef();
