@@ -177,7 +177,7 @@ static jv do_slice(jrt *rt, const jv *obj, const jv *a, const jv *b, const jv *c
             while (e < bl && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
             if (!jbuf_put(rt, &out, s + o, e - o)) return jv_undef();
         }
-        return jbuf_take(rt, &out);
+        return jv_mark(jbuf_take(rt, &out), jv_is_markup(obj)); /* Markup.__getitem__ */
     }
     if (jv_is_seq(obj)) {
         size_t cnt = slice_indices((int64_t)obj->u.l->n, a, b, c, &start, &step, rt);
@@ -218,7 +218,7 @@ jv jinja_getitem(jrt *rt, const jv *obj, const jv *key) {
             if (i < 0 || i >= (int64_t)cl) return jv_undef();
             size_t o = utf8_offset(s, bl, (size_t)i), e = o + 1;
             while (e < bl && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
-            return jv_str(rt, s + o, e - o);
+            return jv_mark(jv_str(rt, s + o, e - o), jv_is_markup(obj));
         }
         int64_t n = (int64_t)obj->u.l->n;
         if (i < 0) i += n;
@@ -249,7 +249,7 @@ static jv repeat_seq(jrt *rt, const jv *seq, int64_t times) {
             return jrt_fail(rt, CMF_ERR_LIMIT, "string repetition exceeds the output limit");
         for (int64_t k = 0; k < times; k++)
             if (!jbuf_put(rt, &b, seq->u.s->s, seq->u.s->len)) return jv_undef();
-        return jbuf_take(rt, &b);
+        return jv_mark(jbuf_take(rt, &b), jv_is_markup(seq));
     }
     if ((uint64_t)times * seq->u.l->n > rt->max_loop)
         return jrt_fail(rt, CMF_ERR_LIMIT, "list repetition exceeds the iteration limit");
@@ -262,10 +262,12 @@ static jv repeat_seq(jrt *rt, const jv *seq, int64_t times) {
 }
 
 /* Python printf-style formatting (str % args): conversions s r d i f F e E
- * g G x X o c with flags "-+ #0", width and precision (no '*', no %(name)s). */
+ * g G x X o c with flags "-+ #0", width and precision (no '*', no %(name)s).
+ * A Markup format escapes what %s and %r insert and returns Markup. */
 jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
     jlist one = {1, 1, (jv *)b};
     const jlist *args = b->t == JV_TUPLE ? b->u.l : &one;
+    bool markup = jv_is_markup(a);
     jbuf out = {0};
     size_t ai = 0, n = a->u.s->len;
     const char *s = a->u.s->s;
@@ -289,6 +291,11 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
         if (conv == 's' || conv == 'r') {
             jbuf v = {0};
             if (!(conv == 's' ? jv_write_str(rt, &v, x) : jv_write_repr(rt, &v, x))) return jv_undef();
+            if (markup && !(conv == 's' && jv_is_markup(x))) {
+                jv t = jbuf_take(rt, &v), e = jv_escape(rt, &t);
+                if (!JRT_OK(rt)) return jv_undef();
+                v.p = e.u.s->s;
+            }
             spec[k++] = 's';
             spec[k] = 0;
             /* width and precision count bytes here (code points in Python) */
@@ -314,7 +321,7 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
         }
         if (!jbuf_puts(rt, &out, tmp)) return jv_undef();
     }
-    return jbuf_take(rt, &out);
+    return jv_mark(jbuf_take(rt, &out), markup);
 }
 
 static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
@@ -359,10 +366,13 @@ static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
         }
     }
     if (op == OP_ADD && a->t == JV_STR && b->t == JV_STR) {
+        /* Markup.__add__/__radd__ escape the plain operand */
+        bool markup = jv_is_markup(a) || jv_is_markup(b);
+        jv x = markup ? jv_escape(rt, a) : *a, y = markup ? jv_escape(rt, b) : *b;
         jbuf out = {0};
-        if (!jbuf_put(rt, &out, a->u.s->s, a->u.s->len) || !jbuf_put(rt, &out, b->u.s->s, b->u.s->len))
+        if (!JRT_OK(rt) || !jbuf_put(rt, &out, x.u.s->s, x.u.s->len) || !jbuf_put(rt, &out, y.u.s->s, y.u.s->len))
             return jv_undef();
-        return jbuf_take(rt, &out);
+        return jv_mark(jbuf_take(rt, &out), markup);
     }
     if (op == OP_ADD && jv_is_seq(a) && a->t == b->t) {
         jv l = jv_list_new(rt, a->u.l->n + b->u.l->n);
@@ -527,9 +537,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
     rt->depth--;
     rt->brk = 0;
     if (!ok) return jv_undef();
-    jv r = jbuf_take(rt, &out);
-    r.safe = 1;
-    return r;
+    return jbuf_take(rt, &out); /* plain str: Markup only under autoescape */
 }
 
 static jv call_global(jrt *rt, int fn, argpack *ap) {

@@ -126,19 +126,6 @@ static bool sort_items(jrt *rt, sort_item *it, size_t n, bool rev) {
     return tmp && msort(rt, it, tmp, n, rev);
 }
 
-static jv html_escape(jrt *rt, const jv *x) {
-    jv s = as_str(rt, x);
-    if (!JRT_OK(rt)) return s;
-    jbuf b = {0};
-    if (!jbuf_put(rt, &b, "", 0)) return jv_undef();
-    for (size_t i = 0; i < s.u.s->len; i++) {
-        char c = s.u.s->s[i];
-        const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
-        if (!(e ? jbuf_puts(rt, &b, e) : jbuf_put(rt, &b, &c, 1))) return jv_undef();
-    }
-    return jbuf_take(rt, &b);
-}
-
 static jv do_indent(jrt *rt, const jv *x, jargs *a) {
     jv s = as_str(rt, x);
     if (!JRT_OK(rt)) return s;
@@ -169,7 +156,7 @@ static jv do_indent(jrt *rt, const jv *x, jargs *a) {
         }
         if (!jbuf_put(rt, &b, ln->s, ln->len)) return jv_undef();
     }
-    return jbuf_take(rt, &b);
+    return jv_mark(jbuf_take(rt, &b), jv_is_markup(&s));
 }
 
 static jv do_tojson(jrt *rt, const jv *x, jargs *a) {
@@ -466,6 +453,9 @@ static jv do_truncate(jrt *rt, const jv *x, jargs *a) {
     jv end = endv ? as_str(rt, endv) : jv_cstr(rt, "...");
     if (!JRT_OK(rt)) return jv_undef();
     size_t cl = utf8_len(s.u.s->s, s.u.s->len), el = utf8_len(end.u.s->s, end.u.s->len);
+    bool markup = jv_is_markup(&s); /* Markup slice + end: end is escaped */
+    if (markup) end = jv_escape(rt, &end);
+    if (!JRT_OK(rt)) return jv_undef();
     if ((int64_t)cl <= length + leeway) return s;
     int64_t keep = length - (int64_t)el;
     if (keep < 0) keep = 0;
@@ -478,7 +468,7 @@ static jv do_truncate(jrt *rt, const jv *x, jargs *a) {
         if (k > 0) b.n = k - 1;
     }
     if (!jbuf_put(rt, &b, end.u.s->s, end.u.s->len)) return jv_undef();
-    return jbuf_take(rt, &b);
+    return jv_mark(jbuf_take(rt, &b), markup);
 }
 
 static jv do_batch_slice(jrt *rt, jv *x, jargs *a, bool is_slice) {
@@ -658,12 +648,13 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
     } else if (F("trim")) {
         jv s = as_str(rt, x);
         jv *chars = argstr(rt, a, 0, "chars", "trim");
-        if (JRT_OK(rt)) r = su_strip(rt, &s, chars && chars->t == JV_STR ? chars : NULL, true, true);
+        if (JRT_OK(rt)) r = jv_mark(su_strip(rt, &s, chars && chars->t == JV_STR ? chars : NULL, true, true), jv_is_markup(&s));
     } else if (F("string")) {
         r = x->t == JV_UNDEF ? jv_cstr(rt, "") : jv_to_str(rt, x);
     } else if (F("lower") || F("upper") || F("title") || F("capitalize")) {
         jv s = as_str(rt, x);
         if (JRT_OK(rt)) r = su_case(rt, &s, F("lower") ? SU_LOWER : F("upper") ? SU_UPPER : F("title") ? SU_TITLE : SU_CAPITALIZE);
+        r = jv_mark(r, jv_is_markup(&s) && !F("title")); /* jinja2's title joins plain str */
     } else if (F("items")) {
         r = as_gen(do_items(rt, x));
     } else if (F("join")) {
@@ -683,10 +674,12 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
     } else if (F("selectattr") || F("rejectattr")) {
         r = as_gen(do_select(rt, x, a, true, F("selectattr")));
     } else if (F("safe")) {
-        r = x->t == JV_UNDEF ? jv_cstr(rt, "") : jv_to_str(rt, x);
-        r.safe = 1;
-    } else if (F("escape") || F("e") || F("forceescape")) {
-        r = html_escape(rt, x);
+        r = jv_mark(x->t == JV_UNDEF ? jv_cstr(rt, "") : jv_to_str(rt, x), true);
+    } else if (F("escape") || F("e")) {
+        r = jv_escape(rt, x);
+    } else if (F("forceescape")) {
+        jv s = jv_mark(as_str(rt, x), false);
+        if (JRT_OK(rt)) r = jv_escape(rt, &s);
     } else if (F("int")) {
         r = do_int(rt, x, a);
     } else if (F("float")) {
@@ -697,14 +690,14 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
         int64_t cnt = -1;
         if (!o || !n) return jrt_fail(rt, CMF_ERR_RENDER, "replace: expected old and new"), *out = jv_undef(), true;
         jv os = as_str(rt, o), ns = as_str(rt, n);
-        if (JRT_OK(rt) && argint(rt, a, 2, "count", -1, &cnt, "replace")) r = su_replace(rt, &s, &os, &ns, cnt);
+        if (JRT_OK(rt) && argint(rt, a, 2, "count", -1, &cnt, "replace")) r = jv_mark(su_replace(rt, &s, &os, &ns, cnt), false);
     } else if (F("unique")) {
         r = as_gen(do_unique(rt, x, a));
     } else if (F("first") || F("last")) {
         if (x->t == JV_STR) {
             size_t cl = utf8_len(x->u.s->s, x->u.s->len);
             jv idx = jv_int(F("first") ? 0 : -1);
-            r = cl ? jinja_getitem(rt, x, &idx) : jv_undef();
+            r = cl ? jv_mark(jinja_getitem(rt, x, &idx), false) : jv_undef(); /* next(iter(s)): plain */
         } else {
             jlist *l;
             if (jv_iterate(rt, x, &l)) r = l->n ? l->v[F("first") ? 0 : l->n - 1] : jv_undef_named(rt, "no first item", 13);
@@ -730,7 +723,7 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
                 jbuf_put(rt, &b, p + s, e - s);
                 e = s;
             }
-            r = JRT_OK(rt) ? jbuf_take(rt, &b) : jv_undef();
+            r = JRT_OK(rt) ? jv_mark(jbuf_take(rt, &b), jv_is_markup(x)) : jv_undef();
         } else {
             jlist *l;
             if (jv_iterate(rt, x, &l)) {
@@ -770,7 +763,7 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
                 for (int64_t i = 0; i < left; i++) jbuf_put(rt, &b, " ", 1);
                 jbuf_put(rt, &b, s.u.s->s, s.u.s->len);
                 for (int64_t i = 0; i < pad - left; i++) jbuf_put(rt, &b, " ", 1);
-                r = JRT_OK(rt) ? jbuf_take(rt, &b) : jv_undef();
+                r = JRT_OK(rt) ? jv_mark(jbuf_take(rt, &b), jv_is_markup(&s)) : jv_undef();
             }
         }
     } else if (F("format")) {
@@ -832,7 +825,7 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
     else if (F("iterable")) r = x->t == JV_STR || jv_is_seq(x) || x->t == JV_DICT || x->t == JV_UNDEF || x->t == JV_GEN;
     else if (F("sequence")) r = x->t == JV_STR || jv_is_seq(x) || x->t == JV_DICT || x->t == JV_UNDEF;
     else if (F("callable")) r = x->t == JV_MACRO || x->t == JV_FUNC;
-    else if (F("escaped")) r = x->safe;
+    else if (F("escaped")) r = jv_is_markup(x);
     else if (F("lower") || F("upper")) {
         if (x->t != JV_STR) r = false;
         else {

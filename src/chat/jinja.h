@@ -36,7 +36,7 @@ typedef struct jdict { size_t n, cap; struct jv *k, *v; } jdict; /* insertion or
 
 typedef struct jv {
     uint8_t t;
-    uint8_t safe;       /* string marked safe (no effect: autoescape is off) */
+    uint8_t safe;       /* JV_STR: 1 = a Markup string (see jv_is_markup); JV_TUPLE: 2 = groupby's namedtuple */
     union {
         bool b;
         int64_t i;
@@ -170,6 +170,19 @@ bool jv_equal(const jv *a, const jv *b);
 /* Python ordering: returns <0/0/>0; *ok=false when not comparable. */
 int jv_compare(const jv *a, const jv *b, bool *ok);
 const char *jv_type_name(const jv *v);
+
+/* Markup strings (markupsafe 3.0, as jinja2 without autoescape uses them):
+ * |safe and |escape return Markup; Markup + str and str + Markup escape the
+ * plain operand, Markup % args and Markup.format() escape the arguments,
+ * and Markup's own str methods (upper, strip, split, replace, join, [i],
+ * [a:b], * n ...) return Markup. Output, `~` and |join stay plain text
+ * because autoescape is off. */
+static inline bool jv_is_markup(const jv *v) { return v->t == JV_STR && v->safe == 1; }
+/* v with its Markup mark set to `markup` (strings only). */
+static inline jv jv_mark(jv v, bool markup) { if (v.t == JV_STR) v.safe = markup ? 1 : 0; return v; }
+/* markupsafe.escape(x): a Markup x unchanged, else str(x) with & < > " '
+ * replaced by &amp; &lt; &gt; &#34; &#39;, as Markup. */
+jv jv_escape(jrt *rt, const jv *x);
 
 /* Output buffer of strings: a growable byte buffer on the render heap. */
 typedef struct jbuf { char *p; size_t n, cap; } jbuf;

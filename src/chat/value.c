@@ -368,6 +368,20 @@ static bool write_str_repr(jrt *rt, jbuf *b, const jstr *s) {
     return jbuf_put(rt, b, &q, 1);
 }
 
+jv jv_escape(jrt *rt, const jv *x) {
+    if (jv_is_markup(x)) return *x;
+    jv s = jv_to_str(rt, x);
+    if (!JRT_OK(rt)) return s;
+    jbuf b = {0};
+    if (!jbuf_put(rt, &b, "", 0)) return jv_undef();
+    for (size_t i = 0; i < s.u.s->len; i++) {
+        char c = s.u.s->s[i];
+        const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
+        if (!(e ? jbuf_puts(rt, &b, e) : jbuf_put(rt, &b, &c, 1))) return jv_undef();
+    }
+    return jv_mark(jbuf_take(rt, &b), true);
+}
+
 static bool write_any(jrt *rt, jbuf *b, const jv *v, bool repr) {
     char tmp[64];
     switch (v->t) {
@@ -376,7 +390,11 @@ static bool write_any(jrt *rt, jbuf *b, const jv *v, bool repr) {
     case JV_BOOL: return jbuf_puts(rt, b, v->u.b ? "True" : "False");
     case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return jbuf_puts(rt, b, tmp);
     case JV_FLOAT: jv_format_float(v->u.f, tmp, sizeof tmp); return jbuf_puts(rt, b, tmp);
-    case JV_STR: return repr ? write_str_repr(rt, b, v->u.s) : jbuf_put(rt, b, v->u.s->s, v->u.s->len);
+    case JV_STR:
+        if (!repr) return jbuf_put(rt, b, v->u.s->s, v->u.s->len);
+        if (jv_is_markup(v)) /* Markup.__repr__ */
+            return jbuf_puts(rt, b, "Markup(") && write_str_repr(rt, b, v->u.s) && jbuf_puts(rt, b, ")");
+        return write_str_repr(rt, b, v->u.s);
     case JV_LIST: case JV_TUPLE: {
         bool tup = v->t == JV_TUPLE;
         if (!jbuf_puts(rt, b, tup ? "(" : "[")) return false;
