@@ -9,6 +9,7 @@
 #include "jinja.h"
 #include "strutil.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,11 @@ static bool argint(jrt *rt, jargs *a, int pi, const char *name, int64_t dflt, in
     if (!v || v->t == JV_NONE) { *out = dflt; return true; }
     if (v->t == JV_INT) { *out = v->u.i; return true; }
     if (v->t == JV_BOOL) { *out = v->u.b; return true; }
-    if (v->t == JV_FLOAT) { *out = (int64_t)v->u.f; return true; }
+    if (v->t == JV_FLOAT && v->u.f > -9.2e18 && v->u.f < 9.2e18) { *out = (int64_t)v->u.f; return true; }
+    if (v->t == JV_BIGINT || v->t == JV_FLOAT) {
+        jrt_fail(rt, CMF_ERR_RENDER, "%s: argument '%s' is too large", what, name);
+        return false;
+    }
     jrt_fail(rt, CMF_ERR_RENDER, "%s: argument '%s' must be an integer, not %s", what, name, jv_type_name(v));
     return false;
 }
@@ -388,17 +393,26 @@ static jv do_int(jrt *rt, const jv *x, jargs *a) {
     int64_t base = 10;
     if (!argint(rt, a, 1, "base", 10, &base, "int")) return jv_undef();
     switch (x->t) {
-    case JV_INT: return *x;
+    case JV_INT: case JV_BIGINT: return *x;
     case JV_BOOL: return jv_int(x->u.b);
-    case JV_FLOAT: return jv_int((int64_t)x->u.f);
+    case JV_FLOAT: return isnan(x->u.f) ? dflt : jv_int_of_double(rt, x->u.f);
     case JV_STR: {
         char *end;
         jv t = su_strip(rt, x, NULL, true, true);
         if (!JRT_OK(rt) || t.u.s->len == 0) return dflt;
-        long long v = strtoll(t.u.s->s, &end, (int)base);
-        if (*end == 0) return jv_int(v);
+        if (base == 10) { /* exact, any size */
+            jv r;
+            if (jv_int_parse(rt, t.u.s->s, t.u.s->len, &r)) return r;
+            if (!JRT_OK(rt)) return jv_undef();
+        } else {
+            errno = 0;
+            long long v = strtoll(t.u.s->s, &end, (int)base);
+            if (*end == 0 && errno == ERANGE)
+                return jrt_fail(rt, CMF_ERR_UNSUPPORTED, "int: a base-%d value beyond 64 bits", (int)base);
+            if (*end == 0) return jv_int(v);
+        }
         double f = strtod(t.u.s->s, &end);
-        if (*end == 0) return jv_int((int64_t)f);
+        if (*end == 0) return isnan(f) ? dflt : jv_int_of_double(rt, f);
         return dflt;
     }
     default: return dflt;
@@ -409,7 +423,7 @@ static jv do_float(jrt *rt, const jv *x, jargs *a) {
     jv *dv = jargs_get(a, 0, "default");
     jv dflt = dv ? *dv : jv_float(0.0);
     switch (x->t) {
-    case JV_INT: return jv_float((double)x->u.i);
+    case JV_INT: case JV_BIGINT: return jv_float(jv_num_double(x));
     case JV_BOOL: return jv_float(x->u.b);
     case JV_FLOAT: return *x;
     case JV_STR: {
@@ -423,15 +437,34 @@ static jv do_float(jrt *rt, const jv *x, jargs *a) {
     }
 }
 
+/* Python round(v, prec) of an int: v itself for prec >= 0, else the
+ * nearest multiple of 10**-prec, ties to even (exact, an int). */
+static jv round_int(jrt *rt, jv v, int64_t prec) {
+    if (prec >= 0) return v;
+    if (prec < -JBIG_MAX_DIGITS) return jv_int(0);
+    jv ten = jv_int(10), e = jv_int(-prec), two = jv_int(2), one = jv_int(1);
+    jv m = jv_big_binop(rt, OP_POW, &ten, &e);
+    jv q = JRT_OK(rt) ? jv_big_binop(rt, OP_FDIV, &v, &m) : jv_undef();
+    jv r = JRT_OK(rt) ? jv_big_binop(rt, OP_MOD, &v, &m) : jv_undef();
+    jv r2 = JRT_OK(rt) ? jv_big_binop(rt, OP_MUL, &r, &two) : jv_undef();
+    jv qodd = JRT_OK(rt) ? jv_big_binop(rt, OP_MOD, &q, &two) : jv_undef();
+    if (!JRT_OK(rt)) return jv_undef();
+    int c = jv_int_cmp(&r2, &m);
+    if (c > 0 || (c == 0 && qodd.t == JV_INT && qodd.u.i == 1)) q = jv_big_binop(rt, OP_ADD, &q, &one);
+    return JRT_OK(rt) ? jv_big_binop(rt, OP_MUL, &q, &m) : jv_undef();
+}
+
 static jv do_round(jrt *rt, const jv *x, jargs *a) {
     int64_t prec = 0;
     if (!argint(rt, a, 0, "precision", 0, &prec, "round")) return jv_undef();
     jv *m = argstr(rt, a, 1, "method", "round");
     if (!JRT_OK(rt)) return jv_undef();
-    if (x->t != JV_INT && x->t != JV_FLOAT && x->t != JV_BOOL) return jrt_fail(rt, CMF_ERR_RENDER, "round: expected a number");
-    double v = x->t == JV_FLOAT ? x->u.f : x->t == JV_INT ? (double)x->u.i : x->u.b;
-    double f = pow(10.0, (double)prec), r;
+    if (!jv_is_intlike(x) && x->t != JV_FLOAT) return jrt_fail(rt, CMF_ERR_RENDER, "round: expected a number");
     const char *meth = m ? m->u.s->s : "common";
+    if (jv_is_intlike(x) && strcmp(meth, "common") == 0) /* Python round(int, n) is an int */
+        return round_int(rt, x->t == JV_BOOL ? jv_int(x->u.b) : *x, prec);
+    double v = jv_num_double(x);
+    double f = pow(10.0, (double)prec), r;
     if (strcmp(meth, "common") == 0) {
         /* Python round(): half to even on the decimal value */
         char buf[64];
@@ -545,12 +578,10 @@ static jv do_sum(jrt *rt, jv *x, jargs *a) {
     for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
         jv v = attr ? get_path(rt, &l->v[i], attr) : l->v[i];
         bool fl = acc.t == JV_FLOAT || v.t == JV_FLOAT;
-        if ((acc.t != JV_INT && acc.t != JV_FLOAT && acc.t != JV_BOOL) || (v.t != JV_INT && v.t != JV_FLOAT && v.t != JV_BOOL))
+        if ((!jv_is_intlike(&acc) && acc.t != JV_FLOAT) || (!jv_is_intlike(&v) && v.t != JV_FLOAT))
             return jrt_fail(rt, CMF_ERR_RENDER, "sum: unsupported operand type(s) '%s' and '%s'", jv_type_name(&acc), jv_type_name(&v));
-        double af = acc.t == JV_FLOAT ? acc.u.f : acc.t == JV_INT ? (double)acc.u.i : acc.u.b;
-        double vf = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
-        if (fl) acc = jv_float(af + vf);
-        else acc = jv_int((acc.t == JV_INT ? acc.u.i : acc.u.b) + (v.t == JV_INT ? v.u.i : v.u.b));
+        if (fl) acc = jv_float(jv_num_double(&acc) + jv_num_double(&v));
+        else acc = jv_big_binop(rt, OP_ADD, &acc, &v); /* exact; an int when it fits */
     }
     return acc;
 }
@@ -703,7 +734,8 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
             if (jv_iterate(rt, x, &l)) r = l->n ? l->v[F("first") ? 0 : l->n - 1] : jv_undef_named(rt, "no first item", 13);
         }
     } else if (F("abs")) {
-        if (x->t == JV_INT) r = jv_int(x->u.i < 0 ? -x->u.i : x->u.i);
+        jv zero = jv_int(0);
+        if (x->t == JV_INT || x->t == JV_BIGINT) r = jv_int_cmp(x, &zero) < 0 ? jv_big_neg(rt, x) : *x;
         else if (x->t == JV_FLOAT) r = jv_float(fabs(x->u.f));
         else if (x->t == JV_BOOL) r = jv_int(x->u.b);
         else return jrt_fail(rt, CMF_ERR_RENDER, "bad operand type for abs(): '%s'", jv_type_name(x)), *out = jv_undef(), true;
@@ -817,9 +849,9 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
     else if (F("boolean")) r = x->t == JV_BOOL;
     else if (F("false")) r = x->t == JV_BOOL && !x->u.b;
     else if (F("true")) r = x->t == JV_BOOL && x->u.b;
-    else if (F("integer")) r = x->t == JV_INT;
+    else if (F("integer")) r = x->t == JV_INT || x->t == JV_BIGINT;
     else if (F("float")) r = x->t == JV_FLOAT;
-    else if (F("number")) r = x->t == JV_INT || x->t == JV_FLOAT || x->t == JV_BOOL;
+    else if (F("number")) r = jv_is_intlike(x) || x->t == JV_FLOAT;
     else if (F("string")) r = x->t == JV_STR;
     else if (F("mapping")) r = x->t == JV_DICT;
     else if (F("iterable")) r = x->t == JV_STR || jv_is_seq(x) || x->t == JV_DICT || x->t == JV_UNDEF || x->t == JV_GEN;
@@ -834,13 +866,14 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
             r = JRT_OK(rt) && jv_equal(&c, x) && !jv_equal(&o, x);
         }
     } else if (F("odd") || F("even")) {
-        if (x->t != JV_INT && x->t != JV_BOOL) { jrt_fail(rt, CMF_ERR_RENDER, "%s test: expected an integer, got %s", name, jv_type_name(x)); return true; }
-        int64_t v = x->t == JV_INT ? x->u.i : x->u.b;
+        if (!jv_is_intlike(x)) { jrt_fail(rt, CMF_ERR_RENDER, "%s test: expected an integer, got %s", name, jv_type_name(x)); return true; }
+        int64_t v = x->t == JV_INT ? x->u.i : x->t == JV_BOOL ? x->u.b : x->u.s->s[x->u.s->len - 1] - '0';
         r = F("odd") ? (v % 2 != 0) : (v % 2 == 0);
     } else if (F("divisibleby")) {
-        if (!arg || (arg->t != JV_INT) || (x->t != JV_INT)) { jrt_fail(rt, CMF_ERR_RENDER, "divisibleby: expected integers"); return true; }
-        if (arg->u.i == 0) { jrt_fail(rt, CMF_ERR_RENDER, "integer division or modulo by zero"); return true; }
-        r = x->u.i % arg->u.i == 0;
+        if (!arg || (arg->t != JV_INT && arg->t != JV_BIGINT) || (x->t != JV_INT && x->t != JV_BIGINT)) { jrt_fail(rt, CMF_ERR_RENDER, "divisibleby: expected integers"); return true; }
+        if (arg->t == JV_INT && arg->u.i == 0) { jrt_fail(rt, CMF_ERR_RENDER, "integer division or modulo by zero"); return true; }
+        jv m = jv_big_binop(rt, OP_MOD, x, arg); /* exact, and no INT64_MIN % -1 overflow */
+        r = JRT_OK(rt) && m.t == JV_INT && m.u.i == 0;
     } else if (F("sameas")) {
         if (!arg) { jrt_fail(rt, CMF_ERR_RENDER, "sameas: missing argument"); return true; }
         r = x->t == arg->t && (x->t == JV_NONE || x->t == JV_UNDEF || ((x->t == JV_BOOL || x->t == JV_INT) && jv_equal(x, arg)) ||

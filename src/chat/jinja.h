@@ -27,7 +27,8 @@
 typedef enum {
     JV_UNDEF = 0, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_TUPLE,
     JV_DICT, JV_NS, JV_MACRO, JV_FUNC, JV_LOOP,
-    JV_GEN     /* a one-shot iterator (map/select/... results in jinja2): u.l holds the items */
+    JV_GEN,    /* a one-shot iterator (map/select/... results in jinja2): u.l holds the items */
+    JV_BIGINT  /* a Python int outside int64: u.s holds its decimal text (bigint.c) */
 } jv_type;
 
 typedef struct jstr { size_t len; char s[]; } jstr;        /* UTF-8, NUL-terminated */
@@ -202,6 +203,27 @@ size_t utf8_offset(const char *s, size_t n, size_t cp);    /* byte offset of cod
 /* Iterate: turn an iterable value into a list (dict -> keys, string ->
  * characters, undefined -> empty). Error on non-iterables. */
 bool jv_iterate(jrt *rt, const jv *v, jlist **out);
+
+/* ---- big integers (bigint.c) ----------------------------------------- */
+/* A JV_BIGINT is canonical ("-"? digits, no leading zeros) and never in
+ * the int64 range; results that fit become JV_INT. At most
+ * JBIG_MAX_DIGITS digits (Python's int/str conversion limit). */
+#define JBIG_MAX_DIGITS 4300
+static inline bool jv_is_intlike(const jv *v) { return v->t == JV_INT || v->t == JV_BOOL || v->t == JV_BIGINT; }
+/* Decimal text [+-]digits -> JV_INT or JV_BIGINT. false: not such text (no
+ * error set), or more than JBIG_MAX_DIGITS digits (CMF_ERR_LIMIT set). */
+bool jv_int_parse(jrt *rt, const char *s, size_t n, jv *out);
+/* Exact a OP b on int-like operands (OP_ADD/SUB/MUL/FDIV/MOD/POW; OP_DIV
+ * and negative powers give floats, as in Python). Errors: division by
+ * zero, CMF_ERR_LIMIT when the result is too large. */
+jv jv_big_binop(jrt *rt, int op, const jv *a, const jv *b);
+jv jv_big_neg(jrt *rt, const jv *a);             /* -a for an int-like a */
+double jv_num_double(const jv *v);                /* float(v) for numbers (bool/int/bigint/float) */
+/* int(f): truncated, exact (a JV_BIGINT beyond int64); NaN and infinity
+ * are render errors, as Python's ValueError/OverflowError. */
+jv jv_int_of_double(jrt *rt, double f);
+int jv_int_cmp(const jv *a, const jv *b);         /* exact order of int-like values: <0/0/>0 */
+int jv_big_cmp_float(const jv *a, double f);      /* exact order of a JV_BIGINT and a float (NaN: 0) */
 
 /* ---- JSON (tojson.c) -------------------------------------------------- */
 jv jv_from_json(jrt *rt, const struct cJSON *j);

@@ -34,7 +34,8 @@ static int64_t intarg(jrt *rt, jargs *a, int pi, const char *nm, int64_t dflt) {
     if (!v || v->t == JV_NONE) return dflt;
     if (v->t == JV_INT) return v->u.i;
     if (v->t == JV_BOOL) return v->u.b;
-    jrt_fail(rt, CMF_ERR_RENDER, "'%s' object cannot be interpreted as an integer", jv_type_name(v));
+    if (v->t == JV_BIGINT) jrt_fail(rt, CMF_ERR_RENDER, "Python int too large to convert to C ssize_t");
+    else jrt_fail(rt, CMF_ERR_RENDER, "'%s' object cannot be interpreted as an integer", jv_type_name(v));
     return dflt;
 }
 

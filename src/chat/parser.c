@@ -196,6 +196,14 @@ static jnode *parse_primary(ps *p) {
     case T_INT:
         if (!(n = mk(p, E_CONST, k))) return NULL;
         n->cval = jv_int(k->i);
+        if (k->s) { /* a literal beyond int64 */
+            jstr *s = jarena_alloc(&p->t->arena, sizeof(jstr) + k->n + 1);
+            if (!s) { if (!p->st) p->st = cmf_error_set(p->err, CMF_ERR_NOMEM, "out of memory"); return NULL; }
+            memcpy(s->s, k->s, k->n + 1);
+            s->len = k->n;
+            n->cval.t = JV_BIGINT;
+            n->cval.u.s = s;
+        }
         return n;
     case T_FLOAT:
         if (!(n = mk(p, E_CONST, k))) return NULL;
