@@ -9,7 +9,9 @@
  * render heap, computes with schoolbook algorithms, and converts back: a
  * result that fits int64 becomes a JV_INT again. Sizes are bounded by
  * JBIG_MAX_DIGITS (Python's default limit on int/str conversion, 4300
- * digits); larger values are a CMF_ERR_LIMIT render error.
+ * digits); larger values are a CMF_ERR_LIMIT render error, and so is more
+ * than JBIG_MAX_WORK limb operations in one render (schoolbook costs grow
+ * with the square of the size: this bounds the time a template can spend).
  */
 #include "jinja.h"
 
@@ -20,12 +22,21 @@
 
 #define BASE 1000000000u
 #define BASE_DIGITS 9
+#define JBIG_MAX_WORK ((uint64_t)100000000)
 
 typedef struct bn {
     uint32_t *d; /* limbs, least significant first; no zero limbs on top */
     size_t n;    /* 0: the value zero */
     bool neg;
 } bn;
+
+/* Count n limb operations against the render's budget. */
+static bool charge(jrt *rt, uint64_t n) {
+    rt->big_work += n;
+    if (rt->big_work <= JBIG_MAX_WORK) return true;
+    jrt_fail(rt, CMF_ERR_LIMIT, "big-integer arithmetic exceeds %llu limb operations", (unsigned long long)JBIG_MAX_WORK);
+    return false;
+}
 
 static bool bn_new(jrt *rt, bn *x, size_t cap) {
     x->d = jrt_alloc(rt, (cap ? cap : 1) * sizeof(uint32_t));
@@ -164,7 +175,7 @@ static int raw_cmp(const uint32_t *a, size_t an, const uint32_t *b, size_t bn_) 
 
 static bool mag_add(jrt *rt, bn *r, const bn *a, const bn *b) {
     size_t n = (a->n > b->n ? a->n : b->n) + 1;
-    if (!bn_new(rt, r, n)) return false;
+    if (!charge(rt, n) || !bn_new(rt, r, n)) return false;
     uint32_t carry = 0;
     for (size_t k = 0; k < n; k++) {
         uint64_t s = (uint64_t)carry + (k < a->n ? a->d[k] : 0) + (k < b->n ? b->d[k] : 0);
@@ -187,7 +198,7 @@ static size_t raw_sub(uint32_t *a, size_t an, const uint32_t *b, size_t bn_) {
 }
 
 static bool mag_sub(jrt *rt, bn *r, const bn *a, const bn *b) { /* |a| >= |b| */
-    if (!bn_new(rt, r, a->n)) return false;
+    if (!charge(rt, a->n) || !bn_new(rt, r, a->n)) return false;
     memcpy(r->d, a->d, a->n * sizeof(uint32_t));
     r->n = raw_sub(r->d, a->n, b->d, b->n);
     return true;
@@ -198,7 +209,7 @@ static bool mag_mul(jrt *rt, bn *r, const bn *a, const bn *b) {
         jrt_fail(rt, CMF_ERR_LIMIT, "integer with more than %d digits", JBIG_MAX_DIGITS);
         return false;
     }
-    if (!bn_new(rt, r, a->n + b->n)) return false;
+    if (!charge(rt, (uint64_t)a->n * b->n) || !bn_new(rt, r, a->n + b->n)) return false;
     for (size_t i = 0; i < a->n; i++) {
         uint64_t carry = 0;
         for (size_t j = 0; j < b->n; j++) {
@@ -225,7 +236,9 @@ static size_t raw_mul_small(uint32_t *out, const bn *b, uint32_t m) {
 }
 
 /* Truncated division of magnitudes: |a| = q * |b| + r, b != 0. Long
- * division one limb at a time, each quotient limb found by bisection. */
+ * division one limb at a time, each quotient limb found by bisection
+ * between bounds from the leading limbs: with R = r / BASE^(bn-1) and
+ * t = b's top limb, R / (t + 1) <= q <= R / t. */
 static bool mag_divmod(jrt *rt, bn *q, bn *r, const bn *a, const bn *b) {
     if (!bn_new(rt, q, a->n) || !bn_new(rt, r, b->n + 1)) return false;
     uint32_t *tmp = jrt_alloc(rt, (b->n + 1) * sizeof(uint32_t));
@@ -235,8 +248,12 @@ static bool mag_divmod(jrt *rt, bn *q, bn *r, const bn *a, const bn *b) {
         memmove(r->d + 1, r->d, rn * sizeof(uint32_t)); /* r = r * BASE + a[i] */
         r->d[0] = a->d[i];
         rn = trim_limbs(r->d, rn + 1);
-        uint32_t lo = 0, hi = BASE - 1;
+        uint64_t top = b->d[b->n - 1], R = 0; /* r < b * BASE: R has at most two limbs */
+        for (size_t k = rn; k-- > b->n - 1;) R = R * BASE + r->d[k];
+        uint64_t lo64 = R / (top + 1), hi64 = R / top;
+        uint32_t lo = (uint32_t)(lo64 < BASE ? lo64 : BASE - 1), hi = (uint32_t)(hi64 < BASE ? hi64 : BASE - 1);
         while (lo < hi) {
+            if (!charge(rt, b->n)) return false;
             uint32_t mid = lo + (hi - lo + 1) / 2;
             size_t tn = raw_mul_small(tmp, b, mid);
             if (raw_cmp(tmp, tn, r->d, rn) <= 0) lo = mid;

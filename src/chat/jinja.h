@@ -130,6 +130,7 @@ typedef struct jrt {
     int depth, max_depth;   /* macro/call/recursive-loop depth */
     int nest;               /* C recursion of eval/exec, bounded by MAX_EVAL_NEST (eval.c) */
     int64_t now;
+    uint64_t big_work;      /* limb operations of big-int arithmetic so far (bigint.c) */
     int brk;                /* 1 break, 2 continue pending */
     const jnode *cur;       /* node being evaluated (for error positions) */
 } jrt;

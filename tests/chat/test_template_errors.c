@@ -174,6 +174,9 @@ int main(void) {
     expect_err("{{ 7 ** 99999999999 }}", NULL, NULL, CMF_ERR_LIMIT, "more than 4300 digits");
     expect_err("{{ (10 ** 4299) * (10 ** 4299) }}", NULL, NULL, CMF_ERR_LIMIT, "more than 4300 digits");
     expect_err("{{ 12345678901234567890123 // 0 }}", NULL, NULL, CMF_ERR_RENDER, "division or modulo by zero");
+    /* quadratic big-int work is bounded, not a hang */
+    expect_err("{% set x = 10 ** 4000 %}{% set y = 7 ** 2000 %}{% for i in range(100000) %}{{ (x // y) % 10 }}{% endfor %}",
+               NULL, NULL, CMF_ERR_LIMIT, "limb operations");
     expect_out("{{ (10 ** 4299)|string|length }}|{{ (2 ** 4000) % 1000007 }}|{{ (3 ** 2000) // (3 ** 1998) }}", NULL,
                "4300|823040|9");
 
