@@ -51,8 +51,9 @@ cmf_status cmf_template_render(const cmf_template *t, const struct cJSON *contex
                                cmf_error *err);
 
 /* Same, with the context as JSON text. Unlike the cJSON form this keeps
- * Python's int/float distinction (1.0 renders as "1.0", 1 as "1") and
- * strings holding U+0000, as transformers would see them. Errors also
+ * Python's int/float distinction (1.0 renders as "1.0", 1 as "1"), ints
+ * beyond 64 bits exactly (up to Python's 4300 digits), and strings holding
+ * U+0000, as transformers would see them. Errors also
  * CMF_ERR_FORMAT for invalid JSON (with the byte offset) and CMF_ERR_ARG
  * when the top level is not an object. */
 cmf_status cmf_template_render_json(const cmf_template *t, const char *context_json, size_t json_len,

@@ -177,7 +177,7 @@ static jv do_slice(jrt *rt, const jv *obj, const jv *a, const jv *b, const jv *c
             while (e < bl && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
             if (!jbuf_put(rt, &out, s + o, e - o)) return jv_undef();
         }
-        return jbuf_take(rt, &out);
+        return jv_mark(jbuf_take(rt, &out), jv_is_markup(obj)); /* Markup.__getitem__ */
     }
     if (jv_is_seq(obj)) {
         size_t cnt = slice_indices((int64_t)obj->u.l->n, a, b, c, &start, &step, rt);
@@ -218,7 +218,7 @@ jv jinja_getitem(jrt *rt, const jv *obj, const jv *key) {
             if (i < 0 || i >= (int64_t)cl) return jv_undef();
             size_t o = utf8_offset(s, bl, (size_t)i), e = o + 1;
             while (e < bl && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
-            return jv_str(rt, s + o, e - o);
+            return jv_mark(jv_str(rt, s + o, e - o), jv_is_markup(obj));
         }
         int64_t n = (int64_t)obj->u.l->n;
         if (i < 0) i += n;
@@ -231,8 +231,8 @@ jv jinja_getitem(jrt *rt, const jv *obj, const jv *key) {
 
 /* ---- arithmetic ------------------------------------------------------- */
 
-static bool is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
-static double numf(const jv *v) { return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : v->u.b; }
+static bool is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL || v->t == JV_BIGINT; }
+static double numf(const jv *v) { return jv_num_double(v); }
 static int64_t numi(const jv *v) { return v->t == JV_INT ? v->u.i : v->u.b; }
 
 static const char *opname(int op) {
@@ -249,7 +249,7 @@ static jv repeat_seq(jrt *rt, const jv *seq, int64_t times) {
             return jrt_fail(rt, CMF_ERR_LIMIT, "string repetition exceeds the output limit");
         for (int64_t k = 0; k < times; k++)
             if (!jbuf_put(rt, &b, seq->u.s->s, seq->u.s->len)) return jv_undef();
-        return jbuf_take(rt, &b);
+        return jv_mark(jbuf_take(rt, &b), jv_is_markup(seq));
     }
     if ((uint64_t)times * seq->u.l->n > rt->max_loop)
         return jrt_fail(rt, CMF_ERR_LIMIT, "list repetition exceeds the iteration limit");
@@ -261,11 +261,43 @@ static jv repeat_seq(jrt *rt, const jv *seq, int64_t times) {
     return l;
 }
 
+/* %d of a JV_BIGINT: its digits with the spec's flags (- + space 0) and
+ * width (spec: "%", flags, width, precision). */
+static bool put_big_int(jrt *rt, jbuf *out, const char *spec, const jv *v) {
+    bool left = false, plus = false, space = false, zero = false;
+    size_t i = 1;
+    for (; spec[i] && strchr("-+ #0", spec[i]); i++) {
+        left |= spec[i] == '-';
+        plus |= spec[i] == '+';
+        space |= spec[i] == ' ';
+        zero |= spec[i] == '0';
+    }
+    long width = strtol(spec + i, NULL, 10);
+    const char *d = v->u.s->s;
+    bool neg = d[0] == '-';
+    const char *sign = neg ? "-" : plus ? "+" : space ? " " : "";
+    d += neg;
+    size_t len = strlen(sign) + strlen(d), pad = width > (long)len ? (size_t)width - len : 0;
+    if (pad > rt->max_out) { jrt_fail(rt, CMF_ERR_LIMIT, "format width too large"); return false; }
+    const char *fill = !left && zero ? "0" : " ";
+    if (!left && !zero)
+        for (size_t k = 0; k < pad; k++) if (!jbuf_put(rt, out, " ", 1)) return false;
+    if (!jbuf_puts(rt, out, sign)) return false;
+    if (!left && zero)
+        for (size_t k = 0; k < pad; k++) if (!jbuf_put(rt, out, fill, 1)) return false;
+    if (!jbuf_puts(rt, out, d)) return false;
+    if (left)
+        for (size_t k = 0; k < pad; k++) if (!jbuf_put(rt, out, " ", 1)) return false;
+    return true;
+}
+
 /* Python printf-style formatting (str % args): conversions s r d i f F e E
- * g G x X o c with flags "-+ #0", width and precision (no '*', no %(name)s). */
+ * g G x X o c with flags "-+ #0", width and precision (no '*', no %(name)s).
+ * A Markup format escapes what %s and %r insert and returns Markup. */
 jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
     jlist one = {1, 1, (jv *)b};
     const jlist *args = b->t == JV_TUPLE ? b->u.l : &one;
+    bool markup = jv_is_markup(a);
     jbuf out = {0};
     size_t ai = 0, n = a->u.s->len;
     const char *s = a->u.s->s;
@@ -289,6 +321,11 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
         if (conv == 's' || conv == 'r') {
             jbuf v = {0};
             if (!(conv == 's' ? jv_write_str(rt, &v, x) : jv_write_repr(rt, &v, x))) return jv_undef();
+            if (markup && !(conv == 's' && jv_is_markup(x))) {
+                jv t = jbuf_take(rt, &v), e = jv_escape(rt, &t);
+                if (!JRT_OK(rt)) return jv_undef();
+                v.p = e.u.s->s;
+            }
             spec[k++] = 's';
             spec[k] = 0;
             /* width and precision count bytes here (code points in Python) */
@@ -302,11 +339,24 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
         }
         if (!is_num(x)) return jrt_fail(rt, CMF_ERR_RENDER, "%%%c format: a real number is required, not %s", conv, jv_type_name(x));
         if (strchr("dixXoc", conv)) {
+            jv iv = *x; /* int(x): exact for floats beyond int64 */
+            if (x->t == JV_FLOAT) {
+                iv = jv_int_of_double(rt, x->u.f);
+                if (!JRT_OK(rt)) return jv_undef();
+            }
+            if (iv.t == JV_BIGINT) {
+                if (conv != 'd' && conv != 'i')
+                    return jrt_fail(rt, CMF_ERR_UNSUPPORTED, "%%%c format of an integer beyond 64 bits is not supported", conv);
+                spec[k] = 0;
+                if (!put_big_int(rt, &out, spec, &iv)) return jv_undef();
+                continue;
+            }
+            x = &iv;
             spec[k++] = 'l';
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
             spec[k] = 0;
-            if (snprintf(tmp, sizeof tmp, spec, (long long)(x->t == JV_FLOAT ? (int64_t)x->u.f : numi(x))) < 0) tmp[0] = 0;
+            if (snprintf(tmp, sizeof tmp, spec, (long long)numi(x)) < 0) tmp[0] = 0;
         } else {
             spec[k++] = conv;
             spec[k] = 0;
@@ -314,7 +364,7 @@ jv jinja_percent_format(jrt *rt, const jv *a, const jv *b) {
         }
         if (!jbuf_puts(rt, &out, tmp)) return jv_undef();
     }
-    return jbuf_take(rt, &out);
+    return jv_mark(jbuf_take(rt, &out), markup);
 }
 
 static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
@@ -322,13 +372,15 @@ static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
     if (b->t == JV_UNDEF) return undefined_error(rt, b);
     if (is_num(a) && is_num(b)) {
         bool fl = a->t == JV_FLOAT || b->t == JV_FLOAT;
+        /* ints beyond int64 (and int64 overflow) are exact, as Python's */
+        if (!fl && (a->t == JV_BIGINT || b->t == JV_BIGINT) && op != OP_DIV) return jv_big_binop(rt, op, a, b);
         switch (op) {
         case OP_ADD: if (fl) return jv_float(numf(a) + numf(b));
-            { int64_t r; if (__builtin_add_overflow(numi(a), numi(b), &r)) return jv_float(numf(a) + numf(b)); return jv_int(r); }
+            { int64_t r; if (__builtin_add_overflow(numi(a), numi(b), &r)) return jv_big_binop(rt, op, a, b); return jv_int(r); }
         case OP_SUB: if (fl) return jv_float(numf(a) - numf(b));
-            { int64_t r; if (__builtin_sub_overflow(numi(a), numi(b), &r)) return jv_float(numf(a) - numf(b)); return jv_int(r); }
+            { int64_t r; if (__builtin_sub_overflow(numi(a), numi(b), &r)) return jv_big_binop(rt, op, a, b); return jv_int(r); }
         case OP_MUL: if (fl) return jv_float(numf(a) * numf(b));
-            { int64_t r; if (__builtin_mul_overflow(numi(a), numi(b), &r)) return jv_float(numf(a) * numf(b)); return jv_int(r); }
+            { int64_t r; if (__builtin_mul_overflow(numi(a), numi(b), &r)) return jv_big_binop(rt, op, a, b); return jv_int(r); }
         case OP_DIV:
             if (numf(b) == 0) return jrt_fail(rt, CMF_ERR_RENDER, "division by zero");
             return jv_float(numf(a) / numf(b));
@@ -341,17 +393,17 @@ static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
                 return jv_float(floor((x - m) / y + 0.5));
             } else {
                 int64_t x = numi(a), y = numi(b);
-                if (y == -1 && x == INT64_MIN) return jv_float(-(double)x);
+                if (y == -1 && x == INT64_MIN) return jv_big_binop(rt, op, a, b);
                 int64_t q = x / y, m = x % y;
                 if (m != 0 && ((m < 0) != (y < 0))) { m += y; q--; }
                 return jv_int(op == OP_MOD ? m : q);
             }
         case OP_POW:
-            if (!fl && numi(b) >= 0) {
+            if (!fl && numi(b) >= 0) { /* square and multiply; overflow: exact big int */
                 int64_t r = 1, base = numi(a);
-                for (int64_t e = numi(b); e > 0; e--) {
-                    if (__builtin_mul_overflow(r, base, &r)) return jv_float(pow(numf(a), numf(b)));
-                    if (r == 0 || r == 1) break;
+                for (uint64_t e = (uint64_t)numi(b); e; e >>= 1) {
+                    if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return jv_big_binop(rt, op, a, b);
+                    if (e > 1 && __builtin_mul_overflow(base, base, &base)) return jv_big_binop(rt, op, a, b);
                 }
                 return jv_int(r);
             }
@@ -359,10 +411,13 @@ static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
         }
     }
     if (op == OP_ADD && a->t == JV_STR && b->t == JV_STR) {
+        /* Markup.__add__/__radd__ escape the plain operand */
+        bool markup = jv_is_markup(a) || jv_is_markup(b);
+        jv x = markup ? jv_escape(rt, a) : *a, y = markup ? jv_escape(rt, b) : *b;
         jbuf out = {0};
-        if (!jbuf_put(rt, &out, a->u.s->s, a->u.s->len) || !jbuf_put(rt, &out, b->u.s->s, b->u.s->len))
+        if (!JRT_OK(rt) || !jbuf_put(rt, &out, x.u.s->s, x.u.s->len) || !jbuf_put(rt, &out, y.u.s->s, y.u.s->len))
             return jv_undef();
-        return jbuf_take(rt, &out);
+        return jv_mark(jbuf_take(rt, &out), markup);
     }
     if (op == OP_ADD && jv_is_seq(a) && a->t == b->t) {
         jv l = jv_list_new(rt, a->u.l->n + b->u.l->n);
@@ -482,7 +537,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
         return jrt_fail(rt, CMF_ERR_LIMIT, "macro recursion deeper than %d", rt->max_depth);
     jscope *sc = scope_new(rt, m->closure);
     if (!sc) return jv_undef();
-    if (nargs > def->nitems)
+    if (nargs > def->nitems && !def->op)
         return jrt_fail(rt, CMF_ERR_RENDER, "macro '%.*s' takes not more than %d argument(s)",
                         (int)def->name_len, def->name ? def->name : "caller", def->nitems);
     bool used_kw[32] = {0};
@@ -513,6 +568,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
     }
     if (!JRT_OK(rt) || !scope_set(rt, sc, "kwargs", 6, kwargs)) return jv_undef();
     jv varargs = jv_list_new(rt, 0);
+    for (int i = def->nitems; i < nargs && JRT_OK(rt); i++) jv_list_push(rt, &varargs, args[i]);
     varargs.t = JV_TUPLE;
     if (!JRT_OK(rt) || !scope_set(rt, sc, "varargs", 7, varargs)) return jv_undef();
     if (m->caller.t == JV_MACRO && !scope_set(rt, sc, "caller", 6, m->caller)) return jv_undef();
@@ -526,9 +582,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
     rt->depth--;
     rt->brk = 0;
     if (!ok) return jv_undef();
-    jv r = jbuf_take(rt, &out);
-    r.safe = 1;
-    return r;
+    return jbuf_take(rt, &out); /* plain str: Markup only under autoescape */
 }
 
 static jv call_global(jrt *rt, int fn, argpack *ap) {
@@ -544,6 +598,7 @@ static jv call_global(jrt *rt, int fn, argpack *ap) {
         int64_t v[3] = {0, 0, 1};
         if (ap->npos < 1 || ap->npos > 3) return jrt_fail(rt, CMF_ERR_RENDER, "range expected 1 to 3 arguments, got %d", ap->npos);
         for (int i = 0; i < ap->npos; i++) {
+            if (ap->pos[i].t == JV_BIGINT) return jrt_fail(rt, CMF_ERR_LIMIT, "range() argument beyond 64 bits");
             if (ap->pos[i].t != JV_INT && ap->pos[i].t != JV_BOOL)
                 return jrt_fail(rt, CMF_ERR_RENDER, "'%s' object cannot be interpreted as an integer", jv_type_name(&ap->pos[i]));
             v[i] = numi(&ap->pos[i]);
@@ -741,7 +796,8 @@ static jv eval_node(jrt *rt, jscope *sc, const jnode *n) {
         jv a = jinja_eval(rt, sc, n->a);
         if (!JRT_OK(rt)) return a;
         rt->cur = n;
-        if (a.t == JV_INT || a.t == JV_BOOL) return jv_int(n->kind == E_NEG ? -numi(&a) : numi(&a));
+        if (a.t == JV_BIGINT) return n->kind == E_NEG ? jv_big_neg(rt, &a) : a;
+        if (a.t == JV_INT || a.t == JV_BOOL) return n->kind == E_NEG ? jv_big_neg(rt, &a) : jv_int(numi(&a));
         if (a.t == JV_FLOAT) return jv_float(n->kind == E_NEG ? -a.u.f : a.u.f);
         if (a.t == JV_UNDEF) return undefined_error(rt, &a);
         return jrt_fail(rt, CMF_ERR_RENDER, "bad operand type for unary %c: '%s'", n->kind == E_NEG ? '-' : '+', jv_type_name(&a));

@@ -9,6 +9,7 @@
 #include "jinja.h"
 #include "strutil.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,11 @@ static bool argint(jrt *rt, jargs *a, int pi, const char *name, int64_t dflt, in
     if (!v || v->t == JV_NONE) { *out = dflt; return true; }
     if (v->t == JV_INT) { *out = v->u.i; return true; }
     if (v->t == JV_BOOL) { *out = v->u.b; return true; }
-    if (v->t == JV_FLOAT) { *out = (int64_t)v->u.f; return true; }
+    if (v->t == JV_FLOAT && v->u.f > -9.2e18 && v->u.f < 9.2e18) { *out = (int64_t)v->u.f; return true; }
+    if (v->t == JV_BIGINT || v->t == JV_FLOAT) {
+        jrt_fail(rt, CMF_ERR_RENDER, "%s: argument '%s' is too large", what, name);
+        return false;
+    }
     jrt_fail(rt, CMF_ERR_RENDER, "%s: argument '%s' must be an integer, not %s", what, name, jv_type_name(v));
     return false;
 }
@@ -84,6 +89,18 @@ static jv sort_key(jrt *rt, const jv *v, bool cs) {
 
 typedef struct sort_item { jv key; jv val; size_t idx; } sort_item;
 
+/* The pair whose '<' Python evaluates when comparing x and y: sequences of
+ * one type compare at their first unequal items (for error messages). */
+static void cmp_culprits(const jv **x, const jv **y) {
+    while (jv_is_seq(*x) && (*x)->t == (*y)->t) {
+        size_t i = 0, n = (*x)->u.l->n < (*y)->u.l->n ? (*x)->u.l->n : (*y)->u.l->n;
+        while (i < n && jv_equal(&(*x)->u.l->v[i], &(*y)->u.l->v[i])) i++;
+        if (i == n) return;
+        *x = &(*x)->u.l->v[i];
+        *y = &(*y)->u.l->v[i];
+    }
+}
+
 /* Stable merge sort (Python sort is stable); comparison errors reported. */
 static bool msort(jrt *rt, sort_item *a, sort_item *tmp, size_t n, bool rev) {
     if (n < 2) return true;
@@ -94,8 +111,10 @@ static bool msort(jrt *rt, sort_item *a, sort_item *tmp, size_t n, bool rev) {
         bool ok;
         int c = jv_compare(&a[j].key, &a[i].key, &ok);
         if (!ok) {
+            const jv *x = &a[j].key, *y = &a[i].key;
+            cmp_culprits(&x, &y);
             jrt_fail(rt, CMF_ERR_RENDER, "'<' not supported between instances of '%s' and '%s'",
-                     jv_type_name(&a[j].key), jv_type_name(&a[i].key));
+                     jv_type_name(x), jv_type_name(y));
             return false;
         }
         bool take_j = rev ? c > 0 : c < 0;
@@ -110,19 +129,6 @@ static bool msort(jrt *rt, sort_item *a, sort_item *tmp, size_t n, bool rev) {
 static bool sort_items(jrt *rt, sort_item *it, size_t n, bool rev) {
     sort_item *tmp = jrt_alloc(rt, (n ? n : 1) * sizeof *tmp);
     return tmp && msort(rt, it, tmp, n, rev);
-}
-
-static jv html_escape(jrt *rt, const jv *x) {
-    jv s = as_str(rt, x);
-    if (!JRT_OK(rt)) return s;
-    jbuf b = {0};
-    if (!jbuf_put(rt, &b, "", 0)) return jv_undef();
-    for (size_t i = 0; i < s.u.s->len; i++) {
-        char c = s.u.s->s[i];
-        const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
-        if (!(e ? jbuf_puts(rt, &b, e) : jbuf_put(rt, &b, &c, 1))) return jv_undef();
-    }
-    return jbuf_take(rt, &b);
 }
 
 static jv do_indent(jrt *rt, const jv *x, jargs *a) {
@@ -155,7 +161,7 @@ static jv do_indent(jrt *rt, const jv *x, jargs *a) {
         }
         if (!jbuf_put(rt, &b, ln->s, ln->len)) return jv_undef();
     }
-    return jbuf_take(rt, &b);
+    return jv_mark(jbuf_take(rt, &b), jv_is_markup(&s));
 }
 
 static jv do_tojson(jrt *rt, const jv *x, jargs *a) {
@@ -198,8 +204,18 @@ static jv as_gen(jv v) {
     return v;
 }
 
+/* jinja2's select/reject/map guard with `if value:`: none, false, 0, ""
+ * and empty containers yield an empty sequence (no argument checks). */
+static bool falsy_seq(jrt *rt, const jv *x, jv *out) {
+    if (jv_truthy(x)) return false;
+    *out = jv_list_new(rt, 0);
+    return true;
+}
+
 static jv do_select(jrt *rt, jv *x, jargs *a, bool attr, bool want) {
     jlist *l;
+    jv empty;
+    if (falsy_seq(rt, x, &empty)) return empty;
     if (!jv_iterate(rt, x, &l)) return jv_undef();
     jv out = jv_list_new(rt, l->n);
     for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
@@ -217,6 +233,8 @@ static jv do_select(jrt *rt, jv *x, jargs *a, bool attr, bool want) {
 
 static jv do_map(jrt *rt, jv *x, jargs *a) {
     jlist *l;
+    jv empty;
+    if (falsy_seq(rt, x, &empty)) return empty;
     if (!jv_iterate(rt, x, &l)) return jv_undef();
     jv out = jv_list_new(rt, l->n);
     jv *attr = jargs_get(a, -1, "attribute");
@@ -240,6 +258,30 @@ static jv do_map(jrt *rt, jv *x, jargs *a) {
     return JRT_OK(rt) ? out : jv_undef();
 }
 
+/* jinja2 make_multi_attrgetter: the key is a list with one item per
+ * comma-separated attribute path (the item itself without attribute), so
+ * keys compare as lists do: equal items (None and None) never raise. */
+static jv multi_key(jrt *rt, const jv *item, const jv *attr, bool cs) {
+    jv key = jv_list_new(rt, 1);
+    if (!JRT_OK(rt)) return key;
+    if (!attr || attr->t != JV_STR) {
+        jv k = attr && attr->t != JV_NONE ? get_path(rt, item, attr) : *item;
+        jv_list_push(rt, &key, sort_key(rt, &k, cs));
+        return key;
+    }
+    const char *p = attr->u.s->s;
+    size_t n = attr->u.s->len;
+    for (size_t i = 0; i <= n && JRT_OK(rt);) {
+        size_t j = i;
+        while (j < n && p[j] != ',') j++;
+        jv part = jv_str(rt, p + i, j - i);
+        jv k = JRT_OK(rt) ? get_path(rt, item, &part) : jv_undef();
+        if (JRT_OK(rt)) jv_list_push(rt, &key, sort_key(rt, &k, cs));
+        i = j + 1;
+    }
+    return key;
+}
+
 static jv do_sort(jrt *rt, jv *x, jargs *a) {
     jlist *l;
     if (!jv_iterate(rt, x, &l)) return jv_undef();
@@ -248,8 +290,7 @@ static jv do_sort(jrt *rt, jv *x, jargs *a) {
     sort_item *it = jrt_alloc(rt, (l->n ? l->n : 1) * sizeof *it);
     if (!it) return jv_undef();
     for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
-        jv k = attr ? get_path(rt, &l->v[i], attr) : l->v[i];
-        it[i].key = sort_key(rt, &k, cs);
+        it[i].key = multi_key(rt, &l->v[i], attr, cs);
         it[i].val = l->v[i];
     }
     if (!JRT_OK(rt) || !sort_items(rt, it, l->n, rev)) return jv_undef();
@@ -352,17 +393,26 @@ static jv do_int(jrt *rt, const jv *x, jargs *a) {
     int64_t base = 10;
     if (!argint(rt, a, 1, "base", 10, &base, "int")) return jv_undef();
     switch (x->t) {
-    case JV_INT: return *x;
+    case JV_INT: case JV_BIGINT: return *x;
     case JV_BOOL: return jv_int(x->u.b);
-    case JV_FLOAT: return jv_int((int64_t)x->u.f);
+    case JV_FLOAT: return isnan(x->u.f) ? dflt : jv_int_of_double(rt, x->u.f);
     case JV_STR: {
         char *end;
         jv t = su_strip(rt, x, NULL, true, true);
         if (!JRT_OK(rt) || t.u.s->len == 0) return dflt;
-        long long v = strtoll(t.u.s->s, &end, (int)base);
-        if (*end == 0) return jv_int(v);
+        if (base == 10) { /* exact, any size */
+            jv r;
+            if (jv_int_parse(rt, t.u.s->s, t.u.s->len, &r)) return r;
+            if (!JRT_OK(rt)) return jv_undef();
+        } else {
+            errno = 0;
+            long long v = strtoll(t.u.s->s, &end, (int)base);
+            if (*end == 0 && errno == ERANGE)
+                return jrt_fail(rt, CMF_ERR_UNSUPPORTED, "int: a base-%d value beyond 64 bits", (int)base);
+            if (*end == 0) return jv_int(v);
+        }
         double f = strtod(t.u.s->s, &end);
-        if (*end == 0) return jv_int((int64_t)f);
+        if (*end == 0) return isnan(f) ? dflt : jv_int_of_double(rt, f);
         return dflt;
     }
     default: return dflt;
@@ -373,7 +423,7 @@ static jv do_float(jrt *rt, const jv *x, jargs *a) {
     jv *dv = jargs_get(a, 0, "default");
     jv dflt = dv ? *dv : jv_float(0.0);
     switch (x->t) {
-    case JV_INT: return jv_float((double)x->u.i);
+    case JV_INT: case JV_BIGINT: return jv_float(jv_num_double(x));
     case JV_BOOL: return jv_float(x->u.b);
     case JV_FLOAT: return *x;
     case JV_STR: {
@@ -387,15 +437,34 @@ static jv do_float(jrt *rt, const jv *x, jargs *a) {
     }
 }
 
+/* Python round(v, prec) of an int: v itself for prec >= 0, else the
+ * nearest multiple of 10**-prec, ties to even (exact, an int). */
+static jv round_int(jrt *rt, jv v, int64_t prec) {
+    if (prec >= 0) return v;
+    if (prec < -JBIG_MAX_DIGITS) return jv_int(0);
+    jv ten = jv_int(10), e = jv_int(-prec), two = jv_int(2), one = jv_int(1);
+    jv m = jv_big_binop(rt, OP_POW, &ten, &e);
+    jv q = JRT_OK(rt) ? jv_big_binop(rt, OP_FDIV, &v, &m) : jv_undef();
+    jv r = JRT_OK(rt) ? jv_big_binop(rt, OP_MOD, &v, &m) : jv_undef();
+    jv r2 = JRT_OK(rt) ? jv_big_binop(rt, OP_MUL, &r, &two) : jv_undef();
+    jv qodd = JRT_OK(rt) ? jv_big_binop(rt, OP_MOD, &q, &two) : jv_undef();
+    if (!JRT_OK(rt)) return jv_undef();
+    int c = jv_int_cmp(&r2, &m);
+    if (c > 0 || (c == 0 && qodd.t == JV_INT && qodd.u.i == 1)) q = jv_big_binop(rt, OP_ADD, &q, &one);
+    return JRT_OK(rt) ? jv_big_binop(rt, OP_MUL, &q, &m) : jv_undef();
+}
+
 static jv do_round(jrt *rt, const jv *x, jargs *a) {
     int64_t prec = 0;
     if (!argint(rt, a, 0, "precision", 0, &prec, "round")) return jv_undef();
     jv *m = argstr(rt, a, 1, "method", "round");
     if (!JRT_OK(rt)) return jv_undef();
-    if (x->t != JV_INT && x->t != JV_FLOAT && x->t != JV_BOOL) return jrt_fail(rt, CMF_ERR_RENDER, "round: expected a number");
-    double v = x->t == JV_FLOAT ? x->u.f : x->t == JV_INT ? (double)x->u.i : x->u.b;
-    double f = pow(10.0, (double)prec), r;
+    if (!jv_is_intlike(x) && x->t != JV_FLOAT) return jrt_fail(rt, CMF_ERR_RENDER, "round: expected a number");
     const char *meth = m ? m->u.s->s : "common";
+    if (jv_is_intlike(x) && strcmp(meth, "common") == 0) /* Python round(int, n) is an int */
+        return round_int(rt, x->t == JV_BOOL ? jv_int(x->u.b) : *x, prec);
+    double v = jv_num_double(x);
+    double f = pow(10.0, (double)prec), r;
     if (strcmp(meth, "common") == 0) {
         /* Python round(): half to even on the decimal value */
         char buf[64];
@@ -417,6 +486,9 @@ static jv do_truncate(jrt *rt, const jv *x, jargs *a) {
     jv end = endv ? as_str(rt, endv) : jv_cstr(rt, "...");
     if (!JRT_OK(rt)) return jv_undef();
     size_t cl = utf8_len(s.u.s->s, s.u.s->len), el = utf8_len(end.u.s->s, end.u.s->len);
+    bool markup = jv_is_markup(&s); /* Markup slice + end: end is escaped */
+    if (markup) end = jv_escape(rt, &end);
+    if (!JRT_OK(rt)) return jv_undef();
     if ((int64_t)cl <= length + leeway) return s;
     int64_t keep = length - (int64_t)el;
     if (keep < 0) keep = 0;
@@ -429,7 +501,7 @@ static jv do_truncate(jrt *rt, const jv *x, jargs *a) {
         if (k > 0) b.n = k - 1;
     }
     if (!jbuf_put(rt, &b, end.u.s->s, end.u.s->len)) return jv_undef();
-    return jbuf_take(rt, &b);
+    return jv_mark(jbuf_take(rt, &b), markup);
 }
 
 static jv do_batch_slice(jrt *rt, jv *x, jargs *a, bool is_slice) {
@@ -506,12 +578,10 @@ static jv do_sum(jrt *rt, jv *x, jargs *a) {
     for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
         jv v = attr ? get_path(rt, &l->v[i], attr) : l->v[i];
         bool fl = acc.t == JV_FLOAT || v.t == JV_FLOAT;
-        if ((acc.t != JV_INT && acc.t != JV_FLOAT && acc.t != JV_BOOL) || (v.t != JV_INT && v.t != JV_FLOAT && v.t != JV_BOOL))
+        if ((!jv_is_intlike(&acc) && acc.t != JV_FLOAT) || (!jv_is_intlike(&v) && v.t != JV_FLOAT))
             return jrt_fail(rt, CMF_ERR_RENDER, "sum: unsupported operand type(s) '%s' and '%s'", jv_type_name(&acc), jv_type_name(&v));
-        double af = acc.t == JV_FLOAT ? acc.u.f : acc.t == JV_INT ? (double)acc.u.i : acc.u.b;
-        double vf = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
-        if (fl) acc = jv_float(af + vf);
-        else acc = jv_int((acc.t == JV_INT ? acc.u.i : acc.u.b) + (v.t == JV_INT ? v.u.i : v.u.b));
+        if (fl) acc = jv_float(jv_num_double(&acc) + jv_num_double(&v));
+        else acc = jv_big_binop(rt, OP_ADD, &acc, &v); /* exact; an int when it fits */
     }
     return acc;
 }
@@ -609,12 +679,13 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
     } else if (F("trim")) {
         jv s = as_str(rt, x);
         jv *chars = argstr(rt, a, 0, "chars", "trim");
-        if (JRT_OK(rt)) r = su_strip(rt, &s, chars && chars->t == JV_STR ? chars : NULL, true, true);
+        if (JRT_OK(rt)) r = jv_mark(su_strip(rt, &s, chars && chars->t == JV_STR ? chars : NULL, true, true), jv_is_markup(&s));
     } else if (F("string")) {
         r = x->t == JV_UNDEF ? jv_cstr(rt, "") : jv_to_str(rt, x);
     } else if (F("lower") || F("upper") || F("title") || F("capitalize")) {
         jv s = as_str(rt, x);
         if (JRT_OK(rt)) r = su_case(rt, &s, F("lower") ? SU_LOWER : F("upper") ? SU_UPPER : F("title") ? SU_TITLE : SU_CAPITALIZE);
+        r = jv_mark(r, jv_is_markup(&s) && !F("title")); /* jinja2's title joins plain str */
     } else if (F("items")) {
         r = as_gen(do_items(rt, x));
     } else if (F("join")) {
@@ -634,10 +705,12 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
     } else if (F("selectattr") || F("rejectattr")) {
         r = as_gen(do_select(rt, x, a, true, F("selectattr")));
     } else if (F("safe")) {
-        r = x->t == JV_UNDEF ? jv_cstr(rt, "") : jv_to_str(rt, x);
-        r.safe = 1;
-    } else if (F("escape") || F("e") || F("forceescape")) {
-        r = html_escape(rt, x);
+        r = jv_mark(x->t == JV_UNDEF ? jv_cstr(rt, "") : jv_to_str(rt, x), true);
+    } else if (F("escape") || F("e")) {
+        r = jv_escape(rt, x);
+    } else if (F("forceescape")) {
+        jv s = jv_mark(as_str(rt, x), false);
+        if (JRT_OK(rt)) r = jv_escape(rt, &s);
     } else if (F("int")) {
         r = do_int(rt, x, a);
     } else if (F("float")) {
@@ -648,20 +721,21 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
         int64_t cnt = -1;
         if (!o || !n) return jrt_fail(rt, CMF_ERR_RENDER, "replace: expected old and new"), *out = jv_undef(), true;
         jv os = as_str(rt, o), ns = as_str(rt, n);
-        if (JRT_OK(rt) && argint(rt, a, 2, "count", -1, &cnt, "replace")) r = su_replace(rt, &s, &os, &ns, cnt);
+        if (JRT_OK(rt) && argint(rt, a, 2, "count", -1, &cnt, "replace")) r = jv_mark(su_replace(rt, &s, &os, &ns, cnt), false);
     } else if (F("unique")) {
         r = as_gen(do_unique(rt, x, a));
     } else if (F("first") || F("last")) {
         if (x->t == JV_STR) {
             size_t cl = utf8_len(x->u.s->s, x->u.s->len);
             jv idx = jv_int(F("first") ? 0 : -1);
-            r = cl ? jinja_getitem(rt, x, &idx) : jv_undef();
+            r = cl ? jv_mark(jinja_getitem(rt, x, &idx), false) : jv_undef(); /* next(iter(s)): plain */
         } else {
             jlist *l;
             if (jv_iterate(rt, x, &l)) r = l->n ? l->v[F("first") ? 0 : l->n - 1] : jv_undef_named(rt, "no first item", 13);
         }
     } else if (F("abs")) {
-        if (x->t == JV_INT) r = jv_int(x->u.i < 0 ? -x->u.i : x->u.i);
+        jv zero = jv_int(0);
+        if (x->t == JV_INT || x->t == JV_BIGINT) r = jv_int_cmp(x, &zero) < 0 ? jv_big_neg(rt, x) : *x;
         else if (x->t == JV_FLOAT) r = jv_float(fabs(x->u.f));
         else if (x->t == JV_BOOL) r = jv_int(x->u.b);
         else return jrt_fail(rt, CMF_ERR_RENDER, "bad operand type for abs(): '%s'", jv_type_name(x)), *out = jv_undef(), true;
@@ -681,7 +755,7 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
                 jbuf_put(rt, &b, p + s, e - s);
                 e = s;
             }
-            r = JRT_OK(rt) ? jbuf_take(rt, &b) : jv_undef();
+            r = JRT_OK(rt) ? jv_mark(jbuf_take(rt, &b), jv_is_markup(x)) : jv_undef();
         } else {
             jlist *l;
             if (jv_iterate(rt, x, &l)) {
@@ -721,7 +795,7 @@ bool jinja_filter(jrt *rt, const char *name, jv *x, jargs *a, jv *out) {
                 for (int64_t i = 0; i < left; i++) jbuf_put(rt, &b, " ", 1);
                 jbuf_put(rt, &b, s.u.s->s, s.u.s->len);
                 for (int64_t i = 0; i < pad - left; i++) jbuf_put(rt, &b, " ", 1);
-                r = JRT_OK(rt) ? jbuf_take(rt, &b) : jv_undef();
+                r = JRT_OK(rt) ? jv_mark(jbuf_take(rt, &b), jv_is_markup(&s)) : jv_undef();
             }
         }
     } else if (F("format")) {
@@ -775,15 +849,15 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
     else if (F("boolean")) r = x->t == JV_BOOL;
     else if (F("false")) r = x->t == JV_BOOL && !x->u.b;
     else if (F("true")) r = x->t == JV_BOOL && x->u.b;
-    else if (F("integer")) r = x->t == JV_INT;
+    else if (F("integer")) r = x->t == JV_INT || x->t == JV_BIGINT;
     else if (F("float")) r = x->t == JV_FLOAT;
-    else if (F("number")) r = x->t == JV_INT || x->t == JV_FLOAT || x->t == JV_BOOL;
+    else if (F("number")) r = jv_is_intlike(x) || x->t == JV_FLOAT;
     else if (F("string")) r = x->t == JV_STR;
     else if (F("mapping")) r = x->t == JV_DICT;
     else if (F("iterable")) r = x->t == JV_STR || jv_is_seq(x) || x->t == JV_DICT || x->t == JV_UNDEF || x->t == JV_GEN;
     else if (F("sequence")) r = x->t == JV_STR || jv_is_seq(x) || x->t == JV_DICT || x->t == JV_UNDEF;
     else if (F("callable")) r = x->t == JV_MACRO || x->t == JV_FUNC;
-    else if (F("escaped")) r = x->safe;
+    else if (F("escaped")) r = jv_is_markup(x);
     else if (F("lower") || F("upper")) {
         if (x->t != JV_STR) r = false;
         else {
@@ -792,13 +866,14 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
             r = JRT_OK(rt) && jv_equal(&c, x) && !jv_equal(&o, x);
         }
     } else if (F("odd") || F("even")) {
-        if (x->t != JV_INT && x->t != JV_BOOL) { jrt_fail(rt, CMF_ERR_RENDER, "%s test: expected an integer, got %s", name, jv_type_name(x)); return true; }
-        int64_t v = x->t == JV_INT ? x->u.i : x->u.b;
+        if (!jv_is_intlike(x)) { jrt_fail(rt, CMF_ERR_RENDER, "%s test: expected an integer, got %s", name, jv_type_name(x)); return true; }
+        int64_t v = x->t == JV_INT ? x->u.i : x->t == JV_BOOL ? x->u.b : x->u.s->s[x->u.s->len - 1] - '0';
         r = F("odd") ? (v % 2 != 0) : (v % 2 == 0);
     } else if (F("divisibleby")) {
-        if (!arg || (arg->t != JV_INT) || (x->t != JV_INT)) { jrt_fail(rt, CMF_ERR_RENDER, "divisibleby: expected integers"); return true; }
-        if (arg->u.i == 0) { jrt_fail(rt, CMF_ERR_RENDER, "integer division or modulo by zero"); return true; }
-        r = x->u.i % arg->u.i == 0;
+        if (!arg || (arg->t != JV_INT && arg->t != JV_BIGINT) || (x->t != JV_INT && x->t != JV_BIGINT)) { jrt_fail(rt, CMF_ERR_RENDER, "divisibleby: expected integers"); return true; }
+        if (arg->t == JV_INT && arg->u.i == 0) { jrt_fail(rt, CMF_ERR_RENDER, "integer division or modulo by zero"); return true; }
+        jv m = jv_big_binop(rt, OP_MOD, x, arg); /* exact, and no INT64_MIN % -1 overflow */
+        r = JRT_OK(rt) && m.t == JV_INT && m.u.i == 0;
     } else if (F("sameas")) {
         if (!arg) { jrt_fail(rt, CMF_ERR_RENDER, "sameas: missing argument"); return true; }
         r = x->t == arg->t && (x->t == JV_NONE || x->t == JV_UNDEF || ((x->t == JV_BOOL || x->t == JV_INT) && jv_equal(x, arg)) ||

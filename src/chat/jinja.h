@@ -27,7 +27,8 @@
 typedef enum {
     JV_UNDEF = 0, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_TUPLE,
     JV_DICT, JV_NS, JV_MACRO, JV_FUNC, JV_LOOP,
-    JV_GEN     /* a one-shot iterator (map/select/... results in jinja2): u.l holds the items */
+    JV_GEN,    /* a one-shot iterator (map/select/... results in jinja2): u.l holds the items */
+    JV_BIGINT  /* a Python int outside int64: u.s holds its decimal text (bigint.c) */
 } jv_type;
 
 typedef struct jstr { size_t len; char s[]; } jstr;        /* UTF-8, NUL-terminated */
@@ -36,7 +37,7 @@ typedef struct jdict { size_t n, cap; struct jv *k, *v; } jdict; /* insertion or
 
 typedef struct jv {
     uint8_t t;
-    uint8_t safe;       /* string marked safe (no effect: autoescape is off) */
+    uint8_t safe;       /* JV_STR: 1 = a Markup string (see jv_is_markup); JV_TUPLE: 2 = groupby's namedtuple */
     union {
         bool b;
         int64_t i;
@@ -71,7 +72,7 @@ enum { OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW,
 
 typedef struct jnode {
     uint8_t kind;
-    uint8_t op;       /* E_BIN/E_CMP operator, E_TEST negation, N_FOR recursive */
+    uint8_t op;       /* E_BIN/E_CMP operator, E_TEST negation, N_FOR recursive, N_MACRO/N_CALLBLOCK body reads varargs */
     int line, col;
     const char *name; /* E_NAME, E_ATTR, E_FILTER, E_TEST, E_KWARG, N_MACRO, N_SET target name */
     size_t name_len;
@@ -129,6 +130,7 @@ typedef struct jrt {
     int depth, max_depth;   /* macro/call/recursive-loop depth */
     int nest;               /* C recursion of eval/exec, bounded by MAX_EVAL_NEST (eval.c) */
     int64_t now;
+    uint64_t big_work;      /* limb operations of big-int arithmetic so far (bigint.c) */
     int brk;                /* 1 break, 2 continue pending */
     const jnode *cur;       /* node being evaluated (for error positions) */
 } jrt;
@@ -171,6 +173,19 @@ bool jv_equal(const jv *a, const jv *b);
 int jv_compare(const jv *a, const jv *b, bool *ok);
 const char *jv_type_name(const jv *v);
 
+/* Markup strings (markupsafe 3.0, as jinja2 without autoescape uses them):
+ * |safe and |escape return Markup; Markup + str and str + Markup escape the
+ * plain operand, Markup % args and Markup.format() escape the arguments,
+ * and Markup's own str methods (upper, strip, split, replace, join, [i],
+ * [a:b], * n ...) return Markup. Output, `~` and |join stay plain text
+ * because autoescape is off. */
+static inline bool jv_is_markup(const jv *v) { return v->t == JV_STR && v->safe == 1; }
+/* v with its Markup mark set to `markup` (strings only). */
+static inline jv jv_mark(jv v, bool markup) { if (v.t == JV_STR) v.safe = markup ? 1 : 0; return v; }
+/* markupsafe.escape(x): a Markup x unchanged, else str(x) with & < > " '
+ * replaced by &amp; &lt; &gt; &#34; &#39;, as Markup. */
+jv jv_escape(jrt *rt, const jv *x);
+
 /* Output buffer of strings: a growable byte buffer on the render heap. */
 typedef struct jbuf { char *p; size_t n, cap; } jbuf;
 bool jbuf_put(jrt *rt, jbuf *b, const char *s, size_t n);
@@ -189,6 +204,27 @@ size_t utf8_offset(const char *s, size_t n, size_t cp);    /* byte offset of cod
 /* Iterate: turn an iterable value into a list (dict -> keys, string ->
  * characters, undefined -> empty). Error on non-iterables. */
 bool jv_iterate(jrt *rt, const jv *v, jlist **out);
+
+/* ---- big integers (bigint.c) ----------------------------------------- */
+/* A JV_BIGINT is canonical ("-"? digits, no leading zeros) and never in
+ * the int64 range; results that fit become JV_INT. At most
+ * JBIG_MAX_DIGITS digits (Python's int/str conversion limit). */
+#define JBIG_MAX_DIGITS 4300
+static inline bool jv_is_intlike(const jv *v) { return v->t == JV_INT || v->t == JV_BOOL || v->t == JV_BIGINT; }
+/* Decimal text [+-]digits -> JV_INT or JV_BIGINT. false: not such text (no
+ * error set), or more than JBIG_MAX_DIGITS digits (CMF_ERR_LIMIT set). */
+bool jv_int_parse(jrt *rt, const char *s, size_t n, jv *out);
+/* Exact a OP b on int-like operands (OP_ADD/SUB/MUL/FDIV/MOD/POW; OP_DIV
+ * and negative powers give floats, as in Python). Errors: division by
+ * zero, CMF_ERR_LIMIT when the result is too large. */
+jv jv_big_binop(jrt *rt, int op, const jv *a, const jv *b);
+jv jv_big_neg(jrt *rt, const jv *a);             /* -a for an int-like a */
+double jv_num_double(const jv *v);                /* float(v) for numbers (bool/int/bigint/float) */
+/* int(f): truncated, exact (a JV_BIGINT beyond int64); NaN and infinity
+ * are render errors, as Python's ValueError/OverflowError. */
+jv jv_int_of_double(jrt *rt, double f);
+int jv_int_cmp(const jv *a, const jv *b);         /* exact order of int-like values: <0/0/>0 */
+int jv_big_cmp_float(const jv *a, double f);      /* exact order of a JV_BIGINT and a float (NaN: 0) */
 
 /* ---- JSON (tojson.c) -------------------------------------------------- */
 jv jv_from_json(jrt *rt, const struct cJSON *j);

@@ -13,6 +13,7 @@
 
 #include <assert.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,8 +181,18 @@ static cmf_status lex_number(lx *l, size_t *pp) {
     if (!k) return lx_err(l, start, CMF_ERR_NOMEM, "out of memory");
     if (is_float) k->f = strtod(buf, NULL);
     else {
+        errno = 0;
         k->i = strtoll(buf, NULL, 10);
-        if (o > 18) return lx_err(l, start, CMF_ERR_UNSUPPORTED, "integer literal too large");
+        if (errno == ERANGE) { /* beyond int64: the parser makes a big int of the digits */
+            const char *dg = buf;
+            while (dg[0] == '0' && dg[1]) dg++;
+            size_t nd = strlen(dg);
+            char *d = jarena_alloc(l->arena, nd + 1);
+            if (!d) return lx_err(l, start, CMF_ERR_NOMEM, "out of memory");
+            memcpy(d, dg, nd + 1);
+            k->s = d;
+            k->n = nd;
+        }
     }
     *pp = p;
     return CMF_OK;

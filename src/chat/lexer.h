@@ -16,7 +16,8 @@ typedef enum {
 typedef struct jtok {
     jtok_type t;
     int line, col;
-    const char *s;   /* T_NAME/T_OP: source text; T_TEXT/T_STRING: decoded text (arena) */
+    const char *s;   /* T_NAME/T_OP: source text; T_TEXT/T_STRING: decoded text (arena);
+                        T_INT beyond int64: its digits (arena), else NULL */
     size_t n;
     int64_t i;       /* T_INT */
     double f;        /* T_FLOAT */

@@ -34,7 +34,8 @@ static int64_t intarg(jrt *rt, jargs *a, int pi, const char *nm, int64_t dflt) {
     if (!v || v->t == JV_NONE) return dflt;
     if (v->t == JV_INT) return v->u.i;
     if (v->t == JV_BOOL) return v->u.b;
-    jrt_fail(rt, CMF_ERR_RENDER, "'%s' object cannot be interpreted as an integer", jv_type_name(v));
+    if (v->t == JV_BIGINT) jrt_fail(rt, CMF_ERR_RENDER, "Python int too large to convert to C ssize_t");
+    else jrt_fail(rt, CMF_ERR_RENDER, "'%s' object cannot be interpreted as an integer", jv_type_name(v));
     return dflt;
 }
 
@@ -55,7 +56,8 @@ static bool affix(jrt *rt, const jv *s, const jv *arg, bool start, bool *out) {
     return false;
 }
 
-/* str.format: "{}", "{0}", "{name}", "{{", "}}"; format specs unsupported. */
+/* str.format: "{}", "{0}", "{name}", "{{", "}}"; format specs unsupported.
+ * Markup.format escapes each inserted field. */
 static jv str_format(jrt *rt, const jv *s, jargs *a) {
     jbuf b = {0};
     if (!jbuf_put(rt, &b, "", 0)) return jv_undef();
@@ -80,7 +82,10 @@ static jv str_format(jrt *rt, const jv *s, jargs *a) {
                 if (strlen(a->kwn[k]) == fl && memcmp(a->kwn[k], f, fl) == 0) v = &a->kwv[k];
         }
         if (!v) return jrt_fail(rt, CMF_ERR_RENDER, "str.format: missing argument for '{%.*s}'", (int)fl, f);
-        jv_write_str(rt, &b, v);
+        if (jv_is_markup(s)) {
+            jv e = jv_escape(rt, v);
+            if (JRT_OK(rt)) jbuf_put(rt, &b, e.u.s->s, e.u.s->len);
+        } else jv_write_str(rt, &b, v);
         i = (size_t)(e - p);
     }
     return JRT_OK(rt) ? jbuf_take(rt, &b) : jv_undef();
@@ -105,15 +110,25 @@ static bool str_pred(const jv *s, const char *name, bool *out) {
     return true;
 }
 
+/* Markup's str methods return Markup (lists and tuples of it). */
+static jv mark_all(jv r) {
+    if (jv_is_seq(&r))
+        for (size_t i = 0; i < r.u.l->n; i++) r.u.l->v[i] = jv_mark(r.u.l->v[i], true);
+    return jv_mark(r, true);
+}
+
 static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
     jv r = jv_undef();
+    bool markup = jv_is_markup(s), keep = false; /* keep: Markup in, Markup out */
     if (M("strip") || M("lstrip") || M("rstrip")) {
         jv *chars = strarg(rt, a, 0, "chars", name);
         if (JRT_OK(rt)) r = su_strip(rt, s, chars, !M("rstrip"), !M("lstrip"));
+        keep = true;
     } else if (M("split") || M("rsplit")) {
         jv *sep = strarg(rt, a, 0, "sep", name);
         int64_t mx = intarg(rt, a, 1, "maxsplit", -1);
         if (JRT_OK(rt)) r = su_split(rt, s, sep, mx, M("rsplit"));
+        keep = true;
     } else if (M("startswith") || M("endswith")) {
         jv *arg = jargs_get(a, 0, NULL);
         bool b;
@@ -130,11 +145,14 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
         if (JRT_OK(rt) && affix(rt, &sub, arg, M("startswith"), &b)) r = jv_bool(b);
     } else if (M("upper") || M("lower") || M("title") || M("capitalize") || M("swapcase")) {
         r = su_case(rt, s, M("upper") ? SU_UPPER : M("lower") ? SU_LOWER : M("title") ? SU_TITLE : M("capitalize") ? SU_CAPITALIZE : SU_SWAPCASE);
+        keep = true;
     } else if (M("replace")) {
         jv *o = strarg(rt, a, 0, "old", name), *n = strarg(rt, a, 1, "new", name);
         int64_t cnt = intarg(rt, a, 2, "count", -1);
         if (JRT_OK(rt) && (!o || !n)) return jrt_fail(rt, CMF_ERR_RENDER, "replace() expects 2 string arguments"), *out = jv_undef(), true;
-        if (JRT_OK(rt)) r = su_replace(rt, s, o, n, cnt);
+        jv en = markup && JRT_OK(rt) ? jv_escape(rt, n) : jv_undef(); /* Markup.replace escapes new */
+        if (JRT_OK(rt)) r = su_replace(rt, s, o, markup ? &en : n, cnt);
+        keep = true;
     } else if (M("find") || M("rfind") || M("index") || M("rindex") || M("count")) {
         jv *sub = strarg(rt, a, 0, "sub", name);
         if (!JRT_OK(rt)) { *out = jv_undef(); return true; }
@@ -161,14 +179,22 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
             jbuf b = {0};
             jbuf_put(rt, &b, "", 0);
             for (size_t i = 0; i < l->n && JRT_OK(rt); i++) {
+                if (markup) { /* Markup.join escapes the items (any type) */
+                    jv e = jv_escape(rt, &l->v[i]);
+                    if (i) jbuf_put(rt, &b, s->u.s->s, s->u.s->len);
+                    if (JRT_OK(rt)) jbuf_put(rt, &b, e.u.s->s, e.u.s->len);
+                    continue;
+                }
                 if (l->v[i].t != JV_STR) return jrt_fail(rt, CMF_ERR_RENDER, "sequence item %zu: expected str instance, %s found", i, jv_type_name(&l->v[i])), *out = jv_undef(), true;
                 if (i) jbuf_put(rt, &b, s->u.s->s, s->u.s->len);
                 jbuf_put(rt, &b, l->v[i].u.s->s, l->v[i].u.s->len);
             }
             r = JRT_OK(rt) ? jbuf_take(rt, &b) : jv_undef();
         }
+        keep = true;
     } else if (M("format")) {
         r = str_format(rt, s, a);
+        keep = true;
     } else if (M("partition") || M("rpartition")) {
         jv *sep = strarg(rt, a, 0, "sep", name);
         if (!JRT_OK(rt)) { *out = jv_undef(); return true; }
@@ -190,8 +216,10 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
         }
         t.t = JV_TUPLE;
         r = t;
+        keep = true;
     } else if (M("splitlines")) {
         r = su_splitlines(rt, s);
+        keep = true;
     } else if (M("isdigit") || M("isdecimal") || M("isnumeric") || M("isalpha") || M("isalnum") || M("isspace")) {
         bool b = false;
         str_pred(s, name, &b);
@@ -203,6 +231,7 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
     } else {
         return false;
     }
+    if (JRT_OK(rt) && markup && keep) r = mark_all(r);
     *out = JRT_OK(rt) ? r : jv_undef();
     return true;
 }

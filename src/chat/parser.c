@@ -12,8 +12,8 @@
  * Node child layout (jnode a/b/c/d, items):
  *   N_IF a=cond b=body c=else(body or N_IF)   N_FOR a=target b=iter c=body d=else, items[0]=filter cond
  *   N_SET a=target b=value                    N_SETBLOCK a=target b=body c=filter chain (E_FILTER on NULL)
- *   N_MACRO name, items=params (E_NAME or E_KWARG with default), b=body
- *   N_CALLBLOCK a=call expr, items=params, b=body
+ *   N_MACRO name, items=params (E_NAME or E_KWARG with default), b=body, op=body reads varargs
+ *   N_CALLBLOCK a=call expr, items=params, b=body, op=body reads varargs
  *   N_FILTERBLOCK a=filter chain, b=body      N_WITH items=N_SET assignments, b=body
  *   E_ATTR a=obj name                         E_ITEM a=obj b=index (E_SLICE: a,b,c start/stop/step)
  *   E_CALL a=callee items=args (E_KWARG for keywords)
@@ -196,6 +196,14 @@ static jnode *parse_primary(ps *p) {
     case T_INT:
         if (!(n = mk(p, E_CONST, k))) return NULL;
         n->cval = jv_int(k->i);
+        if (k->s) { /* a literal beyond int64 */
+            jstr *s = jarena_alloc(&p->t->arena, sizeof(jstr) + k->n + 1);
+            if (!s) { if (!p->st) p->st = cmf_error_set(p->err, CMF_ERR_NOMEM, "out of memory"); return NULL; }
+            memcpy(s->s, k->s, k->n + 1);
+            s->len = k->n;
+            n->cval.t = JV_BIGINT;
+            n->cval.u.s = s;
+        }
         return n;
     case T_FLOAT:
         if (!(n = mk(p, E_CONST, k))) return NULL;
@@ -698,6 +706,17 @@ static bool parse_params(ps *p, jnode *n) {
     return true;
 }
 
+/* Whether the tree under n loads the name (jinja2 find_undeclared): a
+ * macro whose body reads `varargs` collects extra positional arguments. */
+static bool refs_name(const jnode *n, const char *name) {
+    if (!n) return false;
+    if (n->kind == E_NAME && n->name_len == strlen(name) && memcmp(n->name, name, n->name_len) == 0) return true;
+    if (refs_name(n->a, name) || refs_name(n->b, name) || refs_name(n->c, name) || refs_name(n->d, name)) return true;
+    for (int i = 0; i < n->nitems; i++)
+        if (refs_name(n->items[i], name)) return true;
+    return false;
+}
+
 static jnode *parse_macro(ps *p, jtok *k) {
     jnode *n = mk(p, N_MACRO, k);
     jtok *nm = next(p);
@@ -709,6 +728,7 @@ static jnode *parse_macro(ps *p, jtok *k) {
     static const char *const ends[] = {"endmacro", NULL};
     const jtok *e;
     if (!(n->b = parse_body(p, ends, &e))) return NULL;
+    n->op = refs_name(n->b, "varargs");
     next(p);
     if (peek(p)->t == T_NAME) next(p); /* {% endmacro name %} */
     if (!expect_block_end(p)) return NULL;
@@ -744,6 +764,7 @@ static jnode *parse_stmt(ps *p) {
         if (!expect_block_end(p)) return NULL;
         static const char *const ends[] = {"endcall", NULL};
         if (!(n->b = parse_body(p, ends, &e))) return NULL;
+        n->op = refs_name(n->b, "varargs");
         next(p);
         if (!expect_block_end(p)) return NULL;
     } else if (is_name(k, "filter")) {

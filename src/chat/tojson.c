@@ -11,7 +11,6 @@
 #include "strutil.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +103,7 @@ static bool dump(jrt *rt, jbuf *b, const jv *v, const jjson_opts *o, int level) 
     case JV_NONE: return jbuf_puts(rt, b, "null");
     case JV_BOOL: return jbuf_puts(rt, b, v->u.b ? "true" : "false");
     case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return jbuf_puts(rt, b, tmp);
+    case JV_BIGINT: return jbuf_put(rt, b, v->u.s->s, v->u.s->len);
     case JV_FLOAT:
         if (isnan(v->u.f)) return jbuf_puts(rt, b, "NaN");
         if (isinf(v->u.f)) return jbuf_puts(rt, b, v->u.f < 0 ? "-Infinity" : "Infinity");
@@ -142,7 +142,7 @@ static bool dump(jrt *rt, jbuf *b, const jv *v, const jjson_opts *o, int level) 
             if (indent >= 0 && !newline_indent(rt, b, indent, level + 1)) return false;
             const jv *k = &v->u.d->k[i];
             if (k->t == JV_STR) { if (!json_str(rt, b, k->u.s->s, k->u.s->len, o->ensure_ascii)) return false; }
-            else if (k->t == JV_INT || k->t == JV_FLOAT || k->t == JV_BOOL || k->t == JV_NONE) {
+            else if (k->t == JV_INT || k->t == JV_BIGINT || k->t == JV_FLOAT || k->t == JV_BOOL || k->t == JV_NONE) {
                 /* Python converts such keys to strings */
                 jbuf kb = {0};
                 jjson_opts ko = *o;
@@ -250,22 +250,21 @@ static bool jp_number(jp *p, jv *out) {
         if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return jp_fail(p, "bad number");
         while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
     }
-    char buf[64];
     size_t len = p->i - st;
-    if (len >= sizeof buf) {
-        if (!fl) return jp_fail(p, "integer too large");
-        len = sizeof buf - 1;
+    if (!fl) { /* Python ints have no size limit: beyond int64 a JV_BIGINT keeps the digits */
+        if (len - (p->s[st] == '-') > JBIG_MAX_DIGITS) {
+            char msg[64];
+            snprintf(msg, sizeof msg, "integer with more than %d digits", JBIG_MAX_DIGITS);
+            p->i = st;
+            return jp_fail(p, msg);
+        }
+        return jv_int_parse(p->rt, p->s + st, len, out) || jp_fail(p, "bad number");
     }
+    char small[64], *buf = len < sizeof small ? small : jrt_alloc(p->rt, len + 1);
+    if (!buf) return false;
     memcpy(buf, p->s + st, len);
     buf[len] = 0;
-    if (!fl) {
-        errno = 0;
-        long long v = strtoll(buf, NULL, 10);
-        if (errno == ERANGE) return jp_fail(p, "integer out of the 64-bit range");
-        *out = jv_int(v);
-    } else {
-        *out = jv_float(strtod(buf, NULL));
-    }
+    *out = jv_float(strtod(buf, NULL));
     return true;
 }
 

@@ -185,13 +185,22 @@ bool jv_truthy(const jv *v) {
     }
 }
 
-static bool is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
+static bool is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL || v->t == JV_BIGINT; }
 static double num_f(const jv *v) {
     return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
 static int64_t num_i(const jv *v) { return v->t == JV_INT ? v->u.i : (int64_t)v->u.b; }
 
+/* Exact order of two numbers, one of them a JV_BIGINT. */
+static int big_order(const jv *a, const jv *b) {
+    if (a->t == JV_FLOAT) return -jv_big_cmp_float(b, a->u.f);
+    if (b->t == JV_FLOAT) return jv_big_cmp_float(a, b->u.f);
+    return jv_int_cmp(a, b);
+}
+
 bool jv_equal(const jv *a, const jv *b) {
+    if (is_num(a) && is_num(b) && (a->t == JV_BIGINT || b->t == JV_BIGINT))
+        return !(a->t == JV_FLOAT && isnan(a->u.f)) && !(b->t == JV_FLOAT && isnan(b->u.f)) && big_order(a, b) == 0;
     if (is_num(a) && is_num(b)) {
         if (a->t == JV_FLOAT || b->t == JV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -228,6 +237,7 @@ int jv_compare(const jv *a, const jv *b, bool *ok) {
     *ok = true;
     if (a->t == JV_UNDEF && b->t == JV_UNDEF) return 0; /* jinja2 sorts [a, b] of Undefined */
     if (is_num(a) && is_num(b)) {
+        if (a->t == JV_BIGINT || b->t == JV_BIGINT) return big_order(a, b);
         if (a->t == JV_FLOAT || b->t == JV_FLOAT) {
             double x = num_f(a), y = num_f(b);
             return x < y ? -1 : x > y ? 1 : 0;
@@ -259,7 +269,7 @@ const char *jv_type_name(const jv *v) {
     case JV_UNDEF: return "Undefined";
     case JV_NONE: return "NoneType";
     case JV_BOOL: return "bool";
-    case JV_INT: return "int";
+    case JV_INT: case JV_BIGINT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
     case JV_LIST: return "list";
@@ -368,6 +378,20 @@ static bool write_str_repr(jrt *rt, jbuf *b, const jstr *s) {
     return jbuf_put(rt, b, &q, 1);
 }
 
+jv jv_escape(jrt *rt, const jv *x) {
+    if (jv_is_markup(x)) return *x;
+    jv s = jv_to_str(rt, x);
+    if (!JRT_OK(rt)) return s;
+    jbuf b = {0};
+    if (!jbuf_put(rt, &b, "", 0)) return jv_undef();
+    for (size_t i = 0; i < s.u.s->len; i++) {
+        char c = s.u.s->s[i];
+        const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : NULL;
+        if (!(e ? jbuf_puts(rt, &b, e) : jbuf_put(rt, &b, &c, 1))) return jv_undef();
+    }
+    return jv_mark(jbuf_take(rt, &b), true);
+}
+
 static bool write_any(jrt *rt, jbuf *b, const jv *v, bool repr) {
     char tmp[64];
     switch (v->t) {
@@ -375,8 +399,13 @@ static bool write_any(jrt *rt, jbuf *b, const jv *v, bool repr) {
     case JV_NONE: return jbuf_puts(rt, b, "None");
     case JV_BOOL: return jbuf_puts(rt, b, v->u.b ? "True" : "False");
     case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return jbuf_puts(rt, b, tmp);
+    case JV_BIGINT: return jbuf_put(rt, b, v->u.s->s, v->u.s->len);
     case JV_FLOAT: jv_format_float(v->u.f, tmp, sizeof tmp); return jbuf_puts(rt, b, tmp);
-    case JV_STR: return repr ? write_str_repr(rt, b, v->u.s) : jbuf_put(rt, b, v->u.s->s, v->u.s->len);
+    case JV_STR:
+        if (!repr) return jbuf_put(rt, b, v->u.s->s, v->u.s->len);
+        if (jv_is_markup(v)) /* Markup.__repr__ */
+            return jbuf_puts(rt, b, "Markup(") && write_str_repr(rt, b, v->u.s) && jbuf_puts(rt, b, ")");
+        return write_str_repr(rt, b, v->u.s);
     case JV_LIST: case JV_TUPLE: {
         bool tup = v->t == JV_TUPLE;
         if (!jbuf_puts(rt, b, tup ? "(" : "[")) return false;

@@ -41,6 +41,20 @@ static inline cmf_status ctu_render(const char *name, const char *tpl, const cJS
     return st;
 }
 
+/* The same with the context as JSON text (cmf_template_render_json). */
+static inline cmf_status ctu_render_json(const char *name, const char *tpl, const char *ctx_json, char **out,
+                                         size_t *len, cmf_error *err) {
+    cmf_template *t = NULL;
+    *out = NULL;
+    cmf_status st = cmf_template_parse(tpl, strlen(tpl), name, &t, err);
+    if (st != CMF_OK) return st;
+    cmf_render_opts o = {0};
+    o.now = CTU_NOW;
+    st = cmf_template_render_json(t, ctx_json, strlen(ctx_json), &o, out, len, err);
+    cmf_template_free(t);
+    return st;
+}
+
 /* Print where got and want first differ. */
 static inline void ctu_diff(const char *what, const char *got, size_t glen, const char *want) {
     size_t wlen = strlen(want), i = 0;
@@ -54,9 +68,11 @@ static inline void ctu_diff(const char *what, const char *got, size_t glen, cons
 }
 
 /* Run every case of an expected JSON file of the form
- * {"cases": [{"name", "template", "context"?, <want>}]}: want_of() returns
- * the expected output (NULL: skip the case) and sets *want_err when the
- * reference raised. extra_ctx() may add variables (bos/eos tokens). */
+ * {"cases": [{"name", "template", "context"?, "context_json"?, <want>}]}:
+ * want_of() returns the expected output (NULL: skip the case) and sets
+ * *want_err when the reference raised. extra_ctx() may add variables
+ * (bos/eos tokens). A case with "context_json" (JSON text) renders with
+ * that text instead. */
 typedef const char *(*ctu_want_fn)(const cJSON *c, bool *want_err);
 typedef cJSON *(*ctu_ctx_fn)(const cJSON *root, const cJSON *c);
 
@@ -73,12 +89,18 @@ static inline int ctu_run_cases_path(const char *path, const char *file, ctu_wan
         bool want_err = false;
         const char *want = want_of(c, &want_err);
         if (!tpl || (!want && !want_err)) { skipped++; continue; }
-        cJSON *ctx = ctx_of(root, c);
+        const char *ctx_json = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "context_json"));
         char *out;
         size_t len;
         cmf_error err = {0};
-        cmf_status st = ctu_render(name ? name : "case", tpl, ctx, &out, &len, &err);
-        cJSON_Delete(ctx);
+        cmf_status st;
+        if (ctx_json) {
+            st = ctu_render_json(name ? name : "case", tpl, ctx_json, &out, &len, &err);
+        } else {
+            cJSON *ctx = ctx_of(root, c);
+            st = ctu_render(name ? name : "case", tpl, ctx, &out, &len, &err);
+            cJSON_Delete(ctx);
+        }
         n++;
         if (want_err) {
             CHECK(st != CMF_OK, "%s: reference raised but we rendered", name);

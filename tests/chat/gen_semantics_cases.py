@@ -4,8 +4,12 @@ semantics_snippets.txt (a template; the two characters \\n stand for a
 newline) rendered with Python jinja2 configured as Hugging Face transformers
 configures it (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
 loopcontrols, tojson = json.dumps(ensure_ascii=False, ...), raise_exception,
-strftime_now on a fixed clock) and the CONTEXT below. Run with Debian's
-python3-jinja2:  /usr/bin/python3 tests/chat/gen_semantics_cases.py
+strftime_now on a fixed clock) and the CONTEXT below; then every line of
+semantics_json_snippets.txt ("CONTEXT-JSON<TAB>template") rendered with
+json.loads(CONTEXT-JSON), recorded with that text as "context_json" (the
+test renders it with cmf_template_render_json: exact numbers such as ints
+beyond 64 bits). Run with Debian's python3-jinja2:
+/usr/bin/python3 tests/chat/gen_semantics_cases.py
 """
 import datetime
 import json
@@ -54,6 +58,18 @@ def main():
             case = {"name": f"line{i + 1}", "template": tpl}
             try:
                 case["jinja2_reference"] = {"output": env.from_string(tpl).render(**CONTEXT)}
+            except Exception as ex:  # the engine must fail too
+                case["jinja2_reference"] = {"error": repr(ex)}
+            cases.append(case)
+    with open(os.path.join(here, "semantics_json_snippets.txt"), encoding="utf-8") as f:
+        for i, line in enumerate(l.rstrip("\n") for l in f):
+            if not line.strip():
+                continue
+            ctx, tpl = line.split("\t", 1)
+            tpl = tpl.replace("\\n", "\n")
+            case = {"name": f"json_line{i + 1}", "template": tpl, "context_json": ctx}
+            try:
+                case["jinja2_reference"] = {"output": env.from_string(tpl).render(**json.loads(ctx))}
             except Exception as ex:  # the engine must fail too
                 case["jinja2_reference"] = {"error": repr(ex)}
             cases.append(case)

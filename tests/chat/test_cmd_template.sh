@@ -2,7 +2,8 @@
 # test_cmd_template.sh — `cmf template` end to end: renders of real
 # templates (files under ../shared/data/chat_templates) for the reference
 # contexts must equal the recorded Python jinja2 renders byte for byte;
-# a raising template exits 1 with the message on stderr; usage errors exit 2.
+# a raising template exits 1 with the message on stderr; usage errors exit 2;
+# context ints beyond 64 bits print unchanged.
 # Args: <cmf binary> <source dir> <build dir>.
 set -u
 CMF=$1; SRC=$2; BUILD=$3
@@ -24,6 +25,12 @@ printf '{%% if x %%}' > "$TMP/bad.jinja"
 printf '{"messages": [' > "$TMP/badctx.json"
 printf 'x' > "$TMP/x.jinja"
 "$CMF" template "$TMP/x.jinja" --context "$TMP/badctx.json" 2> /dev/null; check '[ $? -eq 1 ]' "invalid context JSON -> exit 1"
+# Python's json keeps ints of any size: they print and serialise unchanged
+printf '{"n": 12345678901234567890, "l": [-98765432109876543210987654321]}' > "$TMP/big.json"
+printf '{{ n }}|{{ l|tojson }}|{{ n + 1 }}' > "$TMP/big.jinja"
+out=$("$CMF" template "$TMP/big.jinja" --context "$TMP/big.json" 2> "$TMP/err.txt")
+check '[ "$out" = "12345678901234567890|[-98765432109876543210987654321]|12345678901234567891" ]' \
+    "ints beyond 64 bits in the context: $out $(head -c 200 "$TMP/err.txt")"
 printf '{{ strftime_now("%%d %%b %%Y") }}' > "$TMP/now.jinja"
 out=$("$CMF" template "$TMP/now.jinja" --now 2025-07-10T12:00:00); check '[ "$out" = "10 Jul 2025" ]' "--now"
 

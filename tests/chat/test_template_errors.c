@@ -159,8 +159,26 @@ int main(void) {
         o = NULL;
         CHECK(cmf_template_render_json(t, "[1]", 3, NULL, &o, &ol, &e) == CMF_ERR_ARG, "non-object: %s", e.msg);
         free(o);
+        o = NULL;
+        /* ints of any size up to Python's 4300-digit conversion limit */
+        char big[4400];
+        int bn = snprintf(big, sizeof big, "{\"a\": 1");
+        memset(big + bn, '0', 4300);
+        strcpy(big + bn + 4300, "}");
+        CHECK(cmf_template_render_json(t, big, strlen(big), NULL, &o, &ol, &e) == CMF_ERR_FORMAT &&
+                  strstr(e.msg, "more than 4300 digits"), "4301-digit int: %s", e.msg);
+        free(o);
         cmf_template_free(t);
     }
+    expect_err("{{ 10 ** 5000 }}", NULL, NULL, CMF_ERR_LIMIT, "more than 4300 digits");
+    expect_err("{{ 7 ** 99999999999 }}", NULL, NULL, CMF_ERR_LIMIT, "more than 4300 digits");
+    expect_err("{{ (10 ** 4299) * (10 ** 4299) }}", NULL, NULL, CMF_ERR_LIMIT, "more than 4300 digits");
+    expect_err("{{ 12345678901234567890123 // 0 }}", NULL, NULL, CMF_ERR_RENDER, "division or modulo by zero");
+    /* quadratic big-int work is bounded, not a hang */
+    expect_err("{% set x = 10 ** 4000 %}{% set y = 7 ** 2000 %}{% for i in range(100000) %}{{ (x // y) % 10 }}{% endfor %}",
+               NULL, NULL, CMF_ERR_LIMIT, "limb operations");
+    expect_out("{{ (10 ** 4299)|string|length }}|{{ (2 ** 4000) % 1000007 }}|{{ (3 ** 2000) // (3 ** 1998) }}", NULL,
+               "4300|823040|9");
 
     /* ChatML default template */
     cJSON *ctx = cJSON_Parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": true}");
