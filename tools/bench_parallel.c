@@ -49,7 +49,7 @@ static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const in
     r->p = P;
     cmf_engine_params ep = {.n_ctx = (uint32_t)P * (uint32_t)(n_prompt + n_gen + 16),
                             .n_seq_max = (uint32_t)P, .n_seq_ctx = (uint32_t)(n_prompt + n_gen + 16),
-                            .n_batch = 512};
+                            .n_batch = 512, .batch_invariant = getenv("CMF_BENCH_EXACT") != NULL};
     cmf_engine *e = NULL;
     cmf_status st = cmf_engine_new(m, NULL, &ep, &e, err);
     if (st != CMF_OK) return st;

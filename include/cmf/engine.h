@@ -13,11 +13,16 @@
  * youngest running sequence is preempted: its pages are freed and it is
  * requeued to recompute its tokens later; its output is unchanged.
  *
- * Batch invariance: a sequence's logits are bit-identical whatever other
- * sequences share its steps, however its prompt is chunked, and whether it
- * was preempted or not: every token is computed in the row class it had
- * when first computed (prompt tokens as a prompt, sampled tokens as a
- * one-token decode; cmf_batch.row_classes). See docs/ENGINE.md.
+ * Batch invariance (batch_invariant = true, the exact mode): a sequence's
+ * logits are bit-identical whatever other sequences share its steps,
+ * however its prompt is chunked, whether it was preempted, and whether its
+ * prompt came from the prefix cache or a fork: every token is computed in
+ * the row class it had when first computed (prompt tokens as a prompt,
+ * sampled tokens as a one-token decode; cmf_batch.row_classes). It costs
+ * throughput with many sequences (their decodes run on the one-token
+ * kernels instead of the GEMM). Off (the default), the kernels are chosen
+ * by batch size as llama.cpp and vLLM do, and a token's logits can differ
+ * in the last bits with the batch it ran in (docs/ENGINE.md).
  *
  * Thread-safety: cmf_engine_add, cmf_engine_cancel and cmf_engine_wait may
  * be called from any thread at any time (a locked inbox the next step
@@ -47,6 +52,7 @@ typedef struct cmf_engine_params {
     uint32_t page_size;  /* KV tokens per page (0 = 16) */
     cmf_kv_type kv_type; /* CMF_KV_F16 default */
     bool prefix_cache;   /* reuse the KV pages of prompts already seen */
+    bool batch_invariant;/* exact mode: see "Batch invariance" above */
 } cmf_engine_params;
 
 /* What a sequence's callback is told, once per sampled token and once at

@@ -73,7 +73,7 @@ struct cmf_engine {
     cmf_kv_cache *kv;
     uint32_t n_vocab, n_sample, n_seq_max, n_seq_ctx, n_batch;
     uint32_t cap_batch;       /* rows of the batch scratch */
-    bool prefix_cache;
+    bool prefix_cache, batch_invariant;
     /* owned by the stepping thread */
     eseq **seqs;              /* [n_seqs] every known sequence, by id */
     size_t n_seqs, cap_seqs;
@@ -240,6 +240,7 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     e->n_seq_ctx = n_seq_ctx;
     e->n_batch = e->cap_batch = n_batch;
     e->prefix_cache = p->prefix_cache;
+    e->batch_invariant = p->batch_invariant;
     e->next_id = 1;
     if (pthread_mutex_init(&e->mu, NULL)) {
         free(e);
@@ -682,7 +683,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         n = build(e, &n_dec, &n_chunks);
         if (n == 0) break;
         cmf_batch b = {.n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq_id = e->b_seq,
-                       .logits = e->b_logits, .row_classes = true, .n_decode = n_dec,
+                       .logits = e->b_logits, .row_classes = e->batch_invariant, .n_decode = n_dec,
                        .weight_set = e->b_ws};
         cmf_error ferr;
         memset(&ferr, 0, sizeof ferr);

@@ -117,7 +117,7 @@ static cmf_seq_params seq_params(const spec *s, rec *r) {
 
 /* Each spec alone: the oracle. */
 static int run_alone(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, int n, rec *out) {
-    cmf_engine_params ep = {.n_ctx = 512, .n_seq_max = 1};
+    cmf_engine_params ep = {.n_ctx = 512, .n_seq_max = 1, .batch_invariant = true};
     cmf_engine *e = NULL;
     cmf_error err;
     if (cmf_engine_new(m, tok, &ep, &e, &err) != CMF_OK) {
@@ -235,7 +235,7 @@ static void run_batched(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, 
 /* A kept sequence is prefilled; forks of it continue with each spec's
  * prompt that shares its prefix: they equal the oracle's fresh runs. */
 static void run_fork(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, const rec *want) {
-    cmf_engine_params ep = {.n_ctx = 2048, .n_seq_max = 8};
+    cmf_engine_params ep = {.n_ctx = 2048, .n_seq_max = 8, .batch_invariant = true};
     cmf_engine *e = NULL;
     cmf_error err;
     if (cmf_engine_new(m, tok, &ep, &e, &err) != CMF_OK) {
@@ -335,7 +335,7 @@ static void *producer(void *p) {
 }
 
 static void run_threads(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, int n, const rec *want) {
-    cmf_engine_params ep = {.n_ctx = 1024, .n_seq_max = 16, .n_batch = 64};
+    cmf_engine_params ep = {.n_ctx = 1024, .n_seq_max = 16, .n_batch = 64, .batch_invariant = true};
     cmf_engine *e = NULL;
     cmf_error err;
     if (cmf_engine_new(m, tok, &ep, &e, &err) != CMF_OK) {
@@ -378,7 +378,7 @@ static void run_threads(cmf_model *m, const cmf_tokenizer *tok, const spec *sp, 
  * over the same tokens and first runs the pending one) gives the tokens and
  * logits of one uninterrupted run. */
 static void run_kept(cmf_model *m, const cmf_tokenizer *tok, const spec *s0, const rec *want) {
-    cmf_engine_params ep = {.n_ctx = 512, .n_seq_max = 2};
+    cmf_engine_params ep = {.n_ctx = 512, .n_seq_max = 2, .batch_invariant = true};
     cmf_engine *e = NULL;
     cmf_error err;
     if (cmf_engine_new(m, tok, &ep, &e, &err) != CMF_OK) {
@@ -466,18 +466,18 @@ int main(void) {
 
     uint32_t pre_a = 0, pre_b = 0, pre_c = 0;
     /* (a) all at once: 64 slots, chunked prompts, no pressure */
-    cmf_engine_params a = {.n_ctx = 64 * 136, .n_seq_max = (uint32_t)n, .n_batch = 96};
+    cmf_engine_params a = {.n_ctx = 64 * 136, .n_seq_max = (uint32_t)n, .n_batch = 96, .batch_invariant = true};
     run_batched(m, tok, sp, n, want, &a, "wide", &pre_a);
     /* (b) a small cache: preemptions */
-    cmf_engine_params b = {.n_ctx = 320, .n_seq_max = 8, .n_batch = 32};
+    cmf_engine_params b = {.n_ctx = 320, .n_seq_max = 8, .n_batch = 32, .batch_invariant = true};
     run_batched(m, tok, sp, n, want, &b, "preempt", &pre_b);
     CHECK(pre_b > 0, "the small-cache run preempted nothing (the test would not test preemption)");
     /* (c) tiny token budget: every prompt in many chunks */
-    cmf_engine_params c = {.n_ctx = 2048, .n_seq_max = 12, .n_batch = 12, .page_size = 8};
+    cmf_engine_params c = {.n_ctx = 2048, .n_seq_max = 12, .n_batch = 12, .page_size = 8, .batch_invariant = true};
     run_batched(m, tok, sp, n, want, &c, "chunks", &pre_c);
     /* (d) the prefix cache: hits give the logits of misses */
     uint32_t pre_d = 0;
-    cmf_engine_params d = {.n_ctx = 1024, .n_seq_max = 8, .n_batch = 64, .prefix_cache = true};
+    cmf_engine_params d = {.n_ctx = 1024, .n_seq_max = 8, .n_batch = 64, .prefix_cache = true, .batch_invariant = true};
     run_batched(m, tok, sp, n, want, &d, "prefix", &pre_d);
     run_threads(m, tok, sp, n, want);
     run_fork(m, tok, sp, want);

@@ -184,7 +184,7 @@ int main(void) {
     cmf_kv_free(kv);
 
     /* the engine: two sequences, one per weight set, in one batch */
-    cmf_engine_params ep = {.n_ctx = 512, .n_seq_max = 4};
+    cmf_engine_params ep = {.n_ctx = 512, .n_seq_max = 4, .batch_invariant = true};
     cmf_engine *e = NULL;
     REQUIRE(cmf_engine_new(m, NULL, &ep, &e, &err) == CMF_OK, "engine: %s", err.msg);
     last_logits got[2] = {{{0}, 0}, {{0}, 0}}, alone[2] = {{{0}, 0}, {{0}, 0}};
