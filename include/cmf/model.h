@@ -158,6 +158,13 @@ cmf_status cmf_kv_seq_free(cmf_kv_cache *kv, int32_t seq);
 cmf_status cmf_kv_seq_fork(cmf_kv_cache *kv, int32_t src, int32_t dst, uint32_t n, cmf_error *err);
 /* Token slots a forward can still get: (free + cached pages) · page_size
  * (cached pages are evicted on demand). */
+/* Keep, after a tree step, the slots keep[0..n) (increasing, >= from) of
+ * seq as positions from, from+1, ...: their K/V rows move down in every
+ * layer and the sequence is cut to from + n (the accepted path of a
+ * verified draft tree). Errors: CMF_ERR_ARG (bad seq, slots out of range
+ * or not increasing). */
+cmf_status cmf_kv_seq_keep(cmf_kv_cache *kv, int32_t seq, uint32_t from, const uint32_t *keep, uint32_t n,
+                           cmf_error *err);
 uint32_t cmf_kv_free_slots(const cmf_kv_cache *kv);
 uint32_t cmf_kv_n_ctx(const cmf_kv_cache *kv);
 
@@ -198,6 +205,8 @@ void cmf_kv_get_stats(const cmf_kv_cache *kv, cmf_kv_stats *st);
 
 /* ---- forward ----------------------------------------------------------- */
 
+typedef enum cmf_mask { CMF_MASK_CAUSAL = 0, CMF_MASK_BLOCK = 1, CMF_MASK_TREE = 2 } cmf_mask;
+
 typedef struct cmf_batch {
     uint32_t n_tokens;
     const int32_t *tokens;  /* [n_tokens] token ids */
@@ -216,6 +225,23 @@ typedef struct cmf_batch {
      * size as before. */
     bool row_classes;
     uint32_t n_decode;
+    /* Attention mask among the batch's tokens of one sequence (positions
+     * before them, in the cache, are always seen):
+     *   CMF_MASK_CAUSAL  each token sees the tokens before it (default);
+     *   CMF_MASK_BLOCK   each token sees all of its sequence's tokens in the
+     *                    batch (a drafted block verified as a whole);
+     *   CMF_MASK_TREE    a token sees its ancestors and itself: parent[t]
+     *                    is the batch index of its parent (an earlier token
+     *                    of the same sequence) or -1 (a root, after the
+     *                    cached prefix); pos[t] is its RoPE position (the
+     *                    prefix length plus its depth), while its K/V go to
+     *                    the next free slot in batch order. At most 64
+     *                    tree tokens per sequence and batch; afterwards keep
+     *                    the accepted path with cmf_kv_seq_keep.
+     * BLOCK and TREE batches hold at most 512 tokens (one micro-batch).
+     * Sliding-window layers count the window in slots. */
+    cmf_mask mask;
+    const int32_t *parent;  /* [n_tokens] for CMF_MASK_TREE */
 } cmf_batch;
 
 /* Run the batch. Rules: for each sequence, its tokens in the batch are in

@@ -67,15 +67,21 @@ typedef struct cmf_kv_view {
 /* Attention over the KV cache for a batch (one layer).
  *   q:   [n_tok][n_head * head_dim]   (already normed and rotated)
  *   out: [n_tok][n_head * head_dim]
- * token t attends to positions max(0, pos[t]-window+1) .. pos[t] of its
- * sequence (window 0 = unlimited), via views[t]. Head h reads KV head
- * h / (n_head / n_kv_head) (GQA). scores = q·k·scale, optionally softcapped
- * c·tanh(s/c) (gemma2), softmax, then the weighted sum of v. */
+ * token t attends to the KV slots [max(0, end-window), end) of its
+ * sequence, end = key_end[t] (NULL: pos[t] + 1, causal), window 0 =
+ * unlimited, via views[t]; with a tree mask, a slot p >= tree_base[t] is
+ * seen only when bit p - tree_base[t] of tree_mask[t] is set (its
+ * ancestors and itself). Head h reads KV head h / (n_head / n_kv_head)
+ * (GQA). scores = q·k·scale, optionally softcapped c·tanh(s/c) (gemma2),
+ * softmax, then the weighted sum of v. */
 typedef struct cmf_attn_args {
     uint32_t n_tok, n_head, n_kv_head, head_dim;
     const float *q;
     float *out;
     const int32_t *pos;
+    const uint32_t *key_end;    /* [n_tok] or NULL */
+    const uint32_t *tree_base;  /* [n_tok] or NULL (no tree mask) */
+    const uint64_t *tree_mask;  /* [n_tok] with tree_base */
     const cmf_kv_view *views; /* [n_tok] */
     uint32_t window;
     float scale;

@@ -46,6 +46,8 @@ typedef struct fwd_buf {
     size_t n_taps;     /* rows allocated there */
     uint32_t cap;      /* tokens this scratch holds */
     int32_t n_dec;      /* rows [0, n_dec) of this micro-batch are decode-class; -1 = by n */
+    const uint32_t *key_end, *tree_base; /* this micro-batch's masks (fwd_io), or NULL */
+    const uint64_t *tree_mask;
     cmf_kv_view *views; /* [n] */
     size_t *slots;      /* [n] element offset of each token's K/V */
 } fwd_buf;
@@ -180,6 +182,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     cmf_attn_args a = {
         .n_tok = n, .n_head = hp->n_head, .n_kv_head = hp->n_head_kv, .head_dim = hd,
         .q = b->q, .out = b->att, .pos = bt->pos, .views = b->views,
+        .key_end = b->key_end, .tree_base = b->tree_base, .tree_mask = b->tree_mask,
         .window = L->sliding ? hp->sliding_window : 0,
         .scale = hp->attn_scale, .softcap = hp->attn_softcap,
     };
@@ -239,16 +242,35 @@ static cmf_status check_batch(const cmf_kv_cache *kv, const cmf_batch *bt, uint3
     if (bt->row_classes && bt->n_decode > bt->n_tokens)
         return cmf_error_set(err, CMF_ERR_ARG, "forward: n_decode %u > n_tokens %u", bt->n_decode,
                              bt->n_tokens);
+    if (bt->mask != CMF_MASK_CAUSAL && bt->mask != CMF_MASK_BLOCK && bt->mask != CMF_MASK_TREE)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: unknown mask %d", (int)bt->mask);
+    if (bt->mask != CMF_MASK_CAUSAL && bt->n_tokens > CMF_UBATCH)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: a block or tree batch of %u tokens (at most %u)",
+                             bt->n_tokens, CMF_UBATCH);
+    if (bt->mask == CMF_MASK_TREE && !bt->parent)
+        return cmf_error_set(err, CMF_ERR_ARG, "forward: a tree mask needs parent[]");
     for (uint32_t s = 0; s < kv->n_seq; s++) new_len[s] = kv->seq_len[s];
     for (uint32_t t = 0; t < bt->n_tokens; t++) {
         int32_t s = bt->seq_id ? bt->seq_id[t] : 0;
         if (s < 0 || (uint32_t)s >= kv->n_seq)
             return cmf_error_set(err, CMF_ERR_ARG, "forward: batch token %u: seq_id %d out of range [0, %u)",
                                  t, (int)s, kv->n_seq);
-        if (bt->pos[t] < 0 || (uint32_t)bt->pos[t] != new_len[s])
+        if (bt->mask == CMF_MASK_TREE) { /* RoPE positions are the caller's; slots go in order */
+            int32_t par = bt->parent ? bt->parent[t] : -2;
+            if (par < -1 || par >= (int32_t)t || (par >= 0 && (bt->seq_id ? bt->seq_id[par] : 0) != s))
+                return cmf_error_set(err, CMF_ERR_ARG,
+                                     "forward: tree token %u: parent %d is not an earlier token of seq %d", t,
+                                     (int)par, (int)s);
+            if (bt->pos[t] < 0 || (uint32_t)bt->pos[t] < kv->seq_len[s])
+                return cmf_error_set(err, CMF_ERR_ARG, "forward: tree token %u: pos %d before the cached %u", t,
+                                     (int)bt->pos[t], kv->seq_len[s]);
+            if (new_len[s] - kv->seq_len[s] >= 64)
+                return cmf_error_set(err, CMF_ERR_ARG, "forward: more than 64 tree tokens for seq %d", (int)s);
+        } else if (bt->pos[t] < 0 || (uint32_t)bt->pos[t] != new_len[s]) {
             return cmf_error_set(err, CMF_ERR_ARG,
                                  "forward: batch token %u: pos %d, expected %u (next position of seq %d)",
                                  t, (int)bt->pos[t], new_len[s], (int)s);
+        }
         if (bt->weight_set && bt->weight_set[t] >= cmf_model_n_weight_sets(kv->model))
             return cmf_error_set(err, CMF_ERR_ARG, "forward: batch token %u: weight set %u of %u", t,
                                  bt->weight_set[t], cmf_model_n_weight_sets(kv->model));
@@ -271,6 +293,10 @@ typedef struct fwd_io {
     uint32_t n_taps;
     float *taps;             /* [n_taps][n_total][E], or NULL */
     uint32_t off, n_total;
+    /* per token of the whole batch (NULL for a causal one): KV slot, end of
+     * its key range, tree base and mask (mask.c of the backend contract) */
+    const uint32_t *slot_pos, *key_end, *tree_base;
+    const uint64_t *tree_mask;
 } fwd_io;
 
 static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *bt, fwd_buf *b,
@@ -289,7 +315,11 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         be->ops->write(be, b->x, io->hidden_in + (size_t)io->off * E, nE);
     }
     for (uint32_t t = 0; t < n; t++)
-        b->slots[t] = cmf_kv_slot(kv, bt->seq_id ? bt->seq_id[t] : 0, (uint32_t)bt->pos[t]);
+        b->slots[t] = cmf_kv_slot(kv, bt->seq_id ? bt->seq_id[t] : 0,
+                                  io->slot_pos ? io->slot_pos[io->off + t] : (uint32_t)bt->pos[t]);
+    b->key_end = io->key_end ? io->key_end + io->off : NULL;
+    b->tree_base = io->tree_base ? io->tree_base + io->off : NULL;
+    b->tree_mask = io->tree_mask ? io->tree_mask + io->off : NULL;
     if (io->n_taps && b->n_taps < io->n_taps * b->cap) { /* tap copies, grown on demand */
         if (b->taps) be->ops->release(be, b->taps);
         b->n_taps = 0;
@@ -390,6 +420,42 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
         free(old_len);
         return st;
     }
+    uint32_t *mk = NULL; /* block / tree masks: slot, key end, tree base per token */
+    uint64_t *tm = NULL;
+    if (batch->mask != CMF_MASK_CAUSAL) {
+        uint32_t nt = batch->n_tokens;
+        mk = malloc(3 * (size_t)nt * sizeof *mk);
+        tm = batch->mask == CMF_MASK_TREE ? malloc((size_t)nt * sizeof *tm) : NULL;
+        if (!mk || (batch->mask == CMF_MASK_TREE && !tm)) {
+            free(mk);
+            free(tm);
+            for (uint32_t s = 0; s < kv->n_seq; s++) cmf_kv_seq_truncate(kv, (int32_t)s, old_len[s], NULL);
+            free(old_len);
+            return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
+        }
+        uint32_t *cnt = new_len; /* reused: tokens of each sequence so far */
+        for (uint32_t s = 0; s < kv->n_seq; s++) cnt[s] = 0;
+        for (uint32_t t = 0; t < nt; t++) {
+            int32_t s = batch->seq_id ? batch->seq_id[t] : 0;
+            uint32_t slot = old_len[s] + cnt[s]++;
+            mk[t] = slot;
+            mk[nt + t] = slot + 1;
+            mk[2 * nt + t] = old_len[s];
+            if (tm) {
+                int32_t par = batch->parent[t];
+                tm[t] = (1ull << (slot - old_len[s])) | (par >= 0 ? tm[par] : 0);
+            }
+        }
+        if (batch->mask == CMF_MASK_BLOCK) /* every block token sees the whole block */
+            for (uint32_t t = 0; t < nt; t++) {
+                int32_t s = batch->seq_id ? batch->seq_id[t] : 0;
+                mk[nt + t] = old_len[s] + cnt[s];
+            }
+        io.slot_pos = mk;
+        io.key_end = mk + nt;
+        io.tree_base = tm ? mk + 2 * nt : NULL;
+        io.tree_mask = tm;
+    }
     /* Micro-batches of at most CMF_UBATCH tokens, in order: scratch stays
      * bounded for long prompts, and since every micro-batch stores its K/V
      * before the next one runs, the result equals one big batch. */
@@ -426,6 +492,8 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
         off += cn;
     }
     free(none);
+    free(mk);
+    free(tm);
     if (st) /* leave the cache as it was */
         for (uint32_t s = 0; s < kv->n_seq; s++) cmf_kv_seq_truncate(kv, (int32_t)s, old_len[s], NULL);
     free(old_len);

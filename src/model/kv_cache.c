@@ -211,6 +211,38 @@ cmf_status cmf_kv_seq_truncate(cmf_kv_cache *kv, int32_t seq, uint32_t len, cmf_
 
 cmf_status cmf_kv_seq_free(cmf_kv_cache *kv, int32_t seq) { return cmf_kv_seq_truncate(kv, seq, 0, NULL); }
 
+cmf_status cmf_kv_seq_keep(cmf_kv_cache *kv, int32_t seq, uint32_t from, const uint32_t *keep, uint32_t n,
+                           cmf_error *err) {
+    cmf_status st = seq_arg(kv, seq, "kv keep", err);
+    if (st) return st;
+    uint32_t len = kv->seq_len[seq];
+    if (from > len || (n && !keep))
+        return cmf_error_set(err, CMF_ERR_ARG, "kv keep: from %u past the %u tokens of seq %d", from, len, (int)seq);
+    for (uint32_t i = 0; i < n; i++)
+        if (keep[i] < from + i || keep[i] >= len || (i && keep[i] <= keep[i - 1]))
+            return cmf_error_set(err, CMF_ERR_ARG,
+                                 "kv keep: slot %u (entry %u) not increasing within [%u, %u) of seq %d", keep[i], i,
+                                 from, len, (int)seq);
+    /* the rows move down inside pages this sequence wrote last (the step's
+     * own, copied on write then): no other holder can see them */
+    for (uint32_t i = 0; i < n; i++) {
+        const cmf_kv_page *P = &kv->pages[kv->seq_pages[seq][(from + i) / kv->page_size]];
+        if (keep[i] != from + i && (P->ref != 1 || P->registered))
+            return cmf_error_set(err, CMF_ERR_ARG, "kv keep: position %u of seq %d is in a shared page", from + i,
+                                 (int)seq);
+    }
+    size_t row_bytes = (size_t)kv->row * kv->elem_size;
+    for (uint32_t i = 0; i < n; i++) {
+        if (keep[i] == from + i) continue;
+        size_t dst = cmf_kv_slot(kv, seq, from + i) * kv->elem_size, src = cmf_kv_slot(kv, seq, keep[i]) * kv->elem_size;
+        for (uint32_t l = 0; l < kv->model->hp.n_layer; l++) {
+            memcpy((uint8_t *)kv->k[l] + dst, (const uint8_t *)kv->k[l] + src, row_bytes);
+            memcpy((uint8_t *)kv->v[l] + dst, (const uint8_t *)kv->v[l] + src, row_bytes);
+        }
+    }
+    return cmf_kv_seq_truncate(kv, seq, from + n, err);
+}
+
 cmf_status cmf_kv_seq_fork(cmf_kv_cache *kv, int32_t src, int32_t dst, uint32_t n, cmf_error *err) {
     cmf_status st;
     if ((st = seq_arg(kv, src, "kv fork: src", err)) || (st = seq_arg(kv, dst, "kv fork: dst", err))) return st;

@@ -176,11 +176,11 @@ static inline const uint8_t *kv_row(const cmf_kv_view *v, const void *base, uint
  * into buf [nb][d] (converted from f16, dequantized from q8 as scale·q, or
  * copied: pages are not contiguous). */
 static inline const float *kv_block(const cmf_cpu_vec *vec, const cmf_kv_view *v, const void *base,
-                                    uint32_t p0, uint32_t nb, uint32_t kv_dim, uint32_t off, uint32_t d,
-                                    float *buf) {
+                                    const uint32_t *list, uint32_t p0, uint32_t nb, uint32_t kv_dim,
+                                    uint32_t off, uint32_t d, float *buf) {
     uint32_t row = cmf_kv_row_elems(v->type, kv_dim);
-    for (uint32_t i = 0; i < nb; i++) {
-        const uint8_t *r = kv_row(v, base, p0 + i, row);
+    for (uint32_t i = 0; i < nb; i++) { /* slots p0.., or list[p0..] (a tree token's) */
+        const uint8_t *r = kv_row(v, base, list ? list[p0 + i] : p0 + i, row);
         float *dst = buf + (size_t)i * d;
         if (v->type == CMF_KV_F16) vec->f16_to_f32(dst, (const uint16_t *)r + off, d);
         else if (v->type == CMF_KV_F32) memcpy(dst, (const float *)r + off, (size_t)d * sizeof(float));
@@ -197,8 +197,15 @@ static inline const float *kv_block(const cmf_cpu_vec *vec, const cmf_kv_view *v
 /* Key range [*beg, *end) of token t: causal up to its position, limited to
  * the last `window` keys for sliding-window layers. */
 static inline void key_range(const cmf_attn_args *a, uint32_t t, uint32_t *beg, uint32_t *end) {
-    *end = (uint32_t)a->pos[t] + 1;
+    *end = a->key_end ? a->key_end[t] : (uint32_t)a->pos[t] + 1;
     *beg = a->window && *end > a->window ? *end - a->window : 0;
+}
+
+/* Whether token t sees slot p of its range (the tree mask, if any). */
+static inline bool key_seen(const cmf_attn_args *a, uint32_t t, uint32_t p) {
+    if (!a->tree_base || p < a->tree_base[t]) return true;
+    uint32_t i = p - a->tree_base[t];
+    return i < 64 && (a->tree_mask[t] >> i & 1u);
 }
 
 /* Task = (tile, KV head kvh). The tile's R = tokens x group query rows are
@@ -233,6 +240,19 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     float *Os = Qs + (size_t)ATT_TILE * group * d;
     float *S = Os + (size_t)ATT_TILE * group * d;
     float *blk = S + (size_t)ATT_TILE * group * c->max_span;
+    /* A tree token (alone in its tile): the slots it sees, compacted in slot
+     * order, so its scores line up as in a causal run of its path (the same
+     * keys in the same lanes: bit-identical sums). */
+    uint32_t *list = NULL;
+    if (a->tree_base) {
+        list = (uint32_t *)(blk + (size_t)ATT_KB * d);
+        size_t k = 0;
+        for (uint32_t p = kb; p < ke; p++)
+            if (key_seen(a, t0, p)) list[k++] = p;
+        nk = k;
+        kb = 0;
+        ke = (uint32_t)k;
+    }
     for (uint32_t t = t0; t < t1; t++)
         memcpy(Qs + (size_t)(t - t0) * group * d, a->q + (size_t)t * a->n_head * d + (size_t)kvh * group * d,
                (size_t)group * d * sizeof(float));
@@ -240,13 +260,14 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     /* scores */
     for (uint32_t p = kb; p < ke; p += ATT_KB) {
         uint32_t nb = ke - p < ATT_KB ? ke - p : ATT_KB;
-        const float *K = kv_block(vec, v, v->k_base, p, nb, kv_dim, kvh * d, d, blk);
+        const float *K = kv_block(vec, v, v->k_base, list, p, nb, kv_dim, kvh * d, d, blk);
         vec->dotb(K, nb, Qs, d, R, d, S + (p - kb), nk);
     }
     /* scale, softcap, mask, softmax per row, normalised in place */
     for (uint32_t t = t0; t < t1; t++) {
         uint32_t b, e;
         key_range(a, t, &b, &e);
+        if (list) b = 0, e = ke; /* the list holds only seen slots */
         for (uint32_t g = 0; g < group; g++) {
             float *s = S + ((size_t)(t - t0) * group + g) * nk, mx = -INFINITY, sum = 0.0f;
             for (size_t i = 0; i < nk; i++) {
@@ -264,7 +285,7 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     /* weighted sum of values */
     for (uint32_t p = kb; p < ke; p += ATT_KB) {
         uint32_t nb = ke - p < ATT_KB ? ke - p : ATT_KB;
-        const float *V = kv_block(vec, v, v->v_base, p, nb, kv_dim, kvh * d, d, blk);
+        const float *V = kv_block(vec, v, v->v_base, list, p, nb, kv_dim, kvh * d, d, blk);
         vec->axpyb(Os, d, R, S + (p - kb), nk, V, nb, d);
     }
     for (uint32_t t = t0; t < t1; t++)
@@ -287,7 +308,8 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
     if (!tile0) return cmf_error_set(err, CMF_ERR_NOMEM, "attention: %u tokens", a->n_tok);
     uint32_t n_tiles = 0, max_span = 1, max_kv = 1;
     for (uint32_t t = 0; t < a->n_tok; t++)
-        if (t == 0 || t - tile0[n_tiles - 1] == ATT_TILE || !same_view(&a->views[t], &a->views[t - 1]))
+        if (t == 0 || t - tile0[n_tiles - 1] == ATT_TILE || !same_view(&a->views[t], &a->views[t - 1]) ||
+            a->tree_base)
             tile0[n_tiles++] = t;
     tile0[n_tiles] = a->n_tok;
     for (uint32_t i = 0; i < n_tiles; i++) {
@@ -304,7 +326,8 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
     cmf_cpu_pool *pool = pool_of(b);
     attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_level_get()), pool, tile0, n_tiles, max_span};
     size_t rows = (size_t)ATT_TILE * group;
-    size_t bytes = (rows * (2 * (size_t)a->head_dim + max_span) + ATT_KB * (size_t)a->head_dim) * sizeof(float);
+    size_t bytes = (rows * (2 * (size_t)a->head_dim + max_span) + ATT_KB * (size_t)a->head_dim) * sizeof(float) +
+                   (a->tree_base ? (size_t)max_span * sizeof(uint32_t) : 0); /* a tree token's slot list */
     for (int t = 0; t < cmf_cpu_pool_threads(pool); t++)
         if (!cmf_cpu_pool_scratch(pool, t, bytes)) {
             free(tile0);
