@@ -3,7 +3,8 @@
 # installs dependencies, then builds and runs the whole suite three ways:
 #   1. Release build with -Wall -Wextra -Werror, ctest;
 #   2. ASan + UBSan build, ctest;
-#   3. ThreadSanitizer build of the engine and thread-pool tests;
+#   3. ThreadSanitizer Debug build (assertions on) of the engine, KV-page and
+#      thread-pool tests;
 #   4. libFuzzer targets, each for a bounded time (CMF_FUZZ_SECONDS, default 60).
 # Tests that need ../shared/data skip when it is absent.
 set -euo pipefail
@@ -22,11 +23,12 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   CMF_TEST_QUICK=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
-echo "== TSan build (engine and thread pool) =="
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_WERROR=ON -DCMF_TSAN=ON -DCMF_TESTS=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine test_cpu_pool
+echo "== TSan build, with assertions (engine, KV pages, thread pool) =="
+# Debug: the scheduler's and the KV cache's invariant checks (assert) run here
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMF_WERROR=ON -DCMF_TSAN=ON -DCMF_TESTS=ON >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_engine test_cpu_pool test_kv_pages
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CMF_TEST_QUICK=1 CMF_TEST_TSAN=1 \
-  ctest --test-dir build-tsan --output-on-failure -R 'test_engine|test_cpu_pool'
+  ctest --test-dir build-tsan --output-on-failure -R 'test_engine|test_cpu_pool|test_kv_pages'
 
 echo "== fuzzing (${CMF_FUZZ_SECONDS:-60} s per target) =="
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_FUZZ=ON -DCMF_TESTS=OFF >/dev/null

@@ -651,6 +651,42 @@ static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
     return n;
 }
 
+/* The scheduler's invariants, asserted after every step in debug builds:
+ * the table is sorted by id; a sequence holds a KV slot iff it is running
+ * or idle, slots are distinct and, with the free ones, all n_seq_max; the
+ * KV cache holds exactly each slotted sequence's n_kv <= n_tok tokens; the
+ * pending count is the queued and running ones plus the inbox. */
+static void engine_check(cmf_engine *e) {
+#ifndef NDEBUG
+    uint8_t *seen = calloc(e->n_seq_max, 1);
+    size_t live = 0, slotted = 0;
+    for (size_t i = 0; i < e->n_seqs; i++) {
+        const eseq *s = e->seqs[i];
+        assert(i == 0 || e->seqs[i - 1]->id < s->id);
+        assert(s->n_kv <= s->n_tok && s->n_tok <= s->cap);
+        assert((s->slot >= 0) == (s->state != SEQ_QUEUED));
+        if (s->slot >= 0) {
+            assert((uint32_t)s->slot < e->n_seq_max);
+            if (seen) assert(!seen[s->slot]), seen[s->slot] = 1;
+            assert(cmf_kv_seq_len(e->kv, s->slot) == s->n_kv);
+            slotted++;
+        } else {
+            assert(s->n_kv == 0);
+        }
+        live += s->state != SEQ_IDLE;
+    }
+    assert(slotted + e->n_free_slots == e->n_seq_max);
+    pthread_mutex_lock(&e->mu);
+    size_t inbox = 0;
+    for (const eseq *s = e->inbox_head; s; s = s->next) inbox++;
+    assert(e->n_pending == live + inbox);
+    pthread_mutex_unlock(&e->mu);
+    free(seen);
+#else
+    (void)e;
+#endif
+}
+
 cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error *err) {
     cmf_engine_step_info dummy;
     if (!info) info = &dummy;
@@ -738,6 +774,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         if (e->seqs[i]->state == SEQ_RUNNING) info->n_running++;
         if (e->seqs[i]->state == SEQ_QUEUED) info->n_waiting++;
     }
+    engine_check(e);
     return CMF_OK;
 }
 
