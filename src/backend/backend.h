@@ -125,6 +125,13 @@ typedef struct cmf_backend_ops {
     /* Activation buffer of n floats (zeroed); NULL when out of memory. */
     float *(*alloc)(cmf_backend *b, size_t n);
     void (*release)(cmf_backend *b, float *buf);
+    /* A KV pool of `bytes` (contents undefined: every slot is written before
+     * it is read); NULL when out of memory. */
+    void *(*pool_alloc)(cmf_backend *b, size_t bytes);
+    void (*pool_free)(cmf_backend *b, void *pool);
+    /* bytes at offset src of a pool to offset dst of the same pool (regions
+     * do not overlap): copy-on-write pages, kept tree paths. */
+    void (*pool_copy)(cmf_backend *b, void *pool, size_t dst, size_t src, size_t bytes);
 
     /* Y[i][j] = sum_k X[i][k] · W[row0 + j][k] for i < n, j < n_rows:
      * rows [row0, row0+n_rows) of W (fused qkv / gate_up splits). X is

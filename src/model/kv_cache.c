@@ -70,9 +70,10 @@ cmf_status cmf_kv_create(const cmf_model *m, const cmf_kv_params *p, cmf_kv_cach
     if (!kv->k || !kv->v || !kv->pages || !kv->free_pages || !kv->scratch || !kv->seq_pages || !kv->seq_len)
         goto nomem;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        /* malloc, not calloc: every slot is written before it is read */
-        kv->k[l] = malloc((size_t)pool_bytes);
-        kv->v[l] = malloc((size_t)pool_bytes);
+        /* the backend's memory (a device's for a GPU); not zeroed: every
+         * slot is written before it is read */
+        kv->k[l] = m->be->ops->pool_alloc(m->be, (size_t)pool_bytes);
+        kv->v[l] = m->be->ops->pool_alloc(m->be, (size_t)pool_bytes);
         if (!kv->k[l] || !kv->v[l]) goto nomem;
     }
     for (uint32_t s = 0; s < kv->n_seq; s++)
@@ -97,8 +98,11 @@ nomem:
 
 void cmf_kv_free(cmf_kv_cache *kv) {
     if (!kv) return;
-    for (uint32_t l = 0; kv->k && l < kv->model->hp.n_layer; l++) free(kv->k[l]);
-    for (uint32_t l = 0; kv->v && l < kv->model->hp.n_layer; l++) free(kv->v[l]);
+    cmf_backend *be = kv->model->be;
+    for (uint32_t l = 0; kv->k && l < kv->model->hp.n_layer; l++)
+        if (kv->k[l]) be->ops->pool_free(be, kv->k[l]);
+    for (uint32_t l = 0; kv->v && l < kv->model->hp.n_layer; l++)
+        if (kv->v[l]) be->ops->pool_free(be, kv->v[l]);
     for (uint32_t s = 0; kv->seq_pages && s < kv->n_seq; s++) free(kv->seq_pages[s]);
     free(kv->k);
     free(kv->v);
@@ -180,14 +184,20 @@ static uint32_t page_take(cmf_kv_cache *kv) {
     return pg;
 }
 
-/* Contents of page src (every layer, K and V) into page dst. The one place
- * that copies K/V (a backend op later). */
+/* Bytes [src, src + bytes) of every layer's K and V pool to dst: the one
+ * place that moves K/V (a backend op: the pools are backend memory). */
+static void pools_copy(cmf_kv_cache *kv, size_t dst, size_t src, size_t bytes) {
+    cmf_backend *be = kv->model->be;
+    for (uint32_t l = 0; l < kv->model->hp.n_layer; l++) {
+        be->ops->pool_copy(be, kv->k[l], dst, src, bytes);
+        be->ops->pool_copy(be, kv->v[l], dst, src, bytes);
+    }
+}
+
+/* Contents of page src (every layer, K and V) into page dst. */
 static void page_copy(cmf_kv_cache *kv, uint32_t dst, uint32_t src) {
     size_t bytes = kv->page_stride * kv->elem_size;
-    for (uint32_t l = 0; l < kv->model->hp.n_layer; l++) {
-        memcpy((char *)kv->k[l] + dst * bytes, (const char *)kv->k[l] + src * bytes, bytes);
-        memcpy((char *)kv->v[l] + dst * bytes, (const char *)kv->v[l] + src * bytes, bytes);
-    }
+    pools_copy(kv, dst * bytes, src * bytes, bytes);
 }
 
 /* ---- sequences --------------------------------------------------------- */
@@ -234,11 +244,8 @@ cmf_status cmf_kv_seq_keep(cmf_kv_cache *kv, int32_t seq, uint32_t from, const u
     size_t row_bytes = (size_t)kv->row * kv->elem_size;
     for (uint32_t i = 0; i < n; i++) {
         if (keep[i] == from + i) continue;
-        size_t dst = cmf_kv_slot(kv, seq, from + i) * kv->elem_size, src = cmf_kv_slot(kv, seq, keep[i]) * kv->elem_size;
-        for (uint32_t l = 0; l < kv->model->hp.n_layer; l++) {
-            memcpy((uint8_t *)kv->k[l] + dst, (const uint8_t *)kv->k[l] + src, row_bytes);
-            memcpy((uint8_t *)kv->v[l] + dst, (const uint8_t *)kv->v[l] + src, row_bytes);
-        }
+        pools_copy(kv, cmf_kv_slot(kv, seq, from + i) * kv->elem_size, cmf_kv_slot(kv, seq, keep[i]) * kv->elem_size,
+                   row_bytes);
     }
     return cmf_kv_seq_truncate(kv, seq, from + n, err);
 }

@@ -33,6 +33,21 @@ static void cpu_release(cmf_backend *b, float *buf) {
     free(buf);
 }
 
+static void *cpu_pool_alloc(cmf_backend *b, size_t bytes) {
+    (void)b;
+    return malloc(bytes ? bytes : 1); /* lazily backed by the OS until written */
+}
+
+static void cpu_pool_free(cmf_backend *b, void *pool) {
+    (void)b;
+    free(pool);
+}
+
+static void cpu_pool_copy(cmf_backend *b, void *pool, size_t dst, size_t src, size_t bytes) {
+    (void)b;
+    memcpy((char *)pool + dst, (const char *)pool + src, bytes);
+}
+
 /* ---- matmul and embedding rows ----------------------------------------- */
 
 static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
@@ -452,6 +467,9 @@ static const cmf_backend_ops cpu_ops = {
     .free = cpu_free,
     .alloc = cpu_alloc,
     .release = cpu_release,
+    .pool_alloc = cpu_pool_alloc,
+    .pool_free = cpu_pool_free,
+    .pool_copy = cpu_pool_copy,
     .matmul = cpu_matmul,
     .matmul_parts = cpu_matmul_parts,
     .get_rows = cpu_get_rows,
