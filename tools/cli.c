@@ -327,32 +327,6 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
     return true;
 }
 
-static volatile sig_atomic_t g_sigint; /* the CLI's, not the library's */
-static struct sigaction g_sigint_old;
-static bool g_sigint_caught;
-
-static void on_sigint(int sig) {
-    (void)sig;
-    g_sigint = 1;
-}
-
-void cli_sigint_catch(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART; /* a second Ctrl-C ends the process */
-    sigemptyset(&sa.sa_mask);
-    g_sigint = 0;
-    if (sigaction(SIGINT, &sa, g_sigint_caught ? NULL : &g_sigint_old) == 0) g_sigint_caught = true;
-}
-
-bool cli_sigint_seen(void) { return g_sigint != 0; }
-
-void cli_sigint_release(void) {
-    if (g_sigint_caught) sigaction(SIGINT, &g_sigint_old, NULL);
-    g_sigint_caught = false;
-}
-
 /* The first n bytes of the file at path; false when it cannot be read. */
 static bool read_head(const char *path, unsigned char *buf, size_t n) {
     FILE *f = fopen(path, "rb");
@@ -420,20 +394,20 @@ static void on_signal(int sig) { g_signal = sig; }
 
 /* Install on_signal for sig unless it is ignored (nohup, `&` without job
  * control): then it stays ignored. */
-static bool catch_signal(int sig, struct sigaction *old) {
+static bool catch_signal(int sig, struct sigaction *old, bool once) {
     if (sigaction(sig, NULL, old) != 0 || old->sa_handler == SIG_IGN) return false;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | (once ? SA_RESETHAND : 0);
     return sigaction(sig, &sa, NULL) == 0;
 }
 
-void cli_interrupt_begin(void) {
+void cli_interrupt_begin(bool second_sigint_kills) {
     g_signal = 0;
-    g_have_int = catch_signal(SIGINT, &g_old_int);
-    g_have_term = catch_signal(SIGTERM, &g_old_term);
+    g_have_int = catch_signal(SIGINT, &g_old_int, second_sigint_kills);
+    g_have_term = catch_signal(SIGTERM, &g_old_term, false);
 }
 
 bool cli_interrupt_poll(void *unused) {

@@ -101,13 +101,6 @@ bool cli_check_output(const char *cmd, const char *out, const char *const *input
 /* True for "-h"/"--help". */
 bool cli_is_help(const char *arg);
 
-/* Ctrl-C while a command works: cli_sigint_catch() makes the first SIGINT
- * only set a flag (the second one kills the process as usual) and clears
- * the flag; cli_sigint_seen() reads it; cli_sigint_release() restores the
- * previous handler. */
-void cli_sigint_catch(void);
-bool cli_sigint_seen(void);
-void cli_sigint_release(void);
 /* When `path` is something cmf converts rather than reads (a GGUF file, a
  * Hugging Face folder with config.json, a .safetensors file), print
  * "cmf <cmd>: PATH: this is a GGUF file: convert it with `cmf import-gguf
@@ -119,15 +112,16 @@ bool cli_refuse_foreign(const char *cmd, const char *path);
  * false on failure. */
 bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
 
-/* SIGINT/SIGTERM during a command that writes a file (convert, import-*,
- * quantize): cli_interrupt_begin() installs handlers that only set a flag
- * (a signal that was ignored at start stays ignored); pass
- * cli_interrupt_poll as the library's cancel callback, so that the writer
- * fails with CMF_ERR_CANCELLED and removes its temporary files;
+/* SIGINT/SIGTERM while a command works (a conversion, a generation):
+ * cli_interrupt_begin() installs handlers that only set a flag (a signal
+ * that was ignored at start stays ignored; with second_sigint_kills a
+ * second Ctrl-C ends the process as usual, for `cmf run`); poll it with
+ * cli_interrupt_poll (also the library's cancel callback, so that a writer
+ * fails with CMF_ERR_CANCELLED and removes its temporary files);
  * cli_interrupt_end(rc) restores the previous handlers and, when a signal
  * came and rc is not CLI_EXIT_OK, re-raises it (the process then ends as
  * killed by that signal, as shells expect) or returns 128 + its number. */
-void cli_interrupt_begin(void);
+void cli_interrupt_begin(bool second_sigint_kills);
 bool cli_interrupt_poll(void *unused);
 int cli_interrupt_end(int rc);
 

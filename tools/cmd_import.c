@@ -149,7 +149,7 @@ int cmd_convert(int argc, char **argv) {
                 argv[0], a.in);
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
-    cli_interrupt_begin();
+    cli_interrupt_begin(false);
     return finish(argv[0], a.out, &o, cmf_convert_hf(a.in, a.out, &o, &err), &err);
 }
 
@@ -167,7 +167,7 @@ int cmd_import_gguf(int argc, char **argv) {
     if (rc >= 0) return rc;
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
-    cli_interrupt_begin();
+    cli_interrupt_begin(false);
     return finish(argv[0], a.out, &o, cmf_import_gguf(a.in, a.out, &o, &err), &err);
 }
 
@@ -183,7 +183,7 @@ int cmd_import_llama2c(int argc, char **argv) {
     if (rc >= 0) return rc;
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
-    cli_interrupt_begin();
+    cli_interrupt_begin(false);
     return finish(argv[0], a.out, &o, cmf_import_llama2c(a.in, a.tokenizer, a.out, &o, &err), &err);
 }
 
@@ -209,6 +209,6 @@ int cmd_quantize(int argc, char **argv) {
     if (cli_refuse_foreign(argv[0], a.in)) return CLI_EXIT_FAIL;
     cmf_import_opts o = import_opts(&a);
     cmf_error err = {0};
-    cli_interrupt_begin();
+    cli_interrupt_begin(false);
     return finish(argv[0], a.out, &o, cmf_quantize(a.in, a.out, &o, &err), &err);
 }

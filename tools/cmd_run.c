@@ -322,7 +322,7 @@ static bool write_cb(const char *text, size_t len, void *user) {
     (void)user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    return !cli_sigint_seen();
+    return !cli_interrupt_poll(NULL);
 }
 
 /* --n-probs: one JSON line per generated token on stderr. */
@@ -375,7 +375,7 @@ static bool probs_cb(int32_t id, const float *probs, uint32_t n_vocab, void *use
     else fprintf(stderr, "cmf run: --n-probs: out of memory\n");
     cJSON_free(t);
     cJSON_Delete(line);
-    return !cli_sigint_seen();
+    return !cli_interrupt_poll(NULL);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -534,7 +534,7 @@ int cmd_run(int argc, char **argv) {
                 n_ids, cmf_session_n_ctx(s), info.n_ctx_train);
         goto done;
     }
-    cli_sigint_catch(); /* Ctrl-C from here on: stop, print the timings */
+    cli_interrupt_begin(true); /* Ctrl-C from here on: stop, print the timings */
     double tp = now_s();
     if (cmf_session_prefill_tokens(s, ids, n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     tp = now_s() - tp;
@@ -552,7 +552,7 @@ int cmd_run(int argc, char **argv) {
                          .stop_strings = stops, .n_stop = n_stops,
                          .on_token = n_probs > 0 ? probs_cb : NULL, .token_user = &po};
     cmf_gen_stats st = {0};
-    if (!cli_sigint_seen() && cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
+    if (!cli_interrupt_poll(NULL) && cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
         fputc('\n', stdout);
         cli_fail(cmd, &err);
         goto done;
@@ -568,12 +568,12 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "seed: %llu\n", (unsigned long long)cmf_session_seed(s));
     if (st.stop == CMF_STOP_CONTEXT_FULL) fprintf(stderr, "stopped: context full (raise -c)\n");
     rc = CLI_EXIT_OK;
-    if (cli_sigint_seen()) {
+    if (cli_interrupt_poll(NULL)) {
         fprintf(stderr, "stopped: interrupted (Ctrl-C)\n");
         rc = CLI_EXIT_INTERRUPTED;
     }
 done:
-    cli_sigint_release();
+    cli_interrupt_end(CLI_EXIT_OK); /* handlers back; the exit code says it all */
     cmf_session_free(s);
     free(top);
     free(rendered);

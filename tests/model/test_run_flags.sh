@@ -91,9 +91,12 @@ done
 expect 2 "outside the vocabulary" -- "$cmf" run "$D" -p hi --logit-bias 1729+1
 expect 2 "n-probs" -- "$cmf" run "$D" -p hi --n-probs -1
 
-# Ctrl-C: stops, prints the timings, exit 130
+# Ctrl-C: stops, prints the timings, exit 130. (Job control on: a script's
+# background job would otherwise start with SIGINT ignored, which cmf keeps.)
+set -m
 "$cmf" run "$D" -p "Once upon a time" -n -1 --ignore-eos -c 4096 -t 1 >"$tmp/int.out" 2>"$tmp/int.err" &
 pid=$!
+set +m
 for _ in $(seq 300); do [ -s "$tmp/int.out" ] && break; sleep 0.1; done
 sleep 0.2
 kill -INT $pid
