@@ -119,7 +119,7 @@ if [ -n "$objs" ] && command -v objdump >/dev/null 2>&1; then
       / O / {
         n = $NF; s = $(NF - 2)
         if (s !~ /^(\.data|\.bss|\.tdata|\.tbss|\*COM\*)/ || s ~ /^\.data\.rel\.ro/) next
-        if (n ~ /^(\.L|__asan|__ubsan|__sancov|__gcov|__llvm|__profc|__profd)/) next
+        if (n ~ /^(\.L|__asan|__odr_asan|__ubsan|__sancov|__gcov|__llvm|__profc|__profd)/) next
         print o ": " n " (" s ")"
       }'
   done)
