@@ -266,7 +266,7 @@ int main(int argc, char **argv) {
         cJSON *o = cJSON_CreateObject();
         char *txt = NULL;
         if (o && cJSON_AddStringToObject(o, "model", path) &&
-            cJSON_AddStringToObject(o, "cpu", cmf_cpu_level_name(cmf_cpu_level_get())) &&
+            cJSON_AddStringToObject(o, "cpu", cmf_cpu_level_name(cmf_cpu_level_detect())) &&
             cJSON_AddNumberToObject(o, "threads", nt) &&
             cJSON_AddNumberToObject(o, "decode_bytes", (double)info.decode_bytes) &&
             cJSON_AddNumberToObject(o, "pairs", (double)pairs) &&
@@ -298,7 +298,7 @@ int main(int argc, char **argv) {
     } else {
         printf("decode %.2f tok/s (%ld x %ld tokens, %d threads, cpu %s), %.2f GB/s of weights "
                "(%.1f MB per token)\n",
-               tps, pairs, k_tok, nt, cmf_cpu_level_name(cmf_cpu_level_get()), overall_rate / 1e9,
+               tps, pairs, k_tok, nt, cmf_cpu_level_name(cmf_cpu_level_detect()), overall_rate / 1e9,
                bpt / 1e6);
         printf("probe (%s, %ld MiB): median %.2f GB/s, highest %.2f GB/s\n", cmf_membw_how(probe),
                mib, pmed / 1e9, best / 1e9);

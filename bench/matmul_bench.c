@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     const char *how = "";
     double bw = cmf_membw_probe((size_t)1 << 30, threads, 5, &how);
     printf("cpu level %s, %d threads; read bandwidth %.2f GB/s (%s, 1 GiB, best of 5)\n",
-           cmf_cpu_level_name(cmf_cpu_level_get()), threads, bw / 1e9, how);
+           cmf_cpu_level_name(cmf_cpu_pool_level(pool)), threads, bw / 1e9, how);
     printf("%-9s %12s %10s %9s %14s\n", "dtype", "bytes/weight", "n=1 GB/s", "of bw", "n=128 GFLOP/s");
     float *X = malloc(sizeof(float) * (size_t)n_pp * 5632);
     float *Y = malloc(sizeof(float) * (size_t)n_pp * 5632);

@@ -167,7 +167,7 @@ static cmf_membw_buf *buf_alloc(size_t *bytes, int *n_threads) {
     if (*bytes == 0) return NULL;
     cmf_membw_buf *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    unsigned f = cmf_cpu_features();
+    unsigned f = cmf_cpu_detect_features();
     b->kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
     b->bytes = *bytes;
     b->n_threads = *n_threads;
@@ -242,7 +242,7 @@ double cmf_membw_buf_read(cmf_membw_buf *b) {
 double cmf_membw_read_spans(const cmf_membw_span *spans, size_t n_spans, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 256) n_threads = 256;
-    unsigned f = cmf_cpu_features();
+    unsigned f = cmf_cpu_detect_features();
     const int kind = (f & CMF_CPU_F_AVX512) ? 2 : (f & CMF_CPU_F_AVX2) ? 1 : 0;
     atomic_int go = 0;
     slice s[256];

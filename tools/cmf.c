@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
      * misspelt or beyond this CPU falls back silently there, so say it here */
     const char *want = getenv("CMF_CPU");
     if (want && *want) {
-        const char *got = cmf_cpu_level_name(cmf_cpu_level_get());
+        const char *got = cmf_cpu_level_name(cmf_cpu_level_detect());
         if (strcmp(want, got) != 0)
             fprintf(stderr,
                     "cmf: warning: CMF_CPU=%s is not a kernel level this CPU runs (the level names: "

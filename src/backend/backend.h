@@ -213,5 +213,9 @@ cmf_backend *cmf_device_backend(struct cmf_device *d);
 
 /* The CPU backend: a persistent pool of n_threads (0 = physical cores). */
 cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err);
+/* The thread pool of a CPU backend (its kernel level: cmf_cpu_pool_level);
+ * NULL when b is NULL or not the CPU backend. */
+struct cmf_cpu_pool;
+struct cmf_cpu_pool *cmf_backend_cpu_pool(cmf_backend *b);
 
 #endif /* CMF_BACKEND_H */

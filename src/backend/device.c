@@ -41,7 +41,8 @@ cmf_status cmf_device_open(const char *spec, cmf_device **out, cmf_error *err) {
         free(d);
         return cmf_error_prefix(err, "device \"%s\"", spec);
     }
-    snprintf(d->desc, sizeof d->desc, "cpu (%s, %d threads)", cmf_cpu_level_name(cmf_cpu_level_get()),
+    cmf_cpu_level lv = cmf_cpu_pool_level(cmf_backend_cpu_pool(d->be));
+    snprintf(d->desc, sizeof d->desc, "cpu (%s, %d threads)", cmf_cpu_level_name(lv),
              d->be->n_threads);
     *out = d;
     return CMF_OK;

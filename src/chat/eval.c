@@ -236,7 +236,7 @@ static double numf(const jv *v) { return jv_num_double(v); }
 static int64_t numi(const jv *v) { return v->t == JV_INT ? v->u.i : v->u.b; }
 
 static const char *opname(int op) {
-    static const char *n[] = {"", "+", "-", "*", "/", "//", "%", "**"};
+    static const char *const n[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     return op >= OP_ADD && op <= OP_POW ? n[op] : "?";
 }
 
@@ -464,7 +464,7 @@ static bool compare(jrt *rt, int op, const jv *a, const jv *b) {
     if (a->t == JV_UNDEF) { undefined_error(rt, a); return false; }
     if (b->t == JV_UNDEF) { undefined_error(rt, b); return false; }
     int c = jv_compare(a, b, &ok);
-    static const char *sym[] = {[OP_LT] = "<", [OP_LE] = "<=", [OP_GT] = ">", [OP_GE] = ">="};
+    static const char *const sym[] = {[OP_LT] = "<", [OP_LE] = "<=", [OP_GT] = ">", [OP_GE] = ">="};
     if (!ok) {
         jrt_fail(rt, CMF_ERR_RENDER, "'%s' not supported between instances of '%s' and '%s'", sym[op],
                  jv_type_name(a), jv_type_name(b));

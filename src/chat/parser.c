@@ -70,7 +70,7 @@ static bool fail(ps *p, const jtok *k, const char *fmt, const char *arg) {
 }
 
 static const char *tokdesc(const jtok *k) {
-    static const char *names[] = {"end of template", "text", "'{{'", "'}}'", "'{%'", "'%}'", "name", "string", "integer", "float", "operator"};
+    static const char *const names[] = {"end of template", "text", "'{{'", "'}}'", "'{%'", "'%}'", "name", "string", "integer", "float", "operator"};
     return names[k->t];
 }
 

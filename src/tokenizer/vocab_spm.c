@@ -312,7 +312,7 @@ cmf_status cmf_tokenizer_json_from_llama2c(const void *data, size_t size, uint32
         goto done;
     }
     /* llama2.c convention: 0 <unk>, 1 BOS, 2 EOS (exported as "\n<s>\n"...) */
-    static const char *names[3] = {"<unk>", "<s>", "</s>"};
+    static const char *const names[3] = {"<unk>", "<s>", "</s>"};
     for (uint32_t i = 0; i < 3 && i < vocab_size; i++) {
         v.text[i] = names[i];
         v.len[i] = strlen(names[i]);

@@ -16,6 +16,9 @@
  * must match to rounding. For q4 kernels the rounding term also covers the
  * int32 lanes before the -8 offset cancels (16 * dw_b * sum|x| * 1e-5). Also: cmf_cpu_decode_row bit-equal to
  * cmf_tensor_decode, threaded == unthreaded bit for bit, argument errors.
+ * Levels are forced per pool (cmf_cpu_pool_set_level); at the level a pool
+ * gets by default, a NULL pool (single thread, cmf_cpu_level_detect) gives
+ * the same bits as a one-thread pool.
  */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/matmul_int.h"
@@ -25,6 +28,10 @@
 #include <stdint.h>
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
+/* the unthreaded reference of run_case: a one-thread pool (main) and the
+ * level it got at creation (what a NULL pool runs at) */
+static cmf_cpu_pool *serial_pool;
+static cmf_cpu_level default_level;
 static double urand(void) { /* [0,1) */
     rng ^= rng << 13;
     rng ^= rng >> 7;
@@ -175,15 +182,26 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
     }
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
                                            CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
-    cmf_cpu_level saved = cmf_cpu_level_get();
     for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
-        cmf_cpu_level_set(levels[li]);
-        if (cmf_cpu_level_get() != levels[li]) continue; /* not on this CPU */
+        cmf_cpu_pool_set_level(serial_pool, levels[li]);
+        cmf_cpu_pool_set_level(pool, levels[li]);
+        if (cmf_cpu_pool_level(serial_pool) != levels[li]) continue; /* not on this CPU */
+        CHECK(cmf_cpu_pool_level(pool) == levels[li], "pools of one CPU differ in level");
         cmf_error e;
         for (size_t i = 0; i < (size_t)n * ldy; i++) Y[i] = NAN;
-        cmf_status st = cmf_cpu_matmul(NULL, &b.t, row0, nrows, X, n, Y, ldy, &e);
+        cmf_status st = cmf_cpu_matmul(serial_pool, &b.t, row0, nrows, X, n, Y, ldy, &e);
         CHECK(st == CMF_OK, "%s: %s", cmf_dtype_name(dt), e.msg);
         if (st != CMF_OK) continue;
+        /* a NULL pool runs at the default level, like the serial pool there */
+        if (levels[li] == default_level) {
+            for (size_t i = 0; i < (size_t)n * ldy; i++) Y1[i] = NAN;
+            st = cmf_cpu_matmul(NULL, &b.t, row0, nrows, X, n, Y1, ldy, &e);
+            CHECK(st == CMF_OK, "NULL pool: %s", e.msg);
+            for (int t = 0; t < n; t++)
+                CHECK(memcmp(Y + (size_t)t * ldy, Y1 + (size_t)t * ldy, sizeof(float) * nrows) == 0,
+                      "%s level %s: NULL pool result differs", cmf_dtype_name(dt),
+                      cmf_cpu_level_name(levels[li]));
+        }
         bool q = levels[li] != CMF_CPU_REF && int8_act(dt, in);
         bool sb = cmf_cpu_level_is_avx512(levels[li]) &&
                   (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F) && n < MM_GEMM_MIN_N_Q8;
@@ -216,7 +234,8 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
                       cmf_cpu_level_name(levels[li]));
         }
     }
-    cmf_cpu_level_set(saved);
+    cmf_cpu_pool_set_level(serial_pool, default_level);
+    cmf_cpu_pool_set_level(pool, default_level);
     /* decode_row equals the format codec bit for bit */
     {
         float *row = malloc(sizeof(float) * in);
@@ -297,10 +316,9 @@ static void test_parts(cmf_cpu_pool *pool) {
         {{0, 3, 30}, {2, 0, 24}, {-1, 0, 0}, {-1, 0, 0}}, /* q8 + q4: one by one */
         {{4, 0, 13}, {4, 5, 8}, {0, 0, 10}, {2, 1, 20}}, /* q8_2f ranges + others */
     };
-    cmf_cpu_level saved = cmf_cpu_level_get();
     for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
-        cmf_cpu_level_set(levels[li]);
-        if (cmf_cpu_level_get() != levels[li]) continue;
+        cmf_cpu_pool_set_level(pool, levels[li]);
+        if (cmf_cpu_pool_level(pool) != levels[li]) continue;
         for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
             for (int n = 1; n <= NMAX; n += 19) { /* decode and the GEMM path */
                 cmf_cpu_mm_part parts[4];
@@ -323,7 +341,7 @@ static void test_parts(cmf_cpu_pool *pool) {
                       cmf_cpu_level_name(levels[li]), si, n);
             }
     }
-    cmf_cpu_level_set(saved);
+    cmf_cpu_pool_set_level(pool, default_level);
     {
         cmf_error e;
         cmf_cpu_mm_part parts[5];
@@ -352,7 +370,7 @@ out:
  * on every plane (q4: q, d, s, de, se, dsx; q8: q, q2, dsb, ssb), odd lengths and
  * q8_2f column factors included. */
 static void test_quant(void) {
-    cmf_cpu_level was = cmf_cpu_level_get();
+    cmf_cpu_level was = cmf_cpu_level_detect();
     if (!cmf_cpu_level_is_avx512(was)) {
         fprintf(stderr, "test_quant: no AVX-512 here, skipped\n");
         return;
@@ -420,7 +438,6 @@ static void test_nan(cmf_cpu_pool *pool) {
     static const int ns[] = {1, 3, 7, 20};
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
                                            CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
-    cmf_cpu_level saved = cmf_cpu_level_get();
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         built b;
         const uint64_t rows = 40, in = 96;
@@ -440,8 +457,8 @@ static void test_nan(cmf_cpu_pool *pool) {
             for (size_t i = 0; i < (size_t)n * in; i++) X[i] = frand();
             X[(size_t)(n - 1) * in + 40] = k % 2 ? INFINITY : NAN; /* last token, block 1 */
             for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
-                cmf_cpu_level_set(levels[li]);
-                if (cmf_cpu_level_get() != levels[li]) continue;
+                cmf_cpu_pool_set_level(pool, levels[li]);
+                if (cmf_cpu_pool_level(pool) != levels[li]) continue;
                 cmf_error e;
                 cmf_status st = cmf_cpu_matmul(pool, &b.t, 0, rows, X, n, Y, (int)rows, &e);
                 CHECK(st == CMF_OK, "%s: %s", cmf_dtype_name(dts[d]), e.msg);
@@ -459,17 +476,22 @@ static void test_nan(cmf_cpu_pool *pool) {
         }
         unbuild(&b);
     }
-    cmf_cpu_level_set(saved);
+    cmf_cpu_pool_set_level(pool, default_level);
 }
 
 int main(void) {
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
     fprintf(stderr, "cpu level %s, features 0x%x, physical cores %d\n",
-            cmf_cpu_level_name(cmf_cpu_level_get()), cmf_cpu_features(), cmf_cpu_physical_cores());
+            cmf_cpu_level_name(cmf_cpu_level_detect()), cmf_cpu_detect_features(), cmf_cpu_physical_cores());
     cmf_cpu_pool *pool = NULL;
     cmf_error e;
     cmf_status st = cmf_cpu_pool_new(3, &pool, &e); /* REQUIRE evaluates twice */
     REQUIRE(st == CMF_OK, "pool: %s", e.msg);
+    st = cmf_cpu_pool_new(1, &serial_pool, &e);
+    REQUIRE(st == CMF_OK, "serial pool: %s", e.msg);
+    default_level = cmf_cpu_pool_level(serial_pool);
+    CHECK(default_level == cmf_cpu_level_detect() && cmf_cpu_pool_level(pool) == default_level,
+          "a new pool's level is cmf_cpu_level_detect()");
     static const cmf_dtype any_in[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW,
                                        CMF_DT_Q8_2F, CMF_DT_Q4_BLOCK};
     static const cmf_dtype in32[] = {CMF_DT_Q4_TILED, CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q1};
@@ -537,5 +559,6 @@ int main(void) {
     test_errors();
     test_parts(pool);
     cmf_cpu_pool_free(pool);
+    cmf_cpu_pool_free(serial_pool);
     return test_done();
 }

@@ -5,7 +5,10 @@
  * task once, also when one range is slow and others take its tasks, and
  * interleaved with dynamic jobs; nested runs execute serially; thousands of small
  * back-to-back jobs (the decode pattern) complete; per-thread scratch is
- * aligned and kept. Also sanity of feature detection / core counting.
+ * aligned and kept. Also sanity of feature detection / core counting, the
+ * CMF_CPU rule (cmf_cpu_level_choose on synthetic feature sets), and the
+ * kernel level as a property of each pool: read (features and CMF_CPU) when
+ * the pool is created, set per pool, never shared between pools.
  */
 #include "backend/cpu/cpu.h"
 #include "test.h"
@@ -58,13 +61,80 @@ static void outer(void *v, int task, int n_tasks) {
     cmf_cpu_pool_run(c->pool, inner, c, 5);
 }
 
+/* The CMF_CPU rule on synthetic features, and each pool's own level. */
+static void test_levels(void) {
+#if defined(__aarch64__)
+    const unsigned all = CMF_CPU_F_NEON | CMF_CPU_F_DOTPROD | CMF_CPU_F_FP16, some = CMF_CPU_F_NEON;
+    const cmf_cpu_level best = CMF_CPU_NEONDOT, below = CMF_CPU_NEON, want = CMF_CPU_NEONDOT;
+#else
+    const unsigned all = CMF_CPU_F_AVX2 | CMF_CPU_F_AVX512 | CMF_CPU_F_AVX512VNNI | CMF_CPU_F_GFNI,
+                   some = CMF_CPU_F_AVX2;
+    const cmf_cpu_level best = CMF_CPU_AVX512GFNI, below = CMF_CPU_AVX2, want = CMF_CPU_AVX512;
+#endif
+    CHECK(cmf_cpu_level_choose(all, NULL) == best, "no CMF_CPU: the best level");
+    CHECK(cmf_cpu_level_choose(all, "") == best, "CMF_CPU empty: the best level");
+    CHECK(cmf_cpu_level_choose(all, "bogus") == best, "unknown CMF_CPU: the best level");
+    CHECK(cmf_cpu_level_choose(all, "ref") == CMF_CPU_REF, "CMF_CPU=ref");
+    CHECK(cmf_cpu_level_choose(all, cmf_cpu_level_name(want)) == want, "CMF_CPU=%s",
+          cmf_cpu_level_name(want));
+    CHECK(cmf_cpu_level_choose(some, cmf_cpu_level_name(want)) == below,
+          "CMF_CPU beyond the CPU falls back below");
+    CHECK(cmf_cpu_level_choose(0, NULL) == CMF_CPU_REF, "no features: ref");
+    CHECK(cmf_cpu_level_cap(all, CMF_CPU_REF) == CMF_CPU_REF, "cap at ref");
+
+    unsigned f = cmf_cpu_detect_features();
+    CHECK(cmf_cpu_detect_features() == f, "detection is stable");
+    const char *env = getenv("CMF_CPU");
+    char *saved = env ? strdup(env) : NULL;
+    cmf_cpu_level dflt = cmf_cpu_level_choose(f, NULL);
+    cmf_cpu_pool *a = NULL, *b = NULL, *c = NULL;
+    cmf_error e;
+    unsetenv("CMF_CPU");
+    cmf_status st = cmf_cpu_pool_new(1, &a, &e); /* CHECK evaluates twice */
+    CHECK(st == CMF_OK, "pool: %s", e.msg);
+    if (st != CMF_OK) goto out;
+    CHECK(cmf_cpu_pool_level(a) == dflt, "new pool: level %s, want %s", cmf_cpu_level_name(cmf_cpu_pool_level(a)),
+          cmf_cpu_level_name(dflt));
+    CHECK(cmf_cpu_level_detect() == dflt, "cmf_cpu_level_detect without CMF_CPU");
+    /* CMF_CPU is read when a pool is created, not once per process */
+    setenv("CMF_CPU", "ref", 1);
+    st = cmf_cpu_pool_new(2, &b, &e);
+    CHECK(st == CMF_OK, "pool: %s", e.msg);
+    if (st != CMF_OK) goto out;
+    CHECK(cmf_cpu_pool_level(b) == CMF_CPU_REF, "pool created with CMF_CPU=ref: %s",
+          cmf_cpu_level_name(cmf_cpu_pool_level(b)));
+    CHECK(cmf_cpu_pool_level(a) == dflt, "an older pool keeps its level");
+    CHECK(cmf_cpu_level_detect() == CMF_CPU_REF && cmf_cpu_pool_level(NULL) == CMF_CPU_REF,
+          "NULL pool: CMF_CPU as it is now");
+    unsetenv("CMF_CPU");
+    st = cmf_cpu_pool_new(1, &c, &e);
+    CHECK(st == CMF_OK, "pool: %s", e.msg);
+    if (st != CMF_OK) goto out;
+    CHECK(cmf_cpu_pool_level(c) == dflt, "CMF_CPU unset again: level %s",
+          cmf_cpu_level_name(cmf_cpu_pool_level(c)));
+    CHECK(cmf_cpu_pool_level(b) == CMF_CPU_REF, "the ref pool keeps ref");
+    /* forcing a level is per pool and capped by the CPU */
+    cmf_cpu_pool_set_level(a, CMF_CPU_REF);
+    CHECK(cmf_cpu_pool_level(a) == CMF_CPU_REF, "forcing ref");
+    CHECK(cmf_cpu_pool_level(c) == dflt, "forcing one pool leaves the others");
+    cmf_cpu_pool_set_level(b, CMF_CPU_NEONDOT);
+    CHECK(cmf_cpu_pool_level(b) == cmf_cpu_level_cap(f, CMF_CPU_NEONDOT) &&
+              cmf_cpu_pool_level(b) == dflt,
+          "forcing the top level gives the CPU's best: %s", cmf_cpu_level_name(cmf_cpu_pool_level(b)));
+    cmf_cpu_pool_set_level(NULL, CMF_CPU_REF); /* no-op */
+out:
+    cmf_cpu_pool_free(a);
+    cmf_cpu_pool_free(b);
+    cmf_cpu_pool_free(c);
+    if (saved) setenv("CMF_CPU", saved, 1);
+    free(saved);
+}
+
 int main(void) {
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
     CHECK(cmf_cpu_physical_cores() >= 1, "physical cores");
     CHECK(strcmp(cmf_cpu_level_name(CMF_CPU_REF), "ref") == 0, "level name");
-    cmf_cpu_level old = cmf_cpu_level_set(CMF_CPU_REF);
-    CHECK(cmf_cpu_level_get() == CMF_CPU_REF, "forcing ref");
-    cmf_cpu_level_set(old);
+    test_levels();
     for (int nt = 1; nt <= 4; nt++) {
         cmf_cpu_pool *p = NULL;
         cmf_error e;

@@ -17,6 +17,7 @@
 #include "npy.h"
 #include "test.h"
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 
 #include <dirent.h>
@@ -34,8 +35,10 @@ static void check_quant(const char *data, const char *arch, const char *quant, c
     if (st) return;
     cmf_file *f = NULL;
     cmf_model *m = NULL;
+    cmf_device *dev = NULL; /* its pool's level is switched to ref below */
     st = cmf_file_open(out, &f, &err);
-    if (!st) st = cmf_model_load(f, &(cmf_model_params){.n_threads = 2}, &m, &err);
+    if (!st) st = cmf_device_open("cpu:t=2", &dev, &err);
+    if (!st) st = cmf_model_load(f, &(cmf_model_params){.device = dev}, &m, &err);
     CHECK(st == CMF_OK, "%s %s: load: %s", arch, quant, err.msg);
     if (!st) {
         cmf_model_info info;
@@ -51,9 +54,11 @@ static void check_quant(const char *data, const char *arch, const char *quant, c
                 fputc('\n', stderr);
                 CHECK(d <= 1e-4, "%s f32: max diff %g > 1e-4", arch, d);
             } else {
-                cmf_cpu_level lv = cmf_cpu_level_set(CMF_CPU_REF);
+                cmf_cpu_pool *pool = cmf_backend_cpu_pool(cmf_device_backend(dev));
+                cmf_cpu_level lv = cmf_cpu_pool_level(pool);
+                cmf_cpu_pool_set_level(pool, CMF_CPU_REF);
                 st = mu_logits(m, ids, n, CMF_KV_F32, lg, &err);
-                cmf_cpu_level_set(lv);
+                cmf_cpu_pool_set_level(pool, lv);
                 double exact = mu_argmax_agree(lg, ref->data, n, info.n_vocab);
                 double need = exact - 0.05 < 0.95 ? exact - 0.05 : 0.95;
                 fprintf(stderr, " (exact arithmetic on the stored weights: %.1f%%)\n", 100 * exact);
@@ -73,6 +78,7 @@ static void check_quant(const char *data, const char *arch, const char *quant, c
         free(lg);
     }
     cmf_model_free(m);
+    cmf_device_free(dev);
     cmf_file_close(f);
     unlink(out);
 }

@@ -19,6 +19,7 @@
 #include "npy.h"
 #include "test.h"
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 
 #include <cjson/cJSON.h>
@@ -50,13 +51,17 @@ static cmf_status write_twin(const cmf_file *f, const char *out, cmf_error *err)
     return cmf_writer_finish(w, err);
 }
 
-/* Logits of ids through the file at path. */
-static cmf_status file_logits(const char *path, const int32_t *ids, size_t n, float **out, size_t *vocab,
-                              cmf_error *err) {
+/* Logits of ids through the file at path, on a device of its own (at the
+ * reference kernel level when ref). */
+static cmf_status file_logits(const char *path, bool ref, const int32_t *ids, size_t n, float **out,
+                              size_t *vocab, cmf_error *err) {
     cmf_file *f = NULL;
     cmf_model *m = NULL;
+    cmf_device *dev = NULL;
     cmf_status st = cmf_file_open(path, &f, err);
-    if (!st) st = cmf_model_load(f, &(cmf_model_params){.n_threads = 2}, &m, err);
+    if (!st) st = cmf_device_open("cpu:t=2", &dev, err);
+    if (!st && ref) cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cmf_device_backend(dev)), CMF_CPU_REF);
+    if (!st) st = cmf_model_load(f, &(cmf_model_params){.device = dev}, &m, err);
     if (!st) {
         cmf_model_info info;
         cmf_model_get_info(m, &info);
@@ -65,6 +70,7 @@ static cmf_status file_logits(const char *path, const int32_t *ids, size_t n, fl
         st = *out ? mu_logits(m, ids, n, CMF_KV_F32, *out, err) : CMF_ERR_NOMEM;
     }
     cmf_model_free(m);
+    cmf_device_free(dev);
     cmf_file_close(f);
     return st;
 }
@@ -112,10 +118,8 @@ static void check_file(const char *data, const char *name) {
                 size_t V = 0;
                 st = write_twin(f, twin, &err);
                 CHECK(st == CMF_OK, "%s: twin: %s", name, err.msg);
-                if (!st) st = file_logits(twin, ids, n, &tl, &V, &err);
-                cmf_cpu_level lv = cmf_cpu_level_set(CMF_CPU_REF);
-                if (!st) st = file_logits(path, ids, n, &rl, &V, &err);
-                cmf_cpu_level_set(lv);
+                if (!st) st = file_logits(twin, false, ids, n, &tl, &V, &err);
+                if (!st) st = file_logits(path, true, ids, n, &rl, &V, &err);
                 CHECK(st == CMF_OK, "%s: twin logits: %s", name, err.msg);
                 if (!st) {
                     double dt = mu_maxdiff(rl, tl, n * V), at = mu_argmax_agree(tl, ref.data, n, V);

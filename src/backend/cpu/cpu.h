@@ -8,9 +8,11 @@
  * Weights are read in place from the mmap'd payload (cmf_tensor.data):
  * nothing is copied or repacked, so peak RSS stays ≈ mapped weights.
  *
- * Thread-safety: feature detection is done once (the only global mutable
- * state of the module, set under pthread_once). A pool is driven by one
- * thread at a time; cmf_cpu_matmul calls on the same pool must not overlap.
+ * Thread-safety: the module has no global state. Feature detection is a
+ * pure read (asked again on every call); the kernel level is recorded by a
+ * pool when it is created (cmf_cpu_pool_level), and every kernel run on a
+ * pool uses the pool's level. A pool is driven by one thread at a time;
+ * cmf_cpu_matmul calls on the same pool must not overlap.
  */
 #ifndef CMF_BACKEND_CPU_H
 #define CMF_BACKEND_CPU_H
@@ -33,12 +35,12 @@ extern "C" {
 #define CMF_CPU_F_FP16 (1u << 6)      /* arm64 half-precision arithmetic */
 #define CMF_CPU_F_GFNI (1u << 7)      /* x86 GF2P8AFFINEQB and friends */
 
-/* Kernel levels, in increasing capability. The level used is the best one
- * the CPU supports, unless the environment variable CMF_CPU names one:
+/* Kernel levels, in increasing capability. A pool uses the best one the
+ * CPU supports, unless the environment variable CMF_CPU names one:
  * CMF_CPU=ref (plain C reference), avx2, avx512, avx512vnni, avx512gfni
  * (avx512vnni + GFNI), neon, neondot.
  * Asking for a level the CPU lacks falls back to the best supported level
- * below it. */
+ * below it; an unknown name is ignored (tools/cmf.c warns about it). */
 typedef enum cmf_cpu_level {
     CMF_CPU_REF = 0,
     CMF_CPU_AVX2,
@@ -49,19 +51,29 @@ typedef enum cmf_cpu_level {
     CMF_CPU_NEONDOT
 } cmf_cpu_level;
 
-unsigned cmf_cpu_features(void);            /* CMF_CPU_F_* bits */
-cmf_cpu_level cmf_cpu_level_get(void);      /* the level kernels use */
+/* CMF_CPU_F_* bits of this CPU, detected on every call (CPUID + XGETBV on
+ * x86, getauxval on arm64; nothing cached). Thread-safe. */
+unsigned cmf_cpu_detect_features(void);
+/* The best level `features` allow, at most `want` (CMF_CPU_REF when none
+ * is). Pure. */
+cmf_cpu_level cmf_cpu_level_cap(unsigned features, cmf_cpu_level want);
+/* The CMF_CPU rule: env_cmf_cpu (the value of CMF_CPU, or NULL) names the
+ * highest level to use, capped by `features`; NULL, "" or a name that is
+ * not a level gives the best level `features` allow. Pure. */
+cmf_cpu_level cmf_cpu_level_choose(unsigned features, const char *env_cmf_cpu);
+/* cmf_cpu_level_choose(cmf_cpu_detect_features(), getenv("CMF_CPU")):
+ * the level a pool created now records (re-detected on every call; the
+ * level code runs at is its pool's, cmf_cpu_pool_level). */
+cmf_cpu_level cmf_cpu_level_detect(void);
 /* true for the x86 levels with AVX-512 kernels (avx512, avx512vnni, avx512gfni) */
 static inline bool cmf_cpu_level_is_avx512(cmf_cpu_level l) {
     return l == CMF_CPU_AVX512 || l == CMF_CPU_AVX512VNNI || l == CMF_CPU_AVX512GFNI;
 }
 const char *cmf_cpu_level_name(cmf_cpu_level l); /* "ref", "avx2", ... */
 /* Physical cores available (distinct core ids among online CPUs, from
- * /sys/devices/system/cpu, else /proc/cpuinfo, else sysconf); >= 1. */
+ * /sys/devices/system/cpu, else /proc/cpuinfo, else sysconf; read on every
+ * call); >= 1. */
 int cmf_cpu_physical_cores(void);
-/* Test hook: override the level for this process (tests compare levels).
- * Not thread-safe with concurrent matmuls. Returns the previous level. */
-cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l);
 
 /* ---- vector primitives (vec.c) ------------------------------------------ */
 
@@ -105,12 +117,21 @@ typedef struct cmf_cpu_pool cmf_cpu_pool;
  * are started; n_threads <= 0 means cmf_cpu_physical_cores()). Workers
  * spin briefly after a job, then park on a condition variable. The pool
  * also holds cmf_cpu_matmul's activation buffer and a 256 KiB table of
- * exp2f over all f16 values (q4tp ladders), built here (~1 ms).
+ * exp2f over all f16 values (q4tp ladders), built here (~1 ms), and the
+ * kernel level of everything run on it: cmf_cpu_level_detect() (CPU
+ * features and CMF_CPU), read here once.
  * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
  * (pthread_create failed). */
 cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);
 void cmf_cpu_pool_free(cmf_cpu_pool *p);
 int cmf_cpu_pool_threads(const cmf_cpu_pool *p);
+/* The kernel level of the pool's kernels (matmul, attention, GLU); for p
+ * NULL, cmf_cpu_level_detect(). */
+cmf_cpu_level cmf_cpu_pool_level(const cmf_cpu_pool *p);
+/* Set the pool's level to the best the CPU supports at most lv (tests
+ * compare levels; read the result back with cmf_cpu_pool_level). Call it
+ * from the driving thread, not while a job of the pool runs. p NULL: no-op. */
+void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the
@@ -157,7 +178,8 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights.
  * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
  * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
- * CMF_ERR_NOMEM. The pool may be NULL (single thread). */
+ * CMF_ERR_NOMEM. Kernels of the pool's level (cmf_cpu_pool_level). The pool
+ * may be NULL (single thread, at the level cmf_cpu_level_detect() gives). */
 cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
                           const float *X, int n, float *Y, int ldy, cmf_error *err);
 

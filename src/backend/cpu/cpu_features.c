@@ -6,17 +6,19 @@
  * 5,6,7). arm64: NEON is architectural; dot product and FP16 come from
  * getauxval(AT_HWCAP) (Linux arch/arm64/include/uapi/asm/hwcap.h).
  *
- * The detected features and chosen level are this module's only global
- * mutable state, written once under pthread_once (plus the test hook
- * cmf_cpu_level_set). CMF_CPU=<level name> forces a level (capped by what
- * the CPU has). Also counts physical cores for the default thread count.
+ * Everything here is a pure read: nothing is cached (no global state).
+ * Each call of cmf_cpu_detect_features asks the CPU again; a thread pool
+ * (pool.c) reads features and CMF_CPU once at creation and keeps its
+ * level, so a device's kernels see one level for its whole life.
+ * CMF_CPU=<level name> forces a level (capped by what the CPU has). Also
+ * counts physical cores for the default thread count.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "backend/cpu/cpu.h"
 
-#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +30,6 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static unsigned g_features;
-static cmf_cpu_level g_level;
 
 #if defined(__x86_64__) || defined(__i386__)
 static unsigned long long xgetbv0(void) {
@@ -80,8 +78,9 @@ static unsigned detect(void) {
 static unsigned detect(void) { return 0; }
 #endif
 
-/* Best level the features allow, at most `cap`. */
-static cmf_cpu_level best_level(unsigned f, cmf_cpu_level cap) {
+unsigned cmf_cpu_detect_features(void) { return detect(); }
+
+cmf_cpu_level cmf_cpu_level_cap(unsigned f, cmf_cpu_level cap) {
 #if defined(__aarch64__)
     if (cap >= CMF_CPU_NEONDOT && (f & CMF_CPU_F_DOTPROD)) return CMF_CPU_NEONDOT;
     if (cap >= CMF_CPU_NEON && (f & CMF_CPU_F_NEON)) return CMF_CPU_NEON;
@@ -98,32 +97,17 @@ static cmf_cpu_level best_level(unsigned f, cmf_cpu_level cap) {
 
 static const char *const k_names[] = {"ref", "avx2", "avx512", "avx512vnni", "avx512gfni", "neon", "neondot"};
 
-static void init_once(void) {
-    g_features = detect();
-    cmf_cpu_level cap = CMF_CPU_NEONDOT;
-    const char *env = getenv("CMF_CPU");
-    if (env && *env) {
+cmf_cpu_level cmf_cpu_level_choose(unsigned features, const char *env_cmf_cpu) {
+    cmf_cpu_level cap = CMF_CPU_NEONDOT; /* unset, empty or unknown: the best */
+    if (env_cmf_cpu && *env_cmf_cpu) {
         for (int i = 0; i < (int)(sizeof k_names / sizeof k_names[0]); i++)
-            if (strcmp(env, k_names[i]) == 0) cap = (cmf_cpu_level)i;
+            if (strcmp(env_cmf_cpu, k_names[i]) == 0) cap = (cmf_cpu_level)i;
     }
-    g_level = best_level(g_features, cap);
+    return cmf_cpu_level_cap(features, cap);
 }
 
-unsigned cmf_cpu_features(void) {
-    pthread_once(&g_once, init_once);
-    return g_features;
-}
-
-cmf_cpu_level cmf_cpu_level_get(void) {
-    pthread_once(&g_once, init_once);
-    return g_level;
-}
-
-cmf_cpu_level cmf_cpu_level_set(cmf_cpu_level l) {
-    pthread_once(&g_once, init_once);
-    cmf_cpu_level old = g_level;
-    g_level = best_level(g_features, l);
-    return old;
+cmf_cpu_level cmf_cpu_level_detect(void) {
+    return cmf_cpu_level_choose(cmf_cpu_detect_features(), getenv("CMF_CPU"));
 }
 
 const char *cmf_cpu_level_name(cmf_cpu_level l) {

@@ -646,7 +646,7 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
     const uint64_t in = j->in, nb = (in + 31) / 32;
     const bool q8 = dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F;
     const bool q4 = dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
-    const cmf_cpu_level lv = cmf_cpu_level_get();
+    const cmf_cpu_level lv = j->level;
     const int vnni = lv == CMF_CPU_AVX512VNNI || lv == CMF_CPU_AVX512GFNI;
     prow pr[GEMM_GP][GEMM_MR];
     for (uint64_t tb = rb; tb < re; tb += GEMM_GP * GEMM_MR) { /* GEMM_GP panels at a time */

@@ -471,7 +471,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     uint64_t rows = rows_of[0];
     int fam = family(W->dtype, in);
 
-    cmf_cpu_level lv = cmf_cpu_level_get();
+    cmf_cpu_level lv = cmf_cpu_pool_level(p);
     mm_kernel_fn fn = pick(fam, lv);
 #if defined(__x86_64__) || defined(__i386__)
     /* prefill at the AVX-512 levels: blocked GEMM (gemm_avx512.c) */
@@ -547,6 +547,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         job->n = n;
         job->a = &act;
         job->exp2_f16 = cmf_cpu_pool_exp2_table(p);
+        job->level = lv;
         atomic_init(&job->failed, 0);
         uint64_t row_bytes = Wi->nbytes / rows_of[i] + 1;
         uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);

@@ -99,6 +99,7 @@ typedef struct mm_job {
     int n;
     const mm_act *a;
     const float *exp2_f16; /* cmf_cpu_pool_exp2_table, may be NULL */
+    cmf_cpu_level level;   /* cmf_cpu_pool_level of the pool it runs on */
     atomic_int failed; /* set by a task when a slow-path decode fails */
 } mm_job;
 

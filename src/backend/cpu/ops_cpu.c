@@ -339,7 +339,7 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
         max_span = ke - kb > max_span ? ke - kb : max_span;
     }
     cmf_cpu_pool *pool = pool_of(b);
-    attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_level_get()), pool, tile0, n_tiles, max_span};
+    attn_ctx c = {a, cmf_cpu_vec_for(cmf_cpu_pool_level(pool)), pool, tile0, n_tiles, max_span};
     size_t rows = (size_t)ATT_TILE * group;
     size_t bytes = (rows * (2 * (size_t)a->head_dim + max_span) + ATT_KB * (size_t)a->head_dim) * sizeof(float) +
                    (a->tree_base ? (size_t)max_span * sizeof(uint32_t) : 0); /* a tree token's slot list */
@@ -378,6 +378,7 @@ typedef struct {
     size_t ld_out, ld_in;
     uint32_t n, dim;
     cmf_act act;
+    const cmf_cpu_vec *vec; /* of the pool's level */
 } glu_ctx;
 
 static void glu_task(void *vctx, int task, int n_tasks) {
@@ -385,10 +386,9 @@ static void glu_task(void *vctx, int task, int n_tasks) {
     uint32_t lo, hi;
     chunk(task, n_tasks, c->n, &lo, &hi);
     if (c->act == CMF_ACT_SILU) { /* SwiGLU: the vector path */
-        const cmf_cpu_vec *vec = cmf_cpu_vec_for(cmf_cpu_level_get());
         for (uint32_t i = lo; i < hi; i++)
-            vec->silu_mul(c->out + (size_t)i * c->ld_out, c->gate + (size_t)i * c->ld_in,
-                          c->up + (size_t)i * c->ld_in, c->dim);
+            c->vec->silu_mul(c->out + (size_t)i * c->ld_out, c->gate + (size_t)i * c->ld_in,
+                             c->up + (size_t)i * c->ld_in, c->dim);
         return;
     }
     for (uint32_t i = lo; i < hi; i++)
@@ -399,7 +399,8 @@ static void glu_task(void *vctx, int task, int n_tasks) {
 
 static void cpu_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
                     size_t ld_in, uint32_t n, uint32_t dim, cmf_act act) {
-    glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act};
+    glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act,
+                 cmf_cpu_vec_for(cmf_cpu_pool_level(pool_of(b)))};
     if ((size_t)n * dim < 65536) glu_task(&c, 0, 1); /* decode: not worth a wake-up */
     else cmf_cpu_pool_run(pool_of(b), glu_task, &c, n_tasks_for(b, n));
 }
@@ -508,3 +509,5 @@ cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err)
     *out = b;
     return CMF_OK;
 }
+
+cmf_cpu_pool *cmf_backend_cpu_pool(cmf_backend *b) { return b && b->ops == &cpu_ops ? pool_of(b) : NULL; }

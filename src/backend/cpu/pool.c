@@ -28,8 +28,10 @@
  * thread while a job is in flight execute serially on the calling thread.
  * Jobs of more than 2^24 - 1 tasks also run serially.
  *
- * The pool also owns the matmul activation buffer (matmul.c) and a table
- * of exp2f over all f16 values (q4tp ladders), built once at creation.
+ * The pool also owns the matmul activation buffer (matmul.c), a table of
+ * exp2f over all f16 values (q4tp ladders), built once at creation, and
+ * the kernel level of the jobs run on it (CPU features and CMF_CPU, read
+ * once at creation).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -82,6 +84,8 @@ struct cmf_cpu_pool {
     void *mm_buf;       /* matmul activation buffer, 64-aligned */
     size_t mm_buf_sz;
     float *exp2_f16;    /* [65536] exp2f(f16 value), or NULL */
+    unsigned features;  /* CMF_CPU_F_* at creation */
+    cmf_cpu_level level; /* kernel level of this pool's jobs */
 };
 
 static inline void cpu_relax(void) {
@@ -171,6 +175,8 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     cmf_cpu_pool *p = calloc(1, sizeof *p);
     if (!p) return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_cpu_pool_new: out of memory");
     p->n_threads = n_threads;
+    p->features = cmf_cpu_detect_features();
+    p->level = cmf_cpu_level_choose(p->features, getenv("CMF_CPU"));
     p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
     p->scratch_sz = calloc((size_t)n_threads, sizeof *p->scratch_sz);
     p->workers = n_threads > 1 ? calloc((size_t)n_threads - 1, sizeof *p->workers) : NULL;
@@ -235,6 +241,14 @@ void cmf_cpu_pool_free(cmf_cpu_pool *p) {
 }
 
 int cmf_cpu_pool_threads(const cmf_cpu_pool *p) { return p ? p->n_threads : 1; }
+
+cmf_cpu_level cmf_cpu_pool_level(const cmf_cpu_pool *p) {
+    return p ? p->level : cmf_cpu_level_detect();
+}
+
+void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv) {
+    if (p) p->level = cmf_cpu_level_cap(p->features, lv);
+}
 
 static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t, void *ctx,
                     int n_tasks, bool ranged) {
