@@ -535,8 +535,17 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     cli_interrupt_begin(true); /* Ctrl-C from here on: stop, print the timings */
+    cmf_session_set_cancel(s, cli_interrupt_poll, NULL);
     double tp = now_s();
-    if (cmf_session_prefill_tokens(s, ids, n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    if (cmf_session_prefill_tokens(s, ids, n_ids, &err) != CMF_OK) {
+        if (err.status == CMF_ERR_CANCELLED) {
+            fprintf(stderr, "\ncmf run: interrupted (Ctrl-C) during the prompt: %s\n", err.msg);
+            rc = CLI_EXIT_INTERRUPTED;
+        } else {
+            cli_fail(cmd, &err);
+        }
+        goto done;
+    }
     tp = now_s() - tp;
     if (echo) { fwrite(input, 1, input_len, stdout); fflush(stdout); }
     probs_out po = {.tok = tok, .n_probs = (uint32_t)n_probs};

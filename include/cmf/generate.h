@@ -131,6 +131,12 @@ uint32_t cmf_session_n_ctx(const cmf_session *s);
 const float *cmf_session_logits(const cmf_session *s);
 /* Tokens per prefill batch (default and maximum 512; 0 = default). */
 void cmf_session_set_batch_size(cmf_session *s, uint32_t n_batch);
+/* A cancellation poll (e.g. a Ctrl-C flag), called before every step of
+ * prefill and generation (a step runs at most 512 prompt tokens or one
+ * token): when it returns true, a prefill fails with CMF_ERR_CANCELLED
+ * (what ran stays cached) and a generation ends with CMF_STOP_CALLBACK.
+ * NULL removes it. */
+void cmf_session_set_cancel(cmf_session *s, bool (*cancel)(void *user), void *user);
 /* Clear the conversation (KV cache and sampler history). */
 void cmf_session_reset(cmf_session *s);
 

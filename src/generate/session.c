@@ -33,6 +33,8 @@ struct cmf_session {
     uint32_t n_ctx, n_vocab;
     size_t last_prefill_n;
     double last_prefill_s;
+    bool (*cancel)(void *user); /* polled before every engine step */
+    void *cancel_user;
 };
 
 static double now_s(void) {
@@ -138,7 +140,12 @@ static cmf_status run_turn(cmf_session *s, const int32_t *ids, size_t n, const c
                            : cmf_engine_add(s->eng, &sp, &s->seq, err);
     if (st != CMF_OK) return st;
     *n_computed = 0;
+    bool cancelled = false;
     while (!t->done) {
+        if (!cancelled && s->cancel && s->cancel(s->cancel_user)) { /* ends at this step */
+            cmf_engine_cancel(s->eng, s->seq);
+            cancelled = true;
+        }
         cmf_engine_step_info info;
         st = cmf_engine_step(s->eng, &info, err);
         if (st != CMF_OK && !t->done) return st;
@@ -146,6 +153,8 @@ static cmf_status run_turn(cmf_session *s, const int32_t *ids, size_t n, const c
         if (!t->done && info.n_tokens == 0 && cmf_engine_idle(s->eng))
             return cmf_error_set(err, CMF_ERR_INTERNAL, "session: the engine went idle mid-turn");
     }
+    if (cancelled && n_predict == 0 && t->status == CMF_OK && t->stop == CMF_STOP_CALLBACK)
+        return cmf_error_set(err, CMF_ERR_CANCELLED, "cancelled after %zu of %zu tokens", *n_computed, n);
     if (t->status != CMF_OK) {
         cmf_error_set(err, t->status, "%s", t->msg);
         if (!cmf_engine_seq_tokens(s->eng, s->seq, NULL)) s->seq = 0; /* the engine dropped it */
@@ -248,6 +257,12 @@ void cmf_session_set_batch_size(cmf_session *s, uint32_t n_batch) {
     if (!s) return;
     if (n_batch == 0 || n_batch > CMF_PREFILL_CHUNK) n_batch = CMF_PREFILL_CHUNK;
     cmf_engine_set_n_batch(s->eng, n_batch);
+}
+
+void cmf_session_set_cancel(cmf_session *s, bool (*cancel)(void *user), void *user) {
+    if (!s) return;
+    s->cancel = cancel;
+    s->cancel_user = user;
 }
 
 void cmf_session_reset(cmf_session *s) {

@@ -97,6 +97,17 @@ set -m
 "$cmf" run "$D" -p "Once upon a time" -n -1 --ignore-eos -c 4096 -t 1 >"$tmp/int.out" 2>"$tmp/int.err" &
 pid=$!
 set +m
+# ... also during a long prompt: the prefill stops at its next step
+python3 -c "print(' '.join(['once upon a time there was a little dog'] * 900))" >"$tmp/long.txt"
+set -m
+"$cmf" run "$D" -f "$tmp/long.txt" -n 4 -c 12000 -t 1 >/dev/null 2>"$tmp/intp.err" &
+pidp=$!
+set +m
+sleep 0.3
+kill -INT $pidp
+wait $pidp; rcp=$?
+if [ $rcp = 130 ] && grep -q "during the prompt" "$tmp/intp.err"; then ok "Ctrl-C during the prompt stops the prefill (exit 130)"
+else echo "FAIL: Ctrl-C during the prompt: rc $rcp, stderr: $(tail -2 "$tmp/intp.err")"; fail=1; fi
 for _ in $(seq 300); do [ -s "$tmp/int.out" ] && break; sleep 0.1; done
 sleep 0.2
 kill -INT $pid
