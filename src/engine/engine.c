@@ -197,6 +197,32 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
     return CMF_OK;
 }
 
+/* A queued sequence of sp's prompt (all prompt-class), its own sampler
+ * and turn state; no id or slot yet. */
+static cmf_status seq_create(const cmf_engine *e, const cmf_seq_params *sp, eseq **out, cmf_error *err) {
+    *out = NULL;
+    eseq *s = calloc(1, sizeof *s);
+    if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory");
+    s->slot = -1;
+    s->state = SEQ_QUEUED;
+    s->weight_set = sp->weight_set;
+    if (!seq_reserve(s, sp->n_prompt + 1)) {
+        seq_free(s);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory for %zu prompt tokens", sp->n_prompt);
+    }
+    memcpy(s->tok, sp->prompt, sp->n_prompt * sizeof *s->tok);
+    memset(s->dec, 0, sp->n_prompt);
+    s->n_tok = sp->n_prompt;
+    cmf_status st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err);
+    if (st == CMF_OK) st = seq_set_turn(e, s, sp, err);
+    if (st != CMF_OK) {
+        seq_free(s);
+        return st;
+    }
+    *out = s;
+    return CMF_OK;
+}
+
 /* ---- engine ------------------------------------------------------------- */
 
 cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_engine_params *p,
@@ -319,23 +345,8 @@ cmf_status cmf_engine_add(cmf_engine *e, const cmf_seq_params *sp, uint64_t *id,
     if (!e) return cmf_error_set(err, CMF_ERR_ARG, "cmf_engine_add: engine is NULL");
     cmf_status st = check_prompt(e, sp, err);
     if (st != CMF_OK) return st;
-    eseq *s = calloc(1, sizeof *s);
-    if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
-    s->slot = -1;
-    s->state = SEQ_QUEUED;
-    s->weight_set = sp->weight_set;
-    if (!seq_reserve(s, sp->n_prompt + 1)) {
-        seq_free(s);
-        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory for %zu prompt tokens", sp->n_prompt);
-    }
-    memcpy(s->tok, sp->prompt, sp->n_prompt * sizeof *s->tok);
-    memset(s->dec, 0, sp->n_prompt);
-    s->n_tok = sp->n_prompt;
-    if ((st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err)) ||
-        (st = seq_set_turn(e, s, sp, err))) {
-        seq_free(s);
-        return cmf_error_prefix(err, "engine: adding a sequence");
-    }
+    eseq *s = NULL;
+    if ((st = seq_create(e, sp, &s, err))) return cmf_error_prefix(err, "engine: adding a sequence");
     pthread_mutex_lock(&e->mu);
     uint64_t my_id = s->id = e->next_id++;
     if (e->inbox_tail) e->inbox_tail->next = s;
@@ -849,21 +860,8 @@ cmf_status cmf_engine_fork(cmf_engine *e, uint64_t src, const cmf_seq_params *sp
         e->seqs = v;
         e->cap_seqs = cap;
     }
-    eseq *s = calloc(1, sizeof *s);
-    if (!s) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
-    s->slot = -1;
-    s->weight_set = sp->weight_set;
-    if (!seq_reserve(s, sp->n_prompt + 1)) {
-        seq_free(s);
-        return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory for %zu prompt tokens", sp->n_prompt);
-    }
-    memcpy(s->tok, sp->prompt, sp->n_prompt * sizeof *s->tok);
-    memset(s->dec, 0, sp->n_prompt);
-    s->n_tok = sp->n_prompt;
-    if ((st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err)) || (st = seq_set_turn(e, s, sp, err))) {
-        seq_free(s);
-        return cmf_error_prefix(err, "engine: fork");
-    }
+    eseq *s = NULL;
+    if ((st = seq_create(e, sp, &s, err))) return cmf_error_prefix(err, "engine: fork");
     /* share the common prompt-class prefix of the source's cached tokens */
     size_t share = 0, lim = prompt_class_len(from);
     if (lim > from->n_kv) lim = from->n_kv;
