@@ -500,9 +500,11 @@ static void drain(cmf_engine *e) {
     size_t nc = e->n_cancel;
     uint64_t cancel[64];
     if (nc > 64) nc = 64; /* the rest next step */
-    memcpy(cancel, e->cancel, nc * sizeof *cancel);
-    memmove(e->cancel, e->cancel + nc, (e->n_cancel - nc) * sizeof *e->cancel);
-    e->n_cancel -= nc;
+    if (nc) {
+        memcpy(cancel, e->cancel, nc * sizeof *cancel);
+        memmove(e->cancel, e->cancel + nc, (e->n_cancel - nc) * sizeof *e->cancel);
+        e->n_cancel -= nc;
+    }
     pthread_mutex_unlock(&e->mu);
     for (eseq *s = in, *nx; s; s = nx) {
         nx = s->next;
