@@ -287,6 +287,17 @@ int cmd_sign(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("sign", "missing FILE");
     if (!key) return cli_usage_error("sign", "missing --key KEYFILE");
+    size_t sl = strlen(path) + 5;
+    char *sig = malloc(sl);
+    if (!sig) {
+        fprintf(stderr, "cmf sign: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    snprintf(sig, sl, "%s.sig", path);
+    const char *ins[2] = {path, key};
+    bool out_ok = cli_check_output("sign", sig, ins, 2);
+    free(sig);
+    if (!out_ok) return CLI_EXIT_USAGE;
     cmf_error err = {0};
     if (cmf_sign(path, key, &err)) return cli_fail("sign", &err);
     printf("wrote %s.sig\n", path);
@@ -317,6 +328,7 @@ int cmd_keygen(int argc, char **argv) {
         }
     }
     if (!out) return cli_usage_error("keygen", "missing -o KEYFILE");
+    if (!cli_check_output("keygen", out, NULL, 0)) return CLI_EXIT_USAGE;
     cmf_error err = {0};
     if (cmf_keygen(out, &err)) return cli_fail("keygen", &err);
     char *text = NULL;

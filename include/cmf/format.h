@@ -161,10 +161,13 @@ typedef struct cmf_writer_opts {
 } cmf_writer_opts;
 
 /* Check, before any work, that `path` can be a writer's output: not empty,
- * not an existing directory, in an existing, writable directory. Creates
- * nothing. Errors name `path` as given: CMF_ERR_ARG ("" or NULL),
- * CMF_ERR_IO ("is a directory", "directory 'D' does not exist", "'D' is not
- * a directory", "directory 'D' is not writable"). Thread-safe. */
+ * not an existing file other than a regular one (a directory, device, FIFO
+ * or socket; a symlink is followed, so one to a regular file is fine), in
+ * an existing, writable directory. Creates nothing. Errors name `path` as
+ * given: CMF_ERR_ARG ("" or NULL), CMF_ERR_IO ("is a directory", "is a
+ * character device", "is a block device", "is a FIFO", "is a socket",
+ * "directory 'D' does not exist", "'D' is not a directory", "directory 'D'
+ * is not writable"). Thread-safe. */
 cmf_status cmf_writer_check_path(const char *path, cmf_error *err);
 
 /* Start a new file at `path` (checked with cmf_writer_check_path first).

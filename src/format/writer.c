@@ -100,8 +100,15 @@ static cmf_status check_cancel(const cmf_writer *w, cmf_error *err) {
 cmf_status cmf_writer_check_path(const char *path, cmf_error *err) {
     if (!path || !*path) return cmf_error_set(err, CMF_ERR_ARG, "the output path is empty");
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return cmf_error_set(err, CMF_ERR_IO, "%s: is a directory", path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* stat follows a symlink: one to a file is fine */
+        const char *what = S_ISDIR(sb.st_mode)    ? "a directory"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                           : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        return cmf_error_set(err, CMF_ERR_IO, "%s: is %s", path, what);
+    }
     /* the directory part: up to the last '/' ("x" -> ".", "/x" -> "/") */
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
