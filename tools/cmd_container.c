@@ -373,7 +373,17 @@ int cmd_compact(int argc, char **argv) {
     if (!cli_check_output("compact", out, &in, 1)) return CLI_EXIT_USAGE;
     if (cli_refuse_foreign("compact", in)) return CLI_EXIT_FAIL;
     cmf_error err = {0};
-    if (cmf_compact(in, out, &err)) return cli_fail("compact", &err);
-    printf("wrote %s\n", out);
-    return CLI_EXIT_OK;
+    cli_interrupt_begin(false);
+    cmf_compact_opts o = {.cancel = cli_interrupt_poll};
+    cmf_status st = cmf_compact_with(in, out, &o, &err);
+    int rc = CLI_EXIT_OK;
+    if (st == CMF_ERR_CANCELLED) {
+        fprintf(stderr, "cmf compact: interrupted: %s was not written (its temporary files are removed)\n", out);
+        rc = CLI_EXIT_FAIL;
+    } else if (st) {
+        rc = cli_fail("compact", &err);
+    } else {
+        printf("wrote %s\n", out);
+    }
+    return cli_interrupt_end(rc);
 }

@@ -229,6 +229,19 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
 
 /* Rewrite `in` to `out` without dead bytes (same tensors, header, tokenizer). */
 cmf_status cmf_compact(const char *in, const char *out, cmf_error *err);
+/* Options of cmf_compact_with (zero-initialize; NULL = none). */
+typedef struct cmf_compact_opts {
+    /* Cancellation, as cmf_writer_opts.cancel: polled before each tensor and
+     * every MiB of the final copy; true stops with CMF_ERR_CANCELLED and
+     * every temporary file removed, `out` not written. */
+    bool (*cancel)(void *cancel_ctx);
+    void *cancel_ctx;
+} cmf_compact_opts;
+/* cmf_compact with options. Errors: cmf_writer_check_path's on `out`
+ * (before `in` is read), cmf_file_open's on `in`, CMF_ERR_HASH (a corrupt
+ * tensor in `in`), CMF_ERR_CANCELLED, the writer's (CMF_ERR_IO,
+ * CMF_ERR_NOMEM). Thread-safe for distinct `out`. */
+cmf_status cmf_compact_with(const char *in, const char *out, const cmf_compact_opts *opts, cmf_error *err);
 
 /* Verify report: one line per problem found, e.g.
  *   "tensor 'model.layers.0.mlp.up_proj.weight': hash64 mismatch"
