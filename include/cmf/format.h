@@ -169,11 +169,18 @@ typedef struct cmf_writer_opts {
  * "directory 'D' does not exist", "'D' is not a directory", "directory 'D'
  * is not writable"). Thread-safe. */
 cmf_status cmf_writer_check_path(const char *path, cmf_error *err);
+/* Check, before any work, the output path of a sharded write
+ * (shard_max_bytes > 0): it names the set, so a path that is itself a shard
+ * name ("<stem>-KKKKK-of-NNNNN.cmf") is refused with CMF_ERR_ARG naming it
+ * (its shards would be "<stem>-KKKKK-of-NNNNN-0000J-of-0000M.cmf", which
+ * opening the given path never finds). Creates nothing. Thread-safe. */
+cmf_status cmf_writer_check_shard_path(const char *path, cmf_error *err);
 
 /* Start a new file at `path` (checked with cmf_writer_check_path first).
  * Tensors are streamed to a temporary file next to it; nothing appears at
  * `path` until cmf_writer_finish succeeds. opts may be NULL. Errors:
- * cmf_writer_check_path's, CMF_ERR_ARG (unknown extra_features),
+ * cmf_writer_check_path's, cmf_writer_check_shard_path's (when
+ * opts->shard_max_bytes > 0), CMF_ERR_ARG (unknown extra_features),
  * CMF_ERR_IO, CMF_ERR_NOMEM, CMF_ERR_CANCELLED. */
 cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_writer **out,
                            cmf_error *err);

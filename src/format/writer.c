@@ -128,6 +128,16 @@ cmf_status cmf_writer_check_path(const char *path, cmf_error *err) {
     return st;
 }
 
+cmf_status cmf_writer_check_shard_path(const char *path, cmf_error *err) {
+    uint32_t no, count;
+    size_t stem;
+    if (!path || !cmf_shard_name_parse(path, &no, &count, &stem)) return CMF_OK;
+    return cmf_error_set(err, CMF_ERR_ARG,
+                         "%s: a sharded output must not be a shard name (-KKKKK-of-NNNNN.cmf): name the set, "
+                         "e.g. %.*s.cmf, and its shards get that suffix",
+                         path, (int)stem, path);
+}
+
 static char *tmp_name(const char *path, const char *tag, uint32_t k) {
     size_t n = strlen(path) + 64;
     char *s = malloc(n);
@@ -157,6 +167,7 @@ cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_wr
     if (opts && (opts->extra_features & ~(uint32_t)CMF_KNOWN_FEATURES))
         return cmf_error_set(err, CMF_ERR_ARG, "%s: extra_features 0x%x has unknown bits", path, opts->extra_features);
     cmf_status st = cmf_writer_check_path(path, err);
+    if (!st && opts && opts->shard_max_bytes) st = cmf_writer_check_shard_path(path, err);
     if (st) return st;
     cmf_writer *w = calloc(1, sizeof *w);
     if (!w) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);

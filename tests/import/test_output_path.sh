@@ -5,8 +5,8 @@
 # compact, plus logits, keygen and sign (FILE.sig). The bad outputs: "", an
 # existing directory, an existing FIFO (a non-regular file must never be
 # replaced by a regular one), a file in a missing directory, a file under a
-# regular file. The inputs are chosen so that any
-# work on them would fail with another message (a folder with config.json
+# regular file; for a sharded write (--shard-max-gb), a shard name. The
+# inputs are chosen so that any work on them would fail with another message (a folder with config.json
 # only, a GGUF with a header only, ...), which shows the -o check came
 # first. Nothing may appear on disk (the working directory included).
 # Args: <cmf binary> <source dir> <build dir>.
@@ -50,6 +50,14 @@ for o in "" "$T/outdir" "$T/fifo" "$T/missing/x.cmf" "$T/plain/x.cmf"; do
     check "logits -o '$o'" "$want" "$CMF" logits "$CMFIN" --tokens 1 -o "$o"
     check "keygen -o '$o'" "$want" "$CMF" keygen -o "$o"
 done
+# a sharded write's -o names the set: a shard name there would give
+# "x-00001-of-00004-00001-of-0000N.cmf" files that -o never opens
+sh="$T/x-00001-of-00004.cmf"
+want="$sh: a sharded output must not be a shard name"
+check "convert --shard-max-gb -o SHARD" "$want" "$CMF" convert "$T/hf" -o "$sh" --shard-max-gb 0.03
+check "import-gguf --shard-max-gb -o SHARD" "$want" "$CMF" import-gguf "$T/in.gguf" -o "$sh" --shard-max-gb 0.03
+check "import-llama2c --shard-max-gb -o SHARD" "$want" "$CMF" import-llama2c "$T/in.bin" --tokenizer "$T/tok.bin" -o "$sh" --shard-max-gb 0.03
+check "quantize --shard-max-gb -o SHARD" "$want" "$CMF" quantize "$CMFIN" -o "$sh" --quant q4 --shard-max-gb 0.03
 check "sign (FILE.sig a FIFO)" "$T/plain.sig: is a FIFO" "$CMF" sign "$T/plain" --key "$T/nokey"
 for f in "$T/fifo" "$T/plain.sig"; do
     [ -p "$f" ] || { echo "FAIL: $f is no longer a FIFO"; fail=1; }
