@@ -6,9 +6,10 @@
 # existing directory, an existing FIFO (a non-regular file must never be
 # replaced by a regular one), a file in a missing directory, a file under a
 # regular file; for a sharded write (--shard-max-gb), a shard name. The
-# inputs are chosen so that any work on them would fail with another message (a folder with config.json
-# only, a GGUF with a header only, ...), which shows the -o check came
-# first. Nothing may appear on disk (the working directory included).
+# inputs are chosen so that any work on them would fail with another
+# message (a folder with config.json only, a GGUF with a header only, ...),
+# which shows the -o check came first. Nothing may appear on disk (the
+# working directory included).
 # Args: <cmf binary> <source dir> <build dir>.
 set -u
 CMF=$1; SRC=$2; BUILD=$3
