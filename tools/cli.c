@@ -384,11 +384,11 @@ bool cli_open_file(const char *cmd, const char *path, cmf_file **f) {
     return false;
 }
 
-/* ---- SIGINT / SIGTERM while writing -------------------------------------- */
+/* ---- SIGINT / SIGTERM / SIGHUP while writing -------------------------------------- */
 
 static volatile sig_atomic_t g_signal;     /* the signal that came, 0 = none */
-static struct sigaction g_old_int, g_old_term;
-static bool g_have_int, g_have_term;
+static struct sigaction g_old_int, g_old_term, g_old_hup;
+static bool g_have_int, g_have_term, g_have_hup;
 
 static void on_signal(int sig) { g_signal = sig; }
 
@@ -408,6 +408,7 @@ void cli_interrupt_begin(bool second_sigint_kills) {
     g_signal = 0;
     g_have_int = catch_signal(SIGINT, &g_old_int, second_sigint_kills);
     g_have_term = catch_signal(SIGTERM, &g_old_term, false);
+    g_have_hup = catch_signal(SIGHUP, &g_old_hup, false); /* a closed terminal: like SIGTERM */
 }
 
 bool cli_interrupt_poll(void *unused) {
@@ -418,7 +419,8 @@ bool cli_interrupt_poll(void *unused) {
 int cli_interrupt_end(int rc) {
     if (g_have_int) sigaction(SIGINT, &g_old_int, NULL);
     if (g_have_term) sigaction(SIGTERM, &g_old_term, NULL);
-    g_have_int = g_have_term = false;
+    if (g_have_hup) sigaction(SIGHUP, &g_old_hup, NULL);
+    g_have_int = g_have_term = g_have_hup = false;
     int sig = g_signal;
     if (!sig || rc == CLI_EXIT_OK) return rc; /* it came after the work was done */
     fflush(NULL);

@@ -91,8 +91,8 @@ size_t cli_process_escapes(char *s, size_t len);
 int cli_get_prompt(const char *cmd, const char *text, const char *file, bool strip_newline, bool escape,
                    char **out, size_t *len);
 /* Refuse, before any work, an output path the writer cannot use
- * (cmf_writer_check_path: "", a directory, a missing or unwritable
- * directory) or one that would destroy an input: the same file as any
+ * (cmf_writer_check_path: "", an existing directory, device, FIFO or
+ * socket, a missing or unwritable directory) or one that would destroy an input: the same file as any
  * of `inputs` (same device and inode, so "./x" and links count), or, for an
  * input that is a directory (a Hugging Face folder), an existing file in
  * it that is not a CMF file. Prints "cmf <cmd>: ..." naming the path as
@@ -112,7 +112,7 @@ bool cli_refuse_foreign(const char *cmd, const char *path);
  * false on failure. */
 bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
 
-/* SIGINT/SIGTERM while a command works (a conversion, a generation):
+/* SIGINT/SIGTERM/SIGHUP while a command works (a conversion, a generation):
  * cli_interrupt_begin() installs handlers that only set a flag (a signal
  * that was ignored at start stays ignored; with second_sigint_kills a
  * second Ctrl-C ends the process as usual, for `cmf run`); poll it with

@@ -287,6 +287,17 @@ int cmd_sign(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("sign", "missing FILE");
     if (!key) return cli_usage_error("sign", "missing --key KEYFILE");
+    size_t sl = strlen(path) + 5;
+    char *sig = malloc(sl);
+    if (!sig) {
+        fprintf(stderr, "cmf sign: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    snprintf(sig, sl, "%s.sig", path);
+    const char *ins[2] = {path, key};
+    bool out_ok = cli_check_output("sign", sig, ins, 2);
+    free(sig);
+    if (!out_ok) return CLI_EXIT_USAGE;
     cmf_error err = {0};
     if (cmf_sign(path, key, &err)) return cli_fail("sign", &err);
     printf("wrote %s.sig\n", path);
@@ -317,6 +328,7 @@ int cmd_keygen(int argc, char **argv) {
         }
     }
     if (!out) return cli_usage_error("keygen", "missing -o KEYFILE");
+    if (!cli_check_output("keygen", out, NULL, 0)) return CLI_EXIT_USAGE;
     cmf_error err = {0};
     if (cmf_keygen(out, &err)) return cli_fail("keygen", &err);
     char *text = NULL;
@@ -361,7 +373,17 @@ int cmd_compact(int argc, char **argv) {
     if (!cli_check_output("compact", out, &in, 1)) return CLI_EXIT_USAGE;
     if (cli_refuse_foreign("compact", in)) return CLI_EXIT_FAIL;
     cmf_error err = {0};
-    if (cmf_compact(in, out, &err)) return cli_fail("compact", &err);
-    printf("wrote %s\n", out);
-    return CLI_EXIT_OK;
+    cli_interrupt_begin(false);
+    cmf_compact_opts o = {.cancel = cli_interrupt_poll};
+    cmf_status st = cmf_compact_with(in, out, &o, &err);
+    int rc = CLI_EXIT_OK;
+    if (st == CMF_ERR_CANCELLED) {
+        fprintf(stderr, "cmf compact: interrupted: %s was not written (its temporary files are removed)\n", out);
+        rc = CLI_EXIT_FAIL;
+    } else if (st) {
+        rc = cli_fail("compact", &err);
+    } else {
+        printf("wrote %s\n", out);
+    }
+    return cli_interrupt_end(rc);
 }

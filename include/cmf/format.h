@@ -161,16 +161,26 @@ typedef struct cmf_writer_opts {
 } cmf_writer_opts;
 
 /* Check, before any work, that `path` can be a writer's output: not empty,
- * not an existing directory, in an existing, writable directory. Creates
- * nothing. Errors name `path` as given: CMF_ERR_ARG ("" or NULL),
- * CMF_ERR_IO ("is a directory", "directory 'D' does not exist", "'D' is not
- * a directory", "directory 'D' is not writable"). Thread-safe. */
+ * not an existing file other than a regular one (a directory, device, FIFO
+ * or socket; a symlink is followed, so one to a regular file is fine), in
+ * an existing, writable directory. Creates nothing. Errors name `path` as
+ * given: CMF_ERR_ARG ("" or NULL), CMF_ERR_IO ("is a directory", "is a
+ * character device", "is a block device", "is a FIFO", "is a socket",
+ * "directory 'D' does not exist", "'D' is not a directory", "directory 'D'
+ * is not writable"). Thread-safe. */
 cmf_status cmf_writer_check_path(const char *path, cmf_error *err);
+/* Check, before any work, the output path of a sharded write
+ * (shard_max_bytes > 0): it names the set, so a path that is itself a shard
+ * name ("<stem>-KKKKK-of-NNNNN.cmf") is refused with CMF_ERR_ARG naming it
+ * (its shards would be "<stem>-KKKKK-of-NNNNN-0000J-of-0000M.cmf", which
+ * opening the given path never finds). Creates nothing. Thread-safe. */
+cmf_status cmf_writer_check_shard_path(const char *path, cmf_error *err);
 
 /* Start a new file at `path` (checked with cmf_writer_check_path first).
  * Tensors are streamed to a temporary file next to it; nothing appears at
  * `path` until cmf_writer_finish succeeds. opts may be NULL. Errors:
- * cmf_writer_check_path's, CMF_ERR_ARG (unknown extra_features),
+ * cmf_writer_check_path's, cmf_writer_check_shard_path's (when
+ * opts->shard_max_bytes > 0), CMF_ERR_ARG (unknown extra_features),
  * CMF_ERR_IO, CMF_ERR_NOMEM, CMF_ERR_CANCELLED. */
 cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_writer **out,
                            cmf_error *err);
@@ -226,6 +236,19 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
 
 /* Rewrite `in` to `out` without dead bytes (same tensors, header, tokenizer). */
 cmf_status cmf_compact(const char *in, const char *out, cmf_error *err);
+/* Options of cmf_compact_with (zero-initialize; NULL = none). */
+typedef struct cmf_compact_opts {
+    /* Cancellation, as cmf_writer_opts.cancel: polled before each tensor and
+     * every MiB of the final copy; true stops with CMF_ERR_CANCELLED and
+     * every temporary file removed, `out` not written. */
+    bool (*cancel)(void *cancel_ctx);
+    void *cancel_ctx;
+} cmf_compact_opts;
+/* cmf_compact with options. Errors: cmf_writer_check_path's on `out`
+ * (before `in` is read), cmf_file_open's on `in`, CMF_ERR_HASH (a corrupt
+ * tensor in `in`), CMF_ERR_CANCELLED, the writer's (CMF_ERR_IO,
+ * CMF_ERR_NOMEM). Thread-safe for distinct `out`. */
+cmf_status cmf_compact_with(const char *in, const char *out, const cmf_compact_opts *opts, cmf_error *err);
 
 /* Verify report: one line per problem found, e.g.
  *   "tensor 'model.layers.0.mlp.up_proj.weight': hash64 mismatch"

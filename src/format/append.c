@@ -176,11 +176,17 @@ out:
 }
 
 cmf_status cmf_compact(const char *in, const char *out, cmf_error *err) {
+    return cmf_compact_with(in, out, NULL, err);
+}
+
+cmf_status cmf_compact_with(const char *in, const char *out, const cmf_compact_opts *opts, cmf_error *err) {
     if (!in || !out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_compact: NULL argument");
-    cmf_file *f;
-    cmf_status st = cmf_file_open(in, &f, err);
+    cmf_status st = cmf_writer_check_path(out, err); /* before the input is read */
     if (st) return st;
-    cmf_writer_opts o = {.extra_features = cmf_file_required_features(f) & (CMF_FEAT_SKILL_FILE | CMF_FEAT_LOOP_MASKS)};
+    cmf_file *f;
+    if ((st = cmf_file_open(in, &f, err))) return st;
+    cmf_writer_opts o = {.extra_features = cmf_file_required_features(f) & (CMF_FEAT_SKILL_FILE | CMF_FEAT_LOOP_MASKS),
+                         .cancel = opts ? opts->cancel : NULL, .cancel_ctx = opts ? opts->cancel_ctx : NULL};
     cmf_writer *w;
     if ((st = cmf_writer_open(out, &o, &w, err))) { cmf_file_close(f); return st; }
     const cJSON *it;

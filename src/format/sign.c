@@ -66,11 +66,12 @@ static cmf_status file_sha256(const char *path, uint8_t out[32], cmf_error *err)
 
 /* Write text to path atomically (temp + rename) with the given mode. */
 static cmf_status write_text_file(const char *path, const char *text, mode_t mode, cmf_error *err) {
+    cmf_status st = cmf_writer_check_path(path, err); /* errors name path, never the temporary */
+    if (st) return st;
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
     if (!tmp) return cmf_error_set(err, CMF_ERR_NOMEM, "out of memory");
     snprintf(tmp, n, "%s.%ld.tmp", path, (long)getpid());
-    cmf_status st = CMF_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0) {
         st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));

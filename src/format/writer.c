@@ -100,8 +100,15 @@ static cmf_status check_cancel(const cmf_writer *w, cmf_error *err) {
 cmf_status cmf_writer_check_path(const char *path, cmf_error *err) {
     if (!path || !*path) return cmf_error_set(err, CMF_ERR_ARG, "the output path is empty");
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return cmf_error_set(err, CMF_ERR_IO, "%s: is a directory", path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* stat follows a symlink: one to a file is fine */
+        const char *what = S_ISDIR(sb.st_mode)    ? "a directory"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                           : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        return cmf_error_set(err, CMF_ERR_IO, "%s: is %s", path, what);
+    }
     /* the directory part: up to the last '/' ("x" -> ".", "/x" -> "/") */
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
@@ -119,6 +126,16 @@ cmf_status cmf_writer_check_path(const char *path, cmf_error *err) {
         st = cmf_error_set(err, CMF_ERR_IO, "%s: directory '%s' is not writable: %s", path, dir, strerror(errno));
     free(dir);
     return st;
+}
+
+cmf_status cmf_writer_check_shard_path(const char *path, cmf_error *err) {
+    uint32_t no, count;
+    size_t stem;
+    if (!path || !cmf_shard_name_parse(path, &no, &count, &stem)) return CMF_OK;
+    return cmf_error_set(err, CMF_ERR_ARG,
+                         "%s: a sharded output must not be a shard name (-KKKKK-of-NNNNN.cmf): name the set, "
+                         "e.g. %.*s.cmf, and its shards get that suffix",
+                         path, (int)stem, path);
 }
 
 static char *tmp_name(const char *path, const char *tag, uint32_t k) {
@@ -150,6 +167,7 @@ cmf_status cmf_writer_open(const char *path, const cmf_writer_opts *opts, cmf_wr
     if (opts && (opts->extra_features & ~(uint32_t)CMF_KNOWN_FEATURES))
         return cmf_error_set(err, CMF_ERR_ARG, "%s: extra_features 0x%x has unknown bits", path, opts->extra_features);
     cmf_status st = cmf_writer_check_path(path, err);
+    if (!st && opts && opts->shard_max_bytes) st = cmf_writer_check_shard_path(path, err);
     if (st) return st;
     cmf_writer *w = calloc(1, sizeof *w);
     if (!w) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", path);

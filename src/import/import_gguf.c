@@ -28,6 +28,7 @@
 #include "cmf/tokenizer.h"
 #include "import/gguf.h"
 #include "import/import_internal.h"
+#include "model/model_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -524,6 +525,9 @@ cmf_status cmf_import_gguf(const char *path, const char *out_path, const cmf_imp
         goto out;
     }
     if ((st = build_arch(&c, arch, &gi)) || (gi.llama && (st = llama3_rope(&c, &gi, arch, err)))) goto out;
+    /* Store only an arch the engine can run, as convert does (eps, RoPE,
+     * head_dim by the engine's rules); the abort below removes the spool. */
+    if ((st = cmf_model_check_arch(arch, NULL, path, "arch.", err))) goto out;
 
     /* Tied embeddings: no output.weight, or one identical to token_embd. */
     const cmf_gguf_tensor *emb = cmf_gguf_find(g, "token_embd.weight"), *outw = cmf_gguf_find(g, "output.weight");

@@ -29,8 +29,9 @@ cmf_status cmf_imp_quant_parse(const char *q, bool allow_keep, cmf_imp_quant *ou
 
 /* What every importer does before reading its input: parse opts->quant
  * (dflt_quant when opts or opts->quant is NULL), check out_path
- * (cmf_writer_check_path) and fill *wo from opts (shard size, cancel
- * callback). opts may be NULL. Errors: those two calls'. */
+ * (cmf_writer_check_path; cmf_writer_check_shard_path when sharded) and
+ * fill *wo from opts (shard size, cancel callback). opts may be NULL.
+ * Errors: those calls'. */
 cmf_status cmf_imp_begin(const cmf_import_opts *opts, const char *dflt_quant, bool allow_keep,
                          const char *out_path, cmf_imp_quant *q, cmf_writer_opts *wo, cmf_error *err);
 

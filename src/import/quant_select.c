@@ -52,6 +52,7 @@ cmf_status cmf_imp_begin(const cmf_import_opts *opts, const char *dflt_quant, bo
     cmf_status st = cmf_imp_quant_parse(opts && opts->quant ? opts->quant : dflt_quant, allow_keep, q, err);
     if (st != CMF_OK || (st = cmf_writer_check_path(out_path, err)) != CMF_OK) return st;
     if (opts && opts->shard_max_gb > 0) wo->shard_max_bytes = (uint64_t)(opts->shard_max_gb * 1e9);
+    if (wo->shard_max_bytes && (st = cmf_writer_check_shard_path(out_path, err)) != CMF_OK) return st;
     if (opts) wo->cancel = opts->cancel, wo->cancel_ctx = opts->cancel_ctx;
     return CMF_OK;
 }

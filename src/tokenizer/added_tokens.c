@@ -29,6 +29,14 @@ void tk_added_free(tk_added_set *a) {
     memset(a, 0, sizeof *a);
 }
 
+bool tk_json_id(const cJSON *v, int32_t *id) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 0x7FFFFFF0) ||
+        v->valuedouble != (double)(int32_t)v->valuedouble)
+        return false;
+    *id = (int32_t)v->valuedouble;
+    return true;
+}
+
 static bool jbool(const cJSON *j, const char *k, bool dflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
@@ -47,14 +55,16 @@ cmf_status tk_added_load(const cJSON *arr, tk_added_set *a, cmf_error *err) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (!cJSON_IsString(c)) return cmf_error_set(err, CMF_ERR_FORMAT, "added_tokens[%zu].content: missing", i);
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 0x7FFFFFF0)
-            return cmf_error_set(err, CMF_ERR_FORMAT, "added_tokens[%zu].id: missing or invalid", i);
+        int32_t idv;
+        if (!tk_json_id(id, &idv))
+            return cmf_error_set(err, CMF_ERR_FORMAT,
+                                 "added_tokens[%zu].id: missing or not an integer in 0..2147483632", i);
         tk_added *t = &a->v[a->n];
         t->len = strlen(c->valuestring);
         t->content = malloc(t->len + 1);
         if (!t->content) return cmf_error_set(err, CMF_ERR_NOMEM, "added_tokens: out of memory");
         memcpy(t->content, c->valuestring, t->len + 1);
-        t->id = (int32_t)id->valuedouble;
+        t->id = idv;
         t->special = jbool(e, "special", false);
         t->lstrip = jbool(e, "lstrip", false);
         t->rstrip = jbool(e, "rstrip", false);

@@ -34,11 +34,11 @@ static cmf_status load_vocab_object(const cJSON *v, tk_model *m, cmf_error *err)
     int64_t maxid = -1;
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 0x7FFFFFF0 ||
-            e->valuedouble != (double)(int64_t)e->valuedouble)
+        int32_t id;
+        if (!tk_json_id(e, &id))
             return cmf_error_set(err, CMF_ERR_FORMAT, "model.vocab[\"%.64s\"]: id is not a valid integer",
                                  e->string ? e->string : "");
-        if ((int64_t)e->valuedouble > maxid) maxid = (int64_t)e->valuedouble;
+        if (id > maxid) maxid = id;
     }
     if (!tk_ids_dense(maxid, n))
         return cmf_error_set(err, CMF_ERR_FORMAT, "model.vocab: ids are too sparse (max id %lld for %zu tokens)",

@@ -22,9 +22,8 @@ void tk_post_free(tk_post *p) {
 static cmf_status pair_id(const cJSON *j, const char *key, int32_t *id, cmf_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     const cJSON *x = cJSON_GetArrayItem(v, 1);
-    if (!cJSON_IsArray(v) || !cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 0x7FFFFFF0)
+    if (!cJSON_IsArray(v) || !tk_json_id(x, id))
         return cmf_error_set(err, CMF_ERR_FORMAT, "post_processor.%s: expected [token, id]", key);
-    *id = (int32_t)x->valuedouble;
     return CMF_OK;
 }
 
@@ -69,9 +68,10 @@ static cmf_status load1(const cJSON *j, tk_post *p, cmf_error *err) {
             if (!cJSON_IsArray(ids))
                 return cmf_error_set(err, CMF_ERR_FORMAT, "post_processor.special_tokens[\"%.64s\"].ids: missing", name->valuestring);
             cJSON_ArrayForEach(x, ids) {
-                if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 0x7FFFFFF0)
+                int32_t xid;
+                if (!tk_json_id(x, &xid))
                     return cmf_error_set(err, CMF_ERR_FORMAT, "post_processor.special_tokens[\"%.64s\"].ids: bad id", name->valuestring);
-                if (!tk_ids_push(after ? &p->suffix : &p->prefix, (int32_t)x->valuedouble))
+                if (!tk_ids_push(after ? &p->suffix : &p->prefix, xid))
                     return cmf_error_set(err, CMF_ERR_NOMEM, "post_processor: out of memory");
             }
             i++;

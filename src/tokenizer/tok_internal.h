@@ -55,6 +55,10 @@ size_t tk_utf8_complete_prefix(const char *s, size_t n);
  * (max_id <= 4n + 1024), so a hostile id such as 999999999 is refused
  * instead of costing gigabytes. */
 static inline bool tk_ids_dense(int64_t max_id, size_t n) { return max_id <= (int64_t)n * 4 + 1024; }
+/* A token id in tokenizer.json: true and *id set when v is a JSON number
+ * holding an integer in [0, 0x7FFFFFF0]; false for anything else (missing,
+ * a string, negative, fractional such as 1.5, too large). */
+bool tk_json_id(const struct cJSON *v, int32_t *id);
 
 /* ---- hash maps (tk_map.c) --------------------------------------------- */
 /* String -> int32. Keys are copied, NUL-terminated, into one arena owned

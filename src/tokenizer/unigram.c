@@ -52,9 +52,9 @@ cmf_status tk_unigram_load(const cJSON *j, tk_model *m, cmf_error *err) {
     }
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "unk_id");
     if (cJSON_IsNumber(u)) {
-        if (u->valuedouble < 0 || u->valuedouble >= (double)n)
-            return cmf_error_set(err, CMF_ERR_FORMAT, "model.unk_id: %g out of range", u->valuedouble);
-        m->unk_id = (int32_t)u->valuedouble;
+        if (!tk_json_id(u, &m->unk_id) || m->unk_id >= (int64_t)n)
+            return cmf_error_set(err, CMF_ERR_FORMAT, "model.unk_id: %g is not an integer in 0..%zu", u->valuedouble,
+                                 n ? n - 1 : 0);
     }
     const cJSON *bf = cJSON_GetObjectItemCaseSensitive(j, "byte_fallback");
     m->byte_fallback = cJSON_IsTrue(bf);

@@ -167,7 +167,15 @@ static double cfgnum(const cJSON *c, const char *k, double d) {
 }
 
 /* Write <tmp>/<folder>.gguf from the parity folder; q4: Q4_0 matrices. */
+/* make_gguf with the keys of `patch` (a JSON object, NULL = none) replacing
+ * config.json's before the metadata is written. */
+static bool make_gguf_patched(const char *data, const char *folder, const char *arch, const char *out, bool q4,
+                              double rope_factor, bool longrope, const char *patch);
 static bool make_gguf(const char *data, const char *folder, const char *arch, const char *out, bool q4, double rope_factor, bool longrope) {
+    return make_gguf_patched(data, folder, arch, out, q4, rope_factor, longrope, NULL);
+}
+static bool make_gguf_patched(const char *data, const char *folder, const char *arch, const char *out, bool q4,
+                              double rope_factor, bool longrope, const char *patch) {
     char p[4200], *text;
     size_t len;
     cmf_error err = {0};
@@ -175,6 +183,12 @@ static bool make_gguf(const char *data, const char *folder, const char *arch, co
     if (cmf_read_file(p, &text, &len, &err) != CMF_OK) return false;
     cJSON *cfg = cJSON_Parse(text);
     free(text);
+    cJSON *pj = patch ? cJSON_Parse(patch) : NULL, *it;
+    cJSON_ArrayForEach(it, pj) {
+        cJSON_DeleteItemFromObjectCaseSensitive(cfg, it->string);
+        cJSON_AddItemToObject(cfg, it->string, cJSON_Duplicate(it, true));
+    }
+    cJSON_Delete(pj);
     snprintf(p, sizeof p, "%s/parity/%s/model.safetensors", data, folder);
     cmf_st_file *s = NULL;
     if (cmf_st_open(p, &s, &err) != CMF_OK) { cJSON_Delete(cfg); return false; }
@@ -393,6 +407,29 @@ int main(void) {
             CHECK(cJSON_IsNumber(om) && om->valuedouble == 4096, "original_max_position_embeddings");
             cmf_file_close(f);
         }
+    }
+    /* the header checks convert has: an eps of 0 or a negative RoPE base is
+     * refused at import (naming the key), not at the first run, and leaves
+     * no output and no temporary file */
+    static const struct { const char *patch, *key; } bad[] = {
+        {"{\"rms_norm_eps\": 0}", "rms_norm_eps"},
+        {"{\"rope_parameters\": {\"rope_theta\": -1}}", "rope_theta"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char gb[4400];
+        snprintf(gb, sizeof gb, "%s/bad_arch.gguf", tmp);
+        if (!make_gguf_patched(data, "llama", "llama", gb, false, 0, false, bad[i].patch)) {
+            CHECK(0, "make gguf %s", bad[i].patch);
+            continue;
+        }
+        cmf_import_opts o = {.quant = "f32"};
+        cmf_error err = {0};
+        snprintf(o3, sizeof o3, "%s/bad_arch_out.cmf", tmp);
+        unlink(o3); /* an earlier run's */
+        cmf_status st = cmf_import_gguf(gb, o3, &o, &err);
+        CHECK(st == CMF_ERR_FORMAT && strstr(err.msg, "bad_arch.gguf") && strstr(err.msg, bad[i].key),
+              "%s: got %s \"%s\"", bad[i].patch, cmf_status_name(st), err.msg);
+        CHECK(no_leftovers(tmp, "bad_arch_out"), "%s: output left behind", bad[i].patch);
     }
     return test_done();
 }

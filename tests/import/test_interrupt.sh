@@ -1,6 +1,7 @@
 #!/bin/bash
-# test_interrupt.sh — `cmf convert` stopped by SIGINT or SIGTERM while it
-# writes leaves nothing behind (issue 17, item 6): a ~500 MB synthetic
+# test_interrupt.sh — `cmf convert` stopped by SIGINT, SIGTERM or SIGHUP
+# (a closed terminal) while it writes leaves nothing behind (issue 17, item
+# 6), and so does `cmf compact` stopped by SIGINT or SIGTERM: a ~500 MB synthetic
 # Hugging Face checkpoint (Llama layout, f16 zeros; the safetensors file is
 # sparse, so it costs neither time nor disk), the conversion is started in
 # the background and, as soon as its spool file holds the first tensor,
@@ -53,8 +54,17 @@ with open(os.path.join(out, "config.json"), "w") as fp:
 EOF
 
 set -m # job control: a background job then keeps SIGINT (else the shell ignores it for the job)
-for sig in INT TERM; do
-    "$CMF" convert "$T/hf" -o "$T/out.cmf" --quant q8 --no-progress 2>"$T/err.txt" &
+# the input of the compacts: the checkpoint as f16 (503 MB: the compact is
+# still copying when its spool file gets its first tensor)
+"$CMF" convert "$T/hf" -o "$T/in.cmf" --quant f16 --no-progress >/dev/null 2>"$T/err.txt" ||
+    { echo "FAIL: converting the compact's input"; cat "$T/err.txt"; exit 1; }
+for run in convert:INT convert:TERM convert:HUP compact:INT compact:TERM; do
+    cmd=${run%:*}; sig=${run#*:}
+    if [ "$cmd" = convert ]; then
+        "$CMF" convert "$T/hf" -o "$T/out.cmf" --quant q8 --no-progress 2>"$T/err.txt" &
+    else
+        "$CMF" compact "$T/in.cmf" -o "$T/out.cmf" 2>"$T/err.txt" >/dev/null &
+    fi
     pid=$!
     spool=
     for _ in $(seq 3000); do # 30 s at most; the first tensor takes well under a second
@@ -64,18 +74,18 @@ for sig in INT TERM; do
         sleep 0.01
     done
     if [ -z "$spool" ]; then
-        echo "FAIL: SIG$sig: no spool file with data appeared"; cat "$T/err.txt"; fail=1
+        echo "FAIL: $cmd SIG$sig: no spool file with data appeared"; cat "$T/err.txt"; fail=1
         kill -KILL "$pid" 2>/dev/null
         wait "$pid"
         continue
     fi
     kill -"$sig" "$pid"
     wait "$pid"; rc=$?
-    [ "$rc" -ne 0 ] || { echo "FAIL: SIG$sig: exit 0"; fail=1; }
-    grep -q "interrupted" "$T/err.txt" || { echo "FAIL: SIG$sig: no 'interrupted' message"; cat "$T/err.txt"; fail=1; }
+    [ "$rc" -ne 0 ] || { echo "FAIL: $cmd SIG$sig: exit 0"; fail=1; }
+    grep -q "interrupted" "$T/err.txt" || { echo "FAIL: $cmd SIG$sig: no 'interrupted' message"; cat "$T/err.txt"; fail=1; }
     left=$(find "$T" -maxdepth 1 -name '*.tmp' -o -maxdepth 1 -name 'out*.cmf')
-    [ -z "$left" ] || { echo "FAIL: SIG$sig: left behind: $left"; fail=1; }
-    echo "SIG$sig: exit $rc, $(cat "$T/err.txt")"
+    [ -z "$left" ] || { echo "FAIL: $cmd SIG$sig: left behind: $left"; fail=1; }
+    echo "$cmd SIG$sig: exit $rc, $(cat "$T/err.txt")"
     rm -f "$T"/out* "$T/err.txt"
 done
 exit $fail

@@ -2,11 +2,14 @@
 # test_output_path.sh — a bad -o fails before any work, naming the path the
 # user gave, never a temporary name (issue 17, item 7), for every command
 # that writes a model: convert, import-gguf, import-llama2c, quantize,
-# compact. The bad outputs: "", an existing directory, a file in a missing
-# directory, a file under a regular file. The inputs are chosen so that any
-# work on them would fail with another message (a folder with config.json
-# only, a GGUF with a header only, ...), which shows the -o check came
-# first. Nothing may appear on disk (the working directory included).
+# compact, plus logits, keygen and sign (FILE.sig). The bad outputs: "", an
+# existing directory, an existing FIFO (a non-regular file must never be
+# replaced by a regular one), a file in a missing directory, a file under a
+# regular file; for a sharded write (--shard-max-gb), a shard name. The
+# inputs are chosen so that any work on them would fail with another
+# message (a folder with config.json only, a GGUF with a header only, ...),
+# which shows the -o check came first. Nothing may appear on disk (the
+# working directory included).
 # Args: <cmf binary> <source dir> <build dir>.
 set -u
 CMF=$1; SRC=$2; BUILD=$3
@@ -19,6 +22,7 @@ printf 'GGUF\003\000\000\000' > "$T/in.gguf"
 head -c 28 /dev/zero > "$T/in.bin"
 head -c 16 /dev/zero > "$T/tok.bin"
 : > "$T/plain"
+mkfifo "$T/fifo" "$T/plain.sig" || exit 1
 CMFIN=$SRC/models/demo/demo-draft.cmf
 before=$(cd "$T" && find . | sort)
 
@@ -31,10 +35,11 @@ check() { # check DESC WANT_IN_MSG CMD... (run in $T/run: an output next to "" w
     rm -f "$T/out.txt" "$T/err.txt"
 }
 
-for o in "" "$T/outdir" "$T/missing/x.cmf" "$T/plain/x.cmf"; do
+for o in "" "$T/outdir" "$T/fifo" "$T/missing/x.cmf" "$T/plain/x.cmf"; do
     case $o in
         "") want="the output path is empty" ;;
         "$T/outdir") want="$T/outdir: is a directory" ;;
+        "$T/fifo") want="$T/fifo: is a FIFO" ;;
         "$T/missing/x.cmf") want="$T/missing/x.cmf: directory '$T/missing' does not exist" ;;
         *) want="$T/plain/x.cmf: '$T/plain' is not a directory" ;;
     esac
@@ -43,6 +48,20 @@ for o in "" "$T/outdir" "$T/missing/x.cmf" "$T/plain/x.cmf"; do
     check "import-llama2c -o '$o'" "$want" "$CMF" import-llama2c "$T/in.bin" --tokenizer "$T/tok.bin" -o "$o"
     check "quantize -o '$o'" "$want" "$CMF" quantize "$CMFIN" -o "$o" --quant q4
     check "compact -o '$o'" "$want" "$CMF" compact "$CMFIN" -o "$o"
+    check "logits -o '$o'" "$want" "$CMF" logits "$CMFIN" --tokens 1 -o "$o"
+    check "keygen -o '$o'" "$want" "$CMF" keygen -o "$o"
+done
+# a sharded write's -o names the set: a shard name there would give
+# "x-00001-of-00004-00001-of-0000N.cmf" files that -o never opens
+sh="$T/x-00001-of-00004.cmf"
+want="$sh: a sharded output must not be a shard name"
+check "convert --shard-max-gb -o SHARD" "$want" "$CMF" convert "$T/hf" -o "$sh" --shard-max-gb 0.03
+check "import-gguf --shard-max-gb -o SHARD" "$want" "$CMF" import-gguf "$T/in.gguf" -o "$sh" --shard-max-gb 0.03
+check "import-llama2c --shard-max-gb -o SHARD" "$want" "$CMF" import-llama2c "$T/in.bin" --tokenizer "$T/tok.bin" -o "$sh" --shard-max-gb 0.03
+check "quantize --shard-max-gb -o SHARD" "$want" "$CMF" quantize "$CMFIN" -o "$sh" --quant q4 --shard-max-gb 0.03
+check "sign (FILE.sig a FIFO)" "$T/plain.sig: is a FIFO" "$CMF" sign "$T/plain" --key "$T/nokey"
+for f in "$T/fifo" "$T/plain.sig"; do
+    [ -p "$f" ] || { echo "FAIL: $f is no longer a FIFO"; fail=1; }
 done
 after=$(cd "$T" && find . | sort)
 [ "$before" = "$after" ] || { echo "FAIL: files appeared:"; diff <(echo "$before") <(echo "$after"); fail=1; }

@@ -302,13 +302,22 @@ static void test_errors(void) {
 
 /* Ids read from a file size tables indexed by id: an added token with id
  * 999999999 is refused (it would cost 4 GB), in tokenizer.json and in a .cmf
- * tokenizer section; a sparse but proportional id still loads. */
+ * tokenizer section; a sparse but proportional id still loads. Ids must be
+ * integers: 1.5, -1 and "1" are refused (added_tokens and model.vocab). */
 static void test_hostile_ids(void) {
     const char *fmt = "{\"added_tokens\":[{\"id\":%s,\"content\":\"<x>\",\"special\":true}],"
                       "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}";
     char js[512];
     snprintf(js, sizeof js, fmt, "999999999");
     expect_error(js, CMF_ERR_FORMAT, "added_tokens[0].id");
+    /* a fractional or negative id is refused, never truncated to 1 */
+    const char *bad_ids[] = {"1.5", "-1", "1e-3", "\"1\""};
+    for (size_t k = 0; k < sizeof bad_ids / sizeof *bad_ids; k++) {
+        snprintf(js, sizeof js, fmt, bad_ids[k]);
+        expect_error(js, CMF_ERR_FORMAT, "added_tokens[0].id");
+    }
+    expect_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1.5},\"merges\":[]}}", CMF_ERR_FORMAT,
+                 "model.vocab[\"b\"]");
     snprintf(js, sizeof js, fmt, "1030");
     cmf_tokenizer *t = load(js);
     CHECK(t && cmf_tokenizer_vocab_size(t) == 1031 && cmf_tokenizer_token_to_id(t, "<x>") == 1030, "sparse id 1030");
