@@ -11,7 +11,8 @@
  * step. Reported per P: aggregate decode tok/s (P · (n - 1) tokens over
  * phase 2), the mean time per decode step (the inter-token latency every
  * sequence sees), prefill tok/s, and the aggregate's ratio to P = 1
- * measured in the same run (the baseline).
+ * measured in the same run (the baseline). --batch-invariant runs the
+ * engine's exact mode (decodes on the one-token kernels).
  */
 #include "bench_parallel.h"
 
@@ -43,13 +44,13 @@ typedef struct par_result {
     size_t n_decode_tokens, n_steps;
 } par_result;
 
-static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const int32_t *toks,
+static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const int32_t *toks, bool exact,
                           par_result *r, cmf_error *err) {
     memset(r, 0, sizeof *r);
     r->p = P;
     cmf_engine_params ep = {.n_ctx = (uint32_t)P * (uint32_t)(n_prompt + n_gen + 16),
                             .n_seq_max = (uint32_t)P, .n_seq_ctx = (uint32_t)(n_prompt + n_gen + 16),
-                            .n_batch = 512, .batch_invariant = getenv("CMF_BENCH_EXACT") != NULL};
+                            .n_batch = 512, .batch_invariant = exact};
     cmf_engine *e = NULL;
     cmf_status st = cmf_engine_new(m, NULL, &ep, &e, err);
     if (st != CMF_OK) return st;
@@ -94,7 +95,7 @@ static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const in
 }
 
 int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_counts, int n_prompt,
-                   int n_gen, int reps, int threads, bool json) {
+                   int n_gen, int reps, int threads, bool exact, bool json) {
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int pmax = 1;
@@ -116,15 +117,15 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
     memset(&err, 0, sizeof err);
     /* warm-up: touch every weight page */
     par_result warm;
-    if (run_one(m, 1, n_prompt, 4 < n_gen ? 4 : n_gen, toks, &warm, &err) != CMF_OK) {
+    if (run_one(m, 1, n_prompt, 4 < n_gen ? 4 : n_gen, toks, exact, &warm, &err) != CMF_OK) {
         fprintf(stderr, "cmf bench: %s\n", err.msg);
         free(toks);
         return 1;
     }
     if (json) printf("[\n");
     else {
-        printf("| model | threads | parallel | pp | tg | prefill t/s | decode t/s | ITL ms | x of parallel 1 |\n");
-        printf("| ----- | ------: | -------: | -: | -: | ----------: | ---------: | -----: | --------------: |\n");
+        printf("| model | threads | mode | parallel | pp | tg | prefill t/s | decode t/s | ITL ms | x of parallel 1 |\n");
+        printf("| ----- | ------: | ---- | -------: | -: | -: | ----------: | ---------: | -----: | --------------: |\n");
     }
     double base = 0;
     int rc = 0;
@@ -136,7 +137,7 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
         double best_tps = -1;
         for (int r = 0; r < reps; r++) {
             par_result pr;
-            if (run_one(m, P, n_prompt, n_gen, toks, &pr, &err) != CMF_OK) {
+            if (run_one(m, P, n_prompt, n_gen, toks, exact, &pr, &err) != CMF_OK) {
                 fprintf(stderr, "cmf bench: parallel %d: %s\n", P, err.msg);
                 rc = 1;
                 break;
@@ -157,6 +158,7 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
             cJSON_AddStringToObject(o, "model", path);
             cJSON_AddNumberToObject(o, "threads", threads);
             cJSON_AddNumberToObject(o, "parallel", P);
+            cJSON_AddBoolToObject(o, "batch_invariant", exact);
             cJSON_AddNumberToObject(o, "n_prompt", n_prompt);
             cJSON_AddNumberToObject(o, "n_gen", n_gen);
             cJSON_AddNumberToObject(o, "prefill_ts", pp_tps);
@@ -170,8 +172,8 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
             cJSON_free(t);
             cJSON_Delete(o);
         } else {
-            printf("| %s | %d | %d | %d | %d | %.2f | %.2f | %.2f | ", info.arch_name ? info.arch_name : "?",
-                   threads, P, n_prompt, n_gen, pp_tps, best_tps, itl);
+            printf("| %s | %d | %s | %d | %d | %d | %.2f | %.2f | %.2f | ", info.arch_name ? info.arch_name : "?",
+                   threads, exact ? "exact" : "fast", P, n_prompt, n_gen, pp_tps, best_tps, itl);
             if (base > 0) printf("%.2f |\n", ratio);
             else printf("- |\n");
         }

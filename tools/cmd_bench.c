@@ -50,7 +50,8 @@ static void usage(FILE *o) {
             "            engine (continuous batching), each with a -p token prompt\n"
             "            (default 128) and -n greedy tokens (default 128); aggregate\n"
             "            decode tok/s, inter-token latency and the ratio to N = 1\n"
-            "            (like llama-batched-bench); -r runs, the best kept (default 1)\n"
+            "            (like llama-batched-bench); -r runs, the best kept (default 1);\n"
+            "            --batch-invariant: the engine's exact mode\n"
             "  --progress  a line on stderr after each run (on by itself when -p or -n\n"
             "            exceeds the model's training context, which also warns)\n");
 }
@@ -151,7 +152,7 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *path = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
-    bool json = false, progress = false, p_set = false, r_set = false;
+    bool json = false, progress = false, p_set = false, r_set = false, exact = false;
     int par[16], n_par = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -188,6 +189,8 @@ int cmd_bench(int argc, char **argv) {
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-t needs a value");
             if (!cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--batch-invariant") == 0) {
+            exact = true;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else if (strcmp(argv[i], "--progress") == 0) {
@@ -225,7 +228,7 @@ int cmd_bench(int argc, char **argv) {
     cmf_model_get_info(m, &info);
     if (n_par) {
         int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
-        rc = bench_parallel(path, m, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, json);
+        rc = bench_parallel(path, m, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, exact, json);
         goto done;
     }
     if (info.n_ctx_train > 0 && n_max > (long)info.n_ctx_train) {

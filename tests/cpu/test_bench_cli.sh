@@ -55,5 +55,21 @@ check '[ $rc -eq 0 ] && grep -q "tg2: run 1/1" "$tmp/p.err" && ! grep -q warning
 check '/usr/bin/python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/p.out"' "--json stays JSON with --progress"
 "$cmf" bench "$tmp/s.cmf" -p 8 -n 2 -r 1 -t 1 >/dev/null 2>"$tmp/q.err"
 check '[ ! -s "$tmp/q.err" ]' "no progress by default within the context: $(cat "$tmp/q.err")"
+# --parallel: the engine with N sequences (fast and exact modes)
+"$cmf" bench "$tmp/s.cmf" --parallel 0 2>/dev/null; check '[ $? -eq 2 ]' "--parallel 0 exits 2"
+"$cmf" bench "$tmp/s.cmf" --parallel 1,,2 2>/dev/null; check '[ $? -eq 2 ]' "--parallel 1,,2 exits 2"
+"$cmf" bench "$tmp/s.cmf" --parallel 2 -n 1 2>/dev/null; check '[ $? -eq 2 ]' "--parallel with -n 1 exits 2"
+for mode in "" --batch-invariant; do
+  "$cmf" bench "$tmp/s.cmf" --parallel 1,3 -p 5 -n 4 -t 2 $mode --json >"$tmp/par.json"; rc=$?
+  check '[ $rc -eq 0 ]' "bench --parallel $mode exits 0"
+  check '/usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [x[\"parallel\"] for x in r] == [1, 3], r
+assert all(x[\"decode_ts\"] > 0 and x[\"prefill_ts\"] > 0 and x[\"itl_ms\"] > 0 for x in r), r
+assert r[0][\"ratio_to_parallel_1\"] == 1 and r[1][\"ratio_to_parallel_1\"] > 0, r
+assert all(x[\"batch_invariant\"] == (sys.argv[2] != \"\") for x in r), r
+" "$tmp/par.json" "$mode"' "bench --parallel $mode: JSON rows: $(cat "$tmp/par.json")"
+done
 rm -rf "$tmp"
 exit $fail
