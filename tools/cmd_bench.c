@@ -205,6 +205,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!path) return cli_usage_error(cmd, "missing FILE (see cmf bench --help)");
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
+    if (exact && !n_par) return cli_usage_error(cmd, "--batch-invariant needs --parallel");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -227,6 +228,7 @@ int cmd_bench(int argc, char **argv) {
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     if (n_par) {
+        cli_warn_ctx(cmd, m, n_prompt + n_gen); /* each sequence's context */
         int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
         rc = bench_parallel(path, m, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, exact, json);
         goto done;

@@ -3,7 +3,8 @@
  * shared by every model placed on it (a draft and its target share one
  * thread pool; two pools on the same cores would fight over them).
  *
- * Specs: "cpu" (threads = physical cores), "cpu:t=N" (N threads, 1..256).
+ * Specs: "cpu" (threads = physical cores; also NULL or ""), "cpu:t=N" (N
+ * threads, 1..256).
  * Later backends add their own ("vulkan:0"). The CPU kernel level (and the
  * CMF_CPU override) is read when the device is opened.
  *

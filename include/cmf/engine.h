@@ -49,7 +49,7 @@ typedef struct cmf_engine_params {
     uint32_t n_seq_max;  /* sequences holding KV at once (0 = 16; at most 1024) */
     uint32_t n_seq_ctx;  /* positions one sequence may reach (0 = min(n_ctx, n_ctx_train or 4096)) */
     uint32_t n_batch;    /* token budget of one step (0 = 512; at least n_seq_max decodes fit) */
-    uint32_t page_size;  /* KV tokens per page (0 = 16) */
+    uint32_t page_size;  /* KV tokens per page (0 = 16; at most 4096) */
     cmf_kv_type kv_type; /* CMF_KV_F16 default */
     bool prefix_cache;   /* reuse the KV pages of prompts already seen */
     bool batch_invariant;/* exact mode: see "Batch invariance" above */
@@ -102,9 +102,9 @@ void cmf_engine_free(cmf_engine *e);
 
 /* Queue a sequence; *id names it in events and cancel. Thread-safe. It is
  * admitted by a later step (FIFO) when a sequence slot is free.
- * Errors: CMF_ERR_ARG (empty prompt, id outside the vocabulary, prompt
- * longer than n_seq_ctx, stop strings without a tokenizer),
- * CMF_ERR_NOMEM. */
+ * Errors: CMF_ERR_ARG (empty prompt, id outside the vocabulary, stop
+ * strings without a tokenizer, an unknown weight set), CMF_ERR_CONTEXT_FULL
+ * (a prompt longer than n_seq_ctx), CMF_ERR_NOMEM. */
 cmf_status cmf_engine_add(cmf_engine *e, const cmf_seq_params *sp, uint64_t *id, cmf_error *err);
 /* End a sequence at the next step (CMF_STOP_CALLBACK); unknown or ended
  * ids are ignored. Thread-safe. */
@@ -134,7 +134,8 @@ bool cmf_engine_idle(cmf_engine *e);
  * whole token list (e.g. the conversation so far); the longest common
  * prefix with what its KV holds is kept, the rest recomputed, then
  * generation runs as for a new sequence (sp->keep is implied). Errors:
- * CMF_ERR_ARG (unknown id, not kept or still running, bad prompt). */
+ * CMF_ERR_ARG (unknown id, not kept or still running, bad prompt),
+ * CMF_ERR_CONTEXT_FULL (a prompt longer than n_seq_ctx). */
 cmf_status cmf_engine_resume(cmf_engine *e, uint64_t id, const cmf_seq_params *sp, cmf_error *err);
 /* A new sequence (*id) from a kept, finished one: sp->prompt is its whole
  * token list; the KV pages of the longest common prefix with the source's

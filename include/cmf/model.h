@@ -123,10 +123,12 @@ typedef enum cmf_kv_type {
     CMF_KV_Q8 = 2,
 } cmf_kv_type;
 
+#define CMF_KV_MAX_PAGE 4096u  /* largest page_size */
+#define CMF_KV_MAX_SEQ 65536u  /* largest n_seq_max */
 typedef struct cmf_kv_params {
     uint32_t n_ctx;      /* total token slots over all sequences */
-    uint32_t n_seq_max;  /* sequence ids are 0 .. n_seq_max-1 (0 -> 1) */
-    uint32_t page_size;  /* tokens per page (0 -> 16) */
+    uint32_t n_seq_max;  /* sequence ids are 0 .. n_seq_max-1 (0 -> 1; at most CMF_KV_MAX_SEQ) */
+    uint32_t page_size;  /* tokens per page (0 -> 16; at most CMF_KV_MAX_PAGE) */
     cmf_kv_type type;
     bool prefix_cache;   /* keep published pages findable (default off) */
 } cmf_kv_params;
@@ -162,7 +164,8 @@ cmf_status cmf_kv_seq_fork(cmf_kv_cache *kv, int32_t src, int32_t dst, uint32_t 
  * seq as positions from, from+1, ...: their K/V rows move down in every
  * layer and the sequence is cut to from + n (the accepted path of a
  * verified draft tree). Errors: CMF_ERR_ARG (bad seq, slots out of range
- * or not increasing). */
+ * or not increasing, keep NULL, a kept position inside a page another
+ * sequence shares). */
 cmf_status cmf_kv_seq_keep(cmf_kv_cache *kv, int32_t seq, uint32_t from, const uint32_t *keep, uint32_t n,
                            cmf_error *err);
 uint32_t cmf_kv_free_slots(const cmf_kv_cache *kv);

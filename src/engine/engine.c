@@ -720,10 +720,11 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             /* logits at hand (a resumed sequence): no forward needed */
             if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
             else sample_one(e, s, s->logits);
-        } else if (s->state == SEQ_RUNNING && s->n_kv < s->n_tok && s->n_tok > e->n_seq_ctx) {
-            /* at its position limit: the pending token cannot run */
-            finish(e, s, CMF_STOP_CONTEXT_FULL, CMF_OK, NULL);
         }
+        /* at its position limit: the pending token cannot run */
+        if (i < e->n_seqs && e->seqs[i] == s && s->state == SEQ_RUNNING && s->n_kv < s->n_tok &&
+            s->n_tok > e->n_seq_ctx)
+            finish(e, s, CMF_STOP_CONTEXT_FULL, CMF_OK, NULL);
         i += i < e->n_seqs && e->seqs[i] == s;
     }
     uint32_t n_dec = 0, n_chunks = 0, n;

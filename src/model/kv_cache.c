@@ -42,6 +42,10 @@ cmf_status cmf_kv_create(const cmf_model *m, const cmf_kv_params *p, cmf_kv_cach
         return cmf_error_set(err, CMF_ERR_ARG, "kv cache: n_ctx must be > 0");
     if (p->type != CMF_KV_F16 && p->type != CMF_KV_F32 && p->type != CMF_KV_Q8)
         return cmf_error_set(err, CMF_ERR_ARG, "kv cache: unknown type %d", (int)p->type);
+    if (p->page_size > CMF_KV_MAX_PAGE)
+        return cmf_error_set(err, CMF_ERR_ARG, "kv cache: page_size %u > %u", p->page_size, CMF_KV_MAX_PAGE);
+    if (p->n_seq_max > CMF_KV_MAX_SEQ)
+        return cmf_error_set(err, CMF_ERR_ARG, "kv cache: n_seq_max %u > %u", p->n_seq_max, CMF_KV_MAX_SEQ);
     cmf_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return cmf_error_set(err, CMF_ERR_NOMEM, "kv cache: out of memory");
     kv->model = m;
@@ -226,7 +230,8 @@ cmf_status cmf_kv_seq_keep(cmf_kv_cache *kv, int32_t seq, uint32_t from, const u
     cmf_status st = seq_arg(kv, seq, "kv keep", err);
     if (st) return st;
     uint32_t len = kv->seq_len[seq];
-    if (from > len || (n && !keep))
+    if (n && !keep) return cmf_error_set(err, CMF_ERR_ARG, "kv keep: keep is NULL with n = %u", n);
+    if (from > len)
         return cmf_error_set(err, CMF_ERR_ARG, "kv keep: from %u past the %u tokens of seq %d", from, len, (int)seq);
     for (uint32_t i = 0; i < n; i++)
         if (keep[i] < from + i || keep[i] >= len || (i && keep[i] <= keep[i - 1]))

@@ -501,8 +501,31 @@ int main(void) {
     p.n_prompt = 80;
     CHECK(cmf_engine_add(e, &p, NULL, &err) == CMF_ERR_CONTEXT_FULL, "prompt past n_seq_ctx: %s", err.msg);
     CHECK(cmf_engine_resume(e, 12345, &p, &err) == CMF_ERR_ARG, "resume of an unknown id");
+    /* a resumed sequence whose prompt fills n_seq_ctx samples one token and
+     * stops: that token's position is past the limit (the page has room) */
+    cmf_engine_free(e);
+    cmf_engine_params lim = {.n_ctx = 64, .n_seq_max = 2, .n_seq_ctx = 4, .page_size = 16};
+    REQUIRE(cmf_engine_new(m, tok, &lim, &e, &err) == CMF_OK, "engine: %s", err.msg);
+    int32_t four[4] = {5, 6, 7, 8};
+    rec lr = {.cancel_after = -1};
+    cmf_seq_params lp = {.prompt = four, .n_prompt = 4, .sampler = cmf_sampler_default_params(), .n_predict = 0,
+                         .keep = true, .cb = on_ev, .user = &lr};
+    uint64_t lid = 0;
+    CHECK(cmf_engine_add(e, &lp, &lid, &err) == CMF_OK, "limit add: %s", err.msg);
+    while (!lr.done && cmf_engine_step(e, NULL, &err) == CMF_OK) {}
+    lr.done = false;
+    lp.n_predict = 10;
+    CHECK(cmf_engine_resume(e, lid, &lp, &err) == CMF_OK, "limit resume: %s", err.msg);
+    while (!lr.done && cmf_engine_step(e, NULL, &err) == CMF_OK) {}
+    CHECK(lr.n == 1 && lr.stop == CMF_STOP_CONTEXT_FULL, "prompt at the limit: %zu tokens, stop %d (want 1, CONTEXT_FULL)",
+          lr.n, (int)lr.stop);
+    cmf_engine_release(e, lid);
     cmf_engine_cancel(e, 999); /* unknown: ignored */
     CHECK(cmf_engine_step(e, NULL, &err) == CMF_OK && cmf_engine_idle(e), "idle step");
+    cmf_kv_params huge = {.n_ctx = 64, .n_seq_max = UINT32_MAX};
+    cmf_kv_cache *hk = NULL;
+    CHECK(cmf_kv_create(m, &huge, &hk, &err) == CMF_ERR_ARG && strstr(err.msg, "n_seq_max"), "n_seq_max 2^32-1: %s",
+          err.msg);
     cmf_engine_free(e);
 
     free(sp);
