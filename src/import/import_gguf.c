@@ -125,6 +125,13 @@ static cmf_status build_arch(const gctx *c, cJSON *a, ginfo *gi) {
     if (emb) vocab = emb->ndim >= 2 ? emb->ne[1] : 0;
     else if (!a_uint(c, "vocab_size", &vocab, false))
         vocab = (uint64_t)cJSON_GetArraySize(mget(c, "tokenizer.ggml.tokens"));
+    /* A vocabulary larger than the embedding would let the tokenizer emit
+     * ids with no embedding row (fewer tokens than rows is padding, fine). */
+    uint64_t n_tok = (uint64_t)cJSON_GetArraySize(mget(c, "tokenizer.ggml.tokens"));
+    if (emb && n_tok > vocab)
+        return cmf_error_set(err, CMF_ERR_FORMAT,
+                             "%s: tokenizer.ggml.tokens has %llu entries but token_embd.weight has %llu rows",
+                             c->path, (unsigned long long)n_tok, (unsigned long long)vocab);
     bool ok = cJSON_AddStringToObject(a, "arch_name", gi->arch_name) &&
               cJSON_AddNumberToObject(a, "hidden_size", (double)hidden) &&
               cJSON_AddNumberToObject(a, "intermediate_size", (double)inter) &&

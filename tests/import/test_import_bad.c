@@ -166,6 +166,28 @@ static void test_truncated_models(const char *data) {
                   "gguf cut at %zu: %s", cuts[i], err.msg);
             CHECK(no_leftovers(tmp, "bad_out"), "gguf: output left behind");
         }
+        /* An embedding with fewer rows than the vocabulary has tokens: the
+         * tensor info of token_embd.weight is (u64 len, name, u32 n_dims,
+         * u64 ne[0], u64 ne[1], ...); one row less than the 512 tokens. */
+        static const char name[] = "token_embd.weight";
+        char *at = NULL;
+        for (size_t i = 8; !at && i + sizeof name + 20 < len; i++)
+            if (memcmp(buf + i, name, sizeof name - 1) == 0 && buf[i - 8] == (char)(sizeof name - 1)) at = buf + i;
+        CHECK(at != NULL, "token_embd.weight tensor info not found");
+        if (at) {
+            uint64_t rows;
+            memcpy(&rows, at + sizeof name - 1 + 4 + 8, 8);
+            rows -= 1;
+            memcpy(at + sizeof name - 1 + 4 + 8, &rows, 8);
+            snprintf(p, sizeof p, "%s/short_embd.gguf", tmp);
+            FILE *f = fopen(p, "wb");
+            fwrite(buf, 1, len, f);
+            fclose(f);
+            CHECK(cmf_import_gguf(p, out, NULL, &err) == CMF_ERR_FORMAT && strstr(err.msg, "tokenizer.ggml.tokens") &&
+                      strstr(err.msg, "token_embd.weight"),
+                  "gguf vocabulary larger than the embedding: %s", err.msg);
+            CHECK(no_leftovers(tmp, "bad_out"), "gguf: output left behind");
+        }
         free(buf);
     }
     snprintf(src, sizeof src, "%s/models/stories260K/stories260K.bin", data);
