@@ -146,6 +146,14 @@ static cmf_status rope_table(cmf_rope_table *t, int n_rot, bool interleaved, dou
         return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
                              "%s: %s.rope_type \"%.32s\" is not supported (default, linear, llama3, yarn, longrope)",
                              s->path, s->sc, type);
+    /* transformers' rope validation requires these keys (a missing one is a
+     * KeyError there); a default here would silently run another model. */
+    bool is_llama3 = strcmp(type, "llama3") == 0;
+    const char *need[] = {"factor", is_llama3 ? "low_freq_factor" : NULL, is_llama3 ? "high_freq_factor" : NULL};
+    for (int k = 0; k < 3 && (is_llama3 || strcmp(type, "linear") == 0); k++)
+        if (need[k] && !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(sc, need[k])))
+            return cmf_error_set(err, CMF_ERR_FORMAT, "%s: %s.%s: required for rope_type \"%s\"", s->path, s->sc,
+                                 need[k], type);
     double factor;
     if (!pos_num(s, sc, "factor", 1.0, false, &factor)) return err->status;
     if (strcmp(type, "linear") == 0) {

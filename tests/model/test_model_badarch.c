@@ -38,6 +38,12 @@ static const mutation cases[] = {
     {"rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 0}", NULL, CMF_ERR_FORMAT, "factor"},
     {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 2, \"high_freq_factor\": 2}", NULL,
      CMF_ERR_FORMAT, "high_freq_factor"},
+    /* keys transformers requires: missing, not a silent default */
+    {"rope_scaling", "{\"rope_type\": \"llama3\", \"low_freq_factor\": 1, \"high_freq_factor\": 4}", NULL,
+     CMF_ERR_FORMAT, "factor: required for rope_type \"llama3\""},
+    {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8, \"high_freq_factor\": 4}", NULL, CMF_ERR_FORMAT,
+     "low_freq_factor: required"},
+    {"rope_scaling", "{\"rope_type\": \"linear\"}", NULL, CMF_ERR_FORMAT, "factor: required for rope_type \"linear\""},
     /* header values outside their domain: an error naming the key, not NaN logits */
     {"rms_norm_eps", "0", NULL, CMF_ERR_FORMAT, "arch.rms_norm_eps"},
     {"rms_norm_eps", "-1e-5", NULL, CMF_ERR_FORMAT, "arch.rms_norm_eps"},
