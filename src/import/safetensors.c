@@ -82,6 +82,41 @@ static cmf_status parse_entry(cmf_st_file *f, const cJSON *e, const uint8_t *dat
     return CMF_OK;
 }
 
+static int by_offset(const void *a, const void *b) {
+    const cmf_st_tensor *x = *(const cmf_st_tensor *const *)a, *y = *(const cmf_st_tensor *const *)b;
+    const uint8_t *px = x->data, *py = y->data;
+    return px < py ? -1 : px > py ? 1 : x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+/* The format's rule (huggingface/safetensors, "the byte buffer needs to be
+ * entirely indexed, and cannot contain holes"): sorted by offset, each
+ * tensor starts where the one before it ends and the last ends at the end
+ * of the data section. Overlaps would alias two tensors, holes would hide
+ * bytes (polyglot files); the reference implementation refuses both. */
+static cmf_status check_coverage(const cmf_st_file *f, const uint8_t *data, uint64_t data_size, cmf_error *err) {
+    if (f->n == 0) return CMF_OK;
+    const cmf_st_tensor **v = malloc(f->n * sizeof *v);
+    if (!v) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", f->path);
+    for (size_t i = 0; i < f->n; i++) v[i] = &f->t[i];
+    qsort(v, f->n, sizeof *v, by_offset);
+    uint64_t end = 0;
+    cmf_status st = CMF_OK;
+    for (size_t i = 0; i < f->n && st == CMF_OK; i++) {
+        uint64_t b = (uint64_t)((const uint8_t *)v[i]->data - data);
+        if (b != end)
+            st = cmf_error_set(err, CMF_ERR_FORMAT,
+                               "%s: tensor '%s': data_offsets start at %llu but the data before it ends at %llu (%s%s%s)",
+                               f->path, v[i]->name, (unsigned long long)b, (unsigned long long)end,
+                               b < end ? "overlaps '" : "a hole", b < end ? v[i - 1]->name : "", b < end ? "'" : "");
+        end = b + v[i]->nbytes;
+    }
+    if (st == CMF_OK && end != data_size)
+        st = cmf_error_set(err, CMF_ERR_FORMAT, "%s: the tensors end at byte %llu of a %llu-byte data section",
+                           f->path, (unsigned long long)end, (unsigned long long)data_size);
+    free(v);
+    return st;
+}
+
 cmf_status cmf_st_open_memory(const void *buf, size_t size, const char *name, cmf_st_file **out,
                               cmf_error *err) {
     *out = NULL;
@@ -131,6 +166,7 @@ cmf_status cmf_st_open_memory(const void *buf, size_t size, const char *name, cm
         st = parse_entry(f, e, data, data_size, t, err);
         if (st != CMF_OK) goto done;
     }
+    st = check_coverage(f, data, data_size, err);
 done:
     cJSON_Delete(h);
     if (st != CMF_OK) {

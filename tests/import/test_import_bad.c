@@ -67,7 +67,29 @@ static void test_safetensors_memory(void) {
     memset(raw + 8 + n, 0, 4);
     CHECK(cmf_st_open_memory(raw, 8 + n + 4, "off.safetensors", &f, &err) == CMF_ERR_FORMAT && strstr(err.msg, "'x'"),
           "offset past end: %s", err.msg);
-    CHECK(cmf_st_open_memory(raw, 8 + n + 4 + 8, "off.safetensors", &f, &err) == CMF_OK, "offset fits: %s", err.msg);
+    /* In bounds but not the format's layout (the buffer is indexed
+     * entirely, without holes or overlaps): a hole before it, then two
+     * tensors sharing bytes, then bytes after the last tensor. */
+    CHECK(cmf_st_open_memory(raw, 8 + n + 4 + 8, "off.safetensors", &f, &err) == CMF_ERR_FORMAT &&
+              strstr(err.msg, "'x'") && strstr(err.msg, "hole"),
+          "hole before a tensor: %s", err.msg);
+    const char *js2 = "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+    n = strlen(js2);
+    memcpy(raw, &n, 8);
+    memcpy(raw + 8, js2, n);
+    memset(raw + 8 + n, 0, 16);
+    CHECK(cmf_st_open_memory(raw, 8 + n + 8, "overlap.safetensors", &f, &err) == CMF_ERR_FORMAT &&
+              strstr(err.msg, "overlaps 'x'") && strstr(err.msg, "'y'"),
+          "overlapping tensors: %s", err.msg);
+    const char *js3 = "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    n = strlen(js3);
+    memcpy(raw, &n, 8);
+    memcpy(raw + 8, js3, n);
+    CHECK(cmf_st_open_memory(raw, 8 + n + 12, "tail.safetensors", &f, &err) == CMF_ERR_FORMAT &&
+              strstr(err.msg, "end at byte 8 of a 12-byte"),
+          "bytes after the last tensor: %s", err.msg);
+    CHECK(cmf_st_open_memory(raw, 8 + n + 8, "exact.safetensors", &f, &err) == CMF_OK, "exact cover: %s", err.msg);
     cmf_st_close(f);
 }
 
