@@ -407,6 +407,8 @@ static jv binop(jrt *rt, int op, const jv *a, const jv *b) {
                 }
                 return jv_int(r);
             }
+            if (numf(a) == 0 && numf(b) < 0) /* Python: ZeroDivisionError, not inf */
+                return jrt_fail(rt, CMF_ERR_RENDER, "0.0 cannot be raised to a negative power");
             return jv_float(pow(numf(a), numf(b)));
         }
     }
@@ -537,7 +539,7 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
         return jrt_fail(rt, CMF_ERR_LIMIT, "macro recursion deeper than %d", rt->max_depth);
     jscope *sc = scope_new(rt, m->closure);
     if (!sc) return jv_undef();
-    if (nargs > def->nitems && !def->op)
+    if (nargs > def->nitems && !(def->op & 1))
         return jrt_fail(rt, CMF_ERR_RENDER, "macro '%.*s' takes not more than %d argument(s)",
                         (int)def->name_len, def->name ? def->name : "caller", def->nitems);
     bool used_kw[32] = {0};
@@ -564,6 +566,9 @@ jv jinja_call_macro(jrt *rt, const jv *mv, jv *args, int nargs, const char **kwn
     for (int k = 0; k < nkw && JRT_OK(rt); k++) {
         if (used_kw[k]) continue;
         if (strcmp(kwn[k], "caller") == 0) continue;
+        if (!(def->op & 2)) /* jinja2: TypeError unless the body reads kwargs */
+            return jrt_fail(rt, CMF_ERR_RENDER, "macro '%.*s' takes no keyword argument '%s'", (int)def->name_len,
+                            def->name ? def->name : "caller", kwn[k]);
         jv_dict_set(rt, &kwargs, jv_cstr(rt, kwn[k]), kwv[k]);
     }
     if (!JRT_OK(rt) || !scope_set(rt, sc, "kwargs", 6, kwargs)) return jv_undef();

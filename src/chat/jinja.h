@@ -72,7 +72,7 @@ enum { OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW,
 
 typedef struct jnode {
     uint8_t kind;
-    uint8_t op;       /* E_BIN/E_CMP operator, E_TEST negation, N_FOR recursive, N_MACRO/N_CALLBLOCK body reads varargs */
+    uint8_t op;       /* E_BIN/E_CMP operator, E_TEST negation, N_FOR recursive, N_MACRO/N_CALLBLOCK body reads varargs (1), kwargs (2) */
     int line, col;
     const char *name; /* E_NAME, E_ATTR, E_FILTER, E_TEST, E_KWARG, N_MACRO, N_SET target name */
     size_t name_len;

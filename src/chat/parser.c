@@ -12,8 +12,8 @@
  * Node child layout (jnode a/b/c/d, items):
  *   N_IF a=cond b=body c=else(body or N_IF)   N_FOR a=target b=iter c=body d=else, items[0]=filter cond
  *   N_SET a=target b=value                    N_SETBLOCK a=target b=body c=filter chain (E_FILTER on NULL)
- *   N_MACRO name, items=params (E_NAME or E_KWARG with default), b=body, op=body reads varargs
- *   N_CALLBLOCK a=call expr, items=params, b=body, op=body reads varargs
+ *   N_MACRO name, items=params (E_NAME or E_KWARG with default), b=body, op=body reads varargs (bit 0), kwargs (bit 1)
+ *   N_CALLBLOCK a=call expr, items=params, b=body, op=as N_MACRO
  *   N_FILTERBLOCK a=filter chain, b=body      N_WITH items=N_SET assignments, b=body
  *   E_ATTR a=obj name                         E_ITEM a=obj b=index (E_SLICE: a,b,c start/stop/step)
  *   E_CALL a=callee items=args (E_KWARG for keywords)
@@ -707,7 +707,8 @@ static bool parse_params(ps *p, jnode *n) {
 }
 
 /* Whether the tree under n loads the name (jinja2 find_undeclared): a
- * macro whose body reads `varargs` collects extra positional arguments. */
+ * macro whose body reads `varargs` collects extra positional arguments,
+ * one that reads `kwargs` extra keyword arguments (else they are errors). */
 static bool refs_name(const jnode *n, const char *name) {
     if (!n) return false;
     if (n->kind == E_NAME && n->name_len == strlen(name) && memcmp(n->name, name, n->name_len) == 0) return true;
@@ -728,7 +729,7 @@ static jnode *parse_macro(ps *p, jtok *k) {
     static const char *const ends[] = {"endmacro", NULL};
     const jtok *e;
     if (!(n->b = parse_body(p, ends, &e))) return NULL;
-    n->op = refs_name(n->b, "varargs");
+    n->op = (uint8_t)((refs_name(n->b, "varargs") ? 1 : 0) | (refs_name(n->b, "kwargs") ? 2 : 0));
     next(p);
     if (peek(p)->t == T_NAME) next(p); /* {% endmacro name %} */
     if (!expect_block_end(p)) return NULL;
@@ -764,7 +765,7 @@ static jnode *parse_stmt(ps *p) {
         if (!expect_block_end(p)) return NULL;
         static const char *const ends[] = {"endcall", NULL};
         if (!(n->b = parse_body(p, ends, &e))) return NULL;
-        n->op = refs_name(n->b, "varargs");
+        n->op = (uint8_t)((refs_name(n->b, "varargs") ? 1 : 0) | (refs_name(n->b, "kwargs") ? 2 : 0));
         next(p);
         if (!expect_block_end(p)) return NULL;
     } else if (is_name(k, "filter")) {

@@ -74,6 +74,11 @@ int main(void) {
     expect_err("{{ foo.bar }}", NULL, NULL, CMF_ERR_RENDER, "'foo' is undefined");
     expect_err("{{ foo + 1 }}", NULL, NULL, CMF_ERR_RENDER, "'foo' is undefined");
     expect_err("{{ 1 / 0 }}", NULL, NULL, CMF_ERR_RENDER, "division by zero");
+    /* jinja2: ZeroDivisionError / TypeError, not inf / a silently dropped argument */
+    expect_err("{{ 0 ** -1 }}", NULL, NULL, CMF_ERR_RENDER, "negative power");
+    expect_err("{{ 0.0 ** -2.5 }}", NULL, NULL, CMF_ERR_RENDER, "negative power");
+    expect_err("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, b=2) }}", NULL, NULL, CMF_ERR_RENDER,
+               "macro 'm' takes no keyword argument 'b'");
     expect_err("{{ 'a' + 1 }}", NULL, NULL, CMF_ERR_RENDER, "unsupported operand");
     expect_err("{{ [1,2].append(3) }}", NULL, NULL, CMF_ERR_RENDER, "unsafe");
     expect_err("{{ [1] | tojson }}{{ x | tojson }}", NULL, NULL, CMF_ERR_RENDER, "not JSON serializable");
