@@ -130,7 +130,7 @@ static bool conv_load(conv *c, const char *path) {
     char *buf = NULL;
     size_t len = 0;
     cmf_error err = {0};
-    if (cmf_read_file(path, &buf, &len, &err) != CMF_OK) {
+    if (cmf_read_file_max(path, 64u << 20, &buf, &len, &err) != CMF_OK) { /* a saved chat: text */
         fprintf(stderr, "cmf chat: /load: %s\n", err.msg);
         return false;
     }

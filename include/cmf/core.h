@@ -83,6 +83,11 @@ uint16_t cmf_f32_to_bf16(float f);
  * the NUL). Files ending in ".gz" are gunzipped. Errors: CMF_ERR_IO,
  * CMF_ERR_NOMEM, CMF_ERR_FORMAT (bad gzip). */
 cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *err);
+/* As cmf_read_file, refusing a file (after gunzip) longer than max_bytes
+ * with CMF_ERR_LIMIT before reading it all: small inputs (keys, signatures,
+ * saved chats) whose path a user gives, so /dev/zero or a wrong file
+ * cannot exhaust memory. */
+cmf_status cmf_read_file_max(const char *path, size_t max_bytes, char **out, size_t *len, cmf_error *err);
 
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool cmf_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {

@@ -17,7 +17,15 @@ static int ends_with(const char *s, const char *suf) {
     return n >= m && memcmp(s + n - m, suf, m) == 0;
 }
 
+static cmf_status too_long(const char *path, size_t max_bytes, cmf_error *err) {
+    return cmf_error_set(err, CMF_ERR_LIMIT, "%s: longer than %zu bytes, the limit for this file", path, max_bytes);
+}
+
 cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *err) {
+    return cmf_read_file_max(path, SIZE_MAX - 1, out, len, err);
+}
+
+cmf_status cmf_read_file_max(const char *path, size_t max_bytes, char **out, size_t *len, cmf_error *err) {
     *out = NULL;
     if (len) *len = 0;
     if (ends_with(path, ".gz")) {
@@ -44,6 +52,11 @@ cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *e
             }
             if (r == 0) break;
             n += (size_t)r;
+            if (n > max_bytes) {
+                free(buf);
+                gzclose(gz);
+                return too_long(path, max_bytes, err);
+            }
         }
         gzclose(gz);
         buf[n] = 0;
@@ -61,6 +74,10 @@ cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *e
     if (S_ISDIR(st.st_mode)) {
         fclose(f);
         return cmf_error_set(err, CMF_ERR_IO, "%s: is a directory, not a file", path);
+    }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
+        fclose(f);
+        return too_long(path, max_bytes, err);
     }
     /* Regular files are read in one go; pipes and devices in chunks. */
     size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : (1u << 16), n = 0;
@@ -83,6 +100,11 @@ cmf_status cmf_read_file(const char *path, char **out, size_t *len, cmf_error *e
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
         if (r == 0) break;
+        if (n > max_bytes) {
+            free(buf);
+            fclose(f);
+            return too_long(path, max_bytes, err);
+        }
     }
     if (ferror(f)) {
         free(buf);

@@ -20,6 +20,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Keys and signatures are a few hundred bytes of JSON; anything past this
+ * is not one (and is not read whole). */
+#define CMF_SIGN_MAX_FILE 65536
+
 static void to_hex(const uint8_t *b, size_t n, char *out) {
     sodium_bin2hex(out, 2 * n + 1, b, n);
 }
@@ -118,7 +122,7 @@ cmf_status cmf_sign(const char *path, const char *key_path, cmf_error *err) {
     if (st) return st;
     char *ktext = NULL;
     size_t klen;
-    if ((st = cmf_read_file(key_path, &ktext, &klen, err))) return st;
+    if ((st = cmf_read_file_max(key_path, CMF_SIGN_MAX_FILE, &ktext, &klen, err))) return st;
     cJSON *k = cJSON_ParseWithLength(ktext, klen);
     sodium_memzero(ktext, klen);
     free(ktext);
@@ -173,10 +177,10 @@ cmf_status cmf_signature_check(const char *path, bool *present, bool *ok, char *
     cmf_status st = sodium_ready(err);
     char *text = NULL;
     size_t len;
-    if (!st) st = cmf_read_file(sp, &text, &len, err);
+    if (!st) st = cmf_read_file_max(sp, CMF_SIGN_MAX_FILE, &text, &len, err);
     free(sp);
     if (st) return st;
-    cJSON *j = len < 65536 ? cJSON_ParseWithLength(text, len) : NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     uint8_t pk[32], want[32], sig[64], got[32];
     const cJSON *alg = j ? cJSON_GetObjectItemCaseSensitive(j, "alg") : NULL;
@@ -204,9 +208,9 @@ static cmf_status trusted_key(const char *trusted, uint8_t pk[32], cmf_error *er
         return CMF_OK;
     char *text;
     size_t len;
-    cmf_status st = cmf_read_file(trusted, &text, &len, err);
+    cmf_status st = cmf_read_file_max(trusted, CMF_SIGN_MAX_FILE, &text, &len, err);
     if (st) return cmf_error_prefix(err, "trusted key (64 hex digits or a key file)");
-    cJSON *j = len < 65536 ? cJSON_ParseWithLength(text, len) : NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
     sodium_memzero(text, len);
     free(text);
     bool ok = j && from_hex(cJSON_GetObjectItemCaseSensitive(j, "pubkey"), pk, 32);

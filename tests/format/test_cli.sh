@@ -98,6 +98,11 @@ sed -i -E 's/"sig":"0/"sig":"X/; s/"sig":"[1-9a-f]/"sig":"0/; s/"sig":"X/"sig":"
 cmp -s "$T/m.cmf.sig" "$T/s.cmf.sig" && fail "signature edit left the .sig unchanged"
 expect 1 "$CMF" verify "$T/s.cmf"; contains ".sig"
 expect 1 "$CMF" sign "$T/m.cmf" --key "$T/nokey.json"
+# a "key" that is a device or a huge file is refused by size, not read whole
+expect 1 "$CMF" sign "$T/m.cmf" --key /dev/zero; contains "/dev/zero: longer than 65536 bytes"
+truncate -s 100M "$T/big.json"
+expect 1 "$CMF" sign "$T/m.cmf" --key "$T/big.json"; contains "longer than 65536 bytes"
+rm -f "$T/big.json"
 
 # compact
 expect 0 "$CMF" compact "$T/m.cmf" -o "$T/c.cmf"
