@@ -3,6 +3,7 @@
  */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -341,6 +342,29 @@ static bool ends_with_ci(const char *s, const char *suf) {
     return n >= m && strcasecmp(s + n - m, suf) == 0;
 }
 
+/* s[0..n) as one shell word: as is when it holds only characters no shell
+ * treats specially, else in single quotes (a quote inside as '\''), so a
+ * suggested command can be pasted as printed. */
+static const char *shell_word(const char *s, size_t n, char *buf, size_t cap) {
+    bool plain = n > 0;
+    for (size_t i = 0; i < n && plain; i++)
+        plain = isalnum((unsigned char)s[i]) || strchr("_./-+,:@%=", s[i]);
+    size_t o = 0;
+    if (plain) {
+        o = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, s, o);
+    } else {
+        buf[o++] = '\'';
+        for (size_t i = 0; i < n && o + 6 < cap; i++) {
+            if (s[i] == '\'') { memcpy(buf + o, "'\\''", 4); o += 4; }
+            else buf[o++] = s[i];
+        }
+        buf[o++] = '\'';
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 bool cli_refuse_foreign(const char *cmd, const char *path) {
     struct stat sb;
     if (!path || stat(path, &sb) != 0) return false;
@@ -351,25 +375,29 @@ bool cli_refuse_foreign(const char *cmd, const char *path) {
         char cfg[PATH_MAX];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
         if (stat(cfg, &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
-        fprintf(stderr,
-                "cmf %s: %s: this is a Hugging Face folder: convert it with `cmf convert %s -o %.*s.cmf`\n",
-                cmd, path, path, (int)n, path);
+        char in[2 * PATH_MAX], out[2 * PATH_MAX + 8], stem[PATH_MAX + 8];
+        snprintf(stem, sizeof stem, "%.*s.cmf", (int)n, path);
+        fprintf(stderr, "cmf %s: %s: this is a Hugging Face folder: convert it with `cmf convert %s -o %s`\n", cmd,
+                path, shell_word(path, strlen(path), in, sizeof in), shell_word(stem, strlen(stem), out, sizeof out));
         return true;
     }
     if (!S_ISREG(sb.st_mode) || !read_head(path, h, sizeof h)) return false;
     if (memcmp(h, "GGUF", 4) == 0) {
         if (ends_with_ci(path, ".gguf")) n -= 5;
-        fprintf(stderr, "cmf %s: %s: this is a GGUF file: convert it with `cmf import-gguf %s -o %.*s.cmf`\n", cmd,
-                path, path, (int)n, path);
+        char in[2 * PATH_MAX], out[2 * PATH_MAX + 8], stem[PATH_MAX + 8];
+        snprintf(stem, sizeof stem, "%.*s.cmf", (int)n, path);
+        fprintf(stderr, "cmf %s: %s: this is a GGUF file: convert it with `cmf import-gguf %s -o %s`\n", cmd, path,
+                shell_word(path, strlen(path), in, sizeof in), shell_word(stem, strlen(stem), out, sizeof out));
         return true;
     }
     if (ends_with_ci(path, ".safetensors") && h[8] == '{') {
-        char copy[PATH_MAX];
+        char copy[PATH_MAX], in[2 * PATH_MAX];
         snprintf(copy, sizeof copy, "%s", path);
+        const char *dir = dirname(copy);
         fprintf(stderr,
                 "cmf %s: %s: this is a safetensors file: convert its Hugging Face folder with `cmf convert %s "
                 "-o OUT.cmf`\n",
-                cmd, path, dirname(copy));
+                cmd, path, shell_word(dir, strlen(dir), in, sizeof in));
         return true;
     }
     return false;

@@ -37,6 +37,17 @@ for c in "${cmds[@]}"; do
 done
 ls "$T" | grep -qE '^(c|q)\.cmf|\.npy$' && { echo "FAIL: an output was written"; fail=1; }
 
+# a path a shell would split: the suggested command is quoted so that it
+# runs as printed (here the import itself then fails on the stub GGUF,
+# naming the file, which shows the words arrived whole)
+odd="$T/my model's.gguf"
+cp "$T/m.gguf" "$odd"
+"$CMF" info "$odd" 2>"$T/err.txt"
+suggested=$(sed -n 's/.*convert it with `\(.*\)`$/\1/p' "$T/err.txt")
+grep -qF "'$T/my model'\''s.gguf'" "$T/err.txt" || { echo "FAIL: unquoted suggestion:"; cat "$T/err.txt"; fail=1; }
+(cd "$T" && eval "\"$CMF\"${suggested#cmf}") >"$T/out.txt" 2>&1
+grep -qF "$odd" "$T/out.txt" || { echo "FAIL: the suggested command did not reach the file:"; cat "$T/out.txt"; fail=1; }
+
 # not something cmf converts: the ordinary error, no hint
 for input in "$T/empty" "$T/text.txt"; do
     "$CMF" info "$input" >"$T/out.txt" 2>"$T/err.txt"; rc=$?
