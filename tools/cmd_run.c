@@ -8,6 +8,7 @@
  */
 #include "chat_prompt.h"
 #include "cli.h"
+#include "cli_lora.h"
 
 #include <cjson/cJSON.h>
 
@@ -105,14 +106,19 @@ static const char logits_help[] =
     "  empty KV cache) and writes the logits of every position as a float32\n"
     "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
     "  -t N       threads (default: physical cores)\n"
-    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n"
+    "%s";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *v;
+    cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { fputs(logits_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(argv[i])) { printf(logits_help, cli_lora_help); return CLI_EXIT_OK; }
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
@@ -123,14 +129,15 @@ int cmd_logits(int argc, char **argv) {
         else return cli_usage_error(cmd, "unexpected argument %s", argv[i]);
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
-    if (!file || !toks || !outp) return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)");
-    if (!cli_check_output(cmd, outp, &file, 1)) return CLI_EXIT_USAGE;
+    if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
+    if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     int32_t *ids;
     size_t n;
-    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) return CLI_EXIT_USAGE;
+    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
+    uint32_t ws = 0;
+    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -139,16 +146,20 @@ int cmd_logits(int argc, char **argv) {
     int32_t *pos = malloc(n * sizeof *pos);
     int8_t *want = malloc(n);
     float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
-    if (!pos || !want || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
-    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
+    uint32_t *wsr = malloc(n * sizeof *wsr);
+    if (!pos || !want || !logits || !wsr) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
+    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; wsr[i] = ws; }
     cli_warn_ctx(cmd, m, (long)n);
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want};
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want,
+                   .weight_set = ws ? wsr : NULL};
     if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     if (write_npy_f32(cmd, outp, logits, n, info.n_vocab)) rc = CLI_EXIT_OK;
 done:
+    free(wsr);
     cmf_kv_free(kv);
     free(pos);
     free(want);
@@ -156,6 +167,7 @@ done:
     free(ids);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }
 
