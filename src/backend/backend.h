@@ -124,6 +124,7 @@ typedef struct cmf_moe_args {
  * [row0, row0 + n_rows) of X and Y get scale · B[b_row0 .. +n_out)·(A·x).
  * A [r, in] and B [rows >= b_row0 + n_out, r] are tensor views like any
  * weight (f32, f16, bf16). */
+#define CMF_LORA_RANK_MAX 1024 /* largest r of a segment (cmf/lora.h: CMF_LORA_MAX_RANK) */
 typedef struct cmf_lora_seg {
     uint32_t row0, n_rows;
     const cmf_tensor *A, *B;
@@ -164,12 +165,14 @@ typedef struct cmf_backend_ops {
     /* The low-rank updates of a batch's row segments, after the base
      * product into Y: for each segment in order, for its rows i and j <
      * n_out,  Y[i][j] += scale · Σ_k B[b_row0 + j][k] · (Σ_c A[k][c]·X[i][c]).
-     * X is contiguous [rows][in], Y rows have stride ldy. Segments may
-     * overlap (stacked adapters are added in segment order). A row's result
+     * X is contiguous [rows][in], Y rows have stride ldy. Two segments
+     * cover the same rows or disjoint ones (stacked adapters: the same rows,
+     * added in segment order); r <= CMF_LORA_RANK_MAX. A row's result
      * depends on its own X row and segments only, never on the other rows
      * or how many there are (batch invariance). NULL in a backend without
      * it (the forward then refuses adapters). Errors: CMF_ERR_ARG (shapes:
-     * A's in, B's r, rows of B), CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_NOMEM. */
+     * A's in, B's r, rows of B; no rows; ranges that overlap without being
+     * equal), CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_NOMEM. */
     cmf_status (*lora)(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
                        float *Y, size_t ldy, uint32_t n_out, cmf_error *err);
     /* Embedding lookup: out[i] = row tok[i] of E (any dtype), [n][dim]. */

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(CMF_LORA_MAX_RANK == CMF_LORA_RANK_MAX, "the loader and the backend op agree on the largest rank");
+
 static const char *const module_names[CMF_LM_N] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",   "self_attn.o_proj",  "mlp.gate_proj",
     "mlp.up_proj",      "mlp.down_proj",    "self_attn.qkv_proj", "mlp.gate_up_proj",
