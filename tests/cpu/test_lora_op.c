@@ -1,15 +1,16 @@
 /*
  * test_lora_op.c — the CPU backend's segmented low-rank update (backend op
  * `lora`, src/backend/cpu/lora_cpu.c) at every CPU level this machine has:
- *   - against double-precision ground truth (1e-5 relative to Σ|terms|) on
+ *   - (B given transposed, Bt [r][columns], as the op takes it)
+ *     against double-precision ground truth (1e-5 relative to Σ|terms|) on
  *     sizes that are no multiple of the vector width, the key block or the
  *     output chunk (in 300, r 13 and 5, 700 outputs), with stacked segments
  *     (two adapters over the same rows, added in order), B's first row > 0,
  *     rows no segment covers left untouched;
  *   - batch invariance: every row of a 64-row call (the thread pool runs it)
  *     equals, bit for bit, the same row computed alone (one thread);
- *   - an f16 / bf16 B equals an f32 B holding the same values, bit for bit;
- *   - bad segments: A's width, B's rank, B's rows, partly overlapping
+ *   - an f16 / bf16 Bt equals an f32 Bt holding the same values, bit for bit;
+ *   - bad segments: A's width, Bt's rank, Bt's columns, partly overlapping
  *     ranges, a quantized dtype, give CMF_ERR_ARG / CMF_ERR_UNSUPPORTED.
  */
 #include "backend/backend.h"
@@ -60,8 +61,9 @@ int main(void) {
     }
     for (int i = 0; i < ROWS * IN; i++) X[i] = frand();
     for (int i = 0; i < ROWS * OUT; i++) Y0[i] = frand();
-    cmf_tensor tA1 = mat("A1", CMF_DT_F32, R1, IN, A1), tB1 = mat("B1", CMF_DT_F32, OUT, R1, B1);
-    cmf_tensor tA2 = mat("A2", CMF_DT_F32, R2, IN, A2), tB2 = mat("B2", CMF_DT_F32, OUT + B0, R2, B2);
+    /* Bt = Bᵀ [r][columns] */
+    cmf_tensor tA1 = mat("A1", CMF_DT_F32, R1, IN, A1), tB1 = mat("B1", CMF_DT_F32, R1, OUT, B1);
+    cmf_tensor tA2 = mat("A2", CMF_DT_F32, R2, IN, A2), tB2 = mat("B2", CMF_DT_F32, R2, OUT + B0, B2);
     /* rows [0, 20): adapter 1; [20, 41): 1 then 2 (stacked); [41, 60): 2 from B row B0; 60..63: none */
     cmf_lora_seg segs[4] = {{0, 20, &tA1, &tB1, 0, 0.75f},
                             {20, 21, &tA1, &tB1, 0, 2.0f},
@@ -82,14 +84,15 @@ int main(void) {
                     const cmf_lora_seg *g = &segs[s];
                     if (i < (int)g->row0 || i >= (int)(g->row0 + g->n_rows)) continue;
                     uint32_t r = (uint32_t)g->A->shape[0];
-                    const float *A = g->A->data, *B = g->B->data;
+                    const float *A = g->A->data, *Bt = g->Bt->data;
+                    uint64_t ld = g->Bt->shape[1];
                     for (uint32_t k = 0; k < r; k++) {
                         double t = 0, tm = 0;
                         for (int c = 0; c < IN; c++) {
                             t += (double)A[k * IN + c] * X[i * IN + c];
                             tm += fabs((double)A[k * IN + c] * X[i * IN + c]);
                         }
-                        double bk = B[(g->b_row0 + (uint64_t)j) * r + k];
+                        double bk = Bt[k * ld + g->b_row0 + (uint64_t)j];
                         want += g->scale * bk * t;
                         mag += fabs(g->scale * bk) * tm;
                     }
@@ -117,8 +120,8 @@ int main(void) {
         CHECK(diff == 0, "%s: %d rows differ between the 64-row batch and alone", lv, diff);
         /* f16 and bf16 B: the same bits as f32 holding their values */
         for (int k = 0; k < 2; k++) {
-            cmf_tensor th = mat("B2h", k ? CMF_DT_BF16 : CMF_DT_F16, OUT + B0, R2, k ? hb16 : h16);
-            cmf_tensor tf = mat("B2f", CMF_DT_F32, OUT + B0, R2, k ? B2b : B2h);
+            cmf_tensor th = mat("B2h", k ? CMF_DT_BF16 : CMF_DT_F16, R2, OUT + B0, k ? hb16 : h16);
+            cmf_tensor tf = mat("B2f", CMF_DT_F32, R2, OUT + B0, k ? B2b : B2h);
             cmf_lora_seg sh = {0, 7, &tA2, &th, B0, 0.5f}, sf = {0, 7, &tA2, &tf, B0, 0.5f};
             memcpy(Y, Y0, 7 * OUT * 4);
             memcpy(Y1, Y0, OUT * 4);
@@ -132,9 +135,9 @@ int main(void) {
         }
     }
     /* bad segments */
-    cmf_tensor wideA = mat("wideA", CMF_DT_F32, R1, IN + 1, A1), shortB = mat("shortB", CMF_DT_F32, OUT - 1, R1, B1);
-    cmf_tensor rankB = mat("rankB", CMF_DT_F32, OUT, R2, B2);
-    cmf_tensor q8 = mat("q8", CMF_DT_Q8_ROW, OUT, R1, B1);
+    cmf_tensor wideA = mat("wideA", CMF_DT_F32, R1, IN + 1, A1), shortB = mat("shortB", CMF_DT_F32, R1, OUT - 1, B1);
+    cmf_tensor rankB = mat("rankB", CMF_DT_F32, R2, OUT, B2);
+    cmf_tensor q8 = mat("q8", CMF_DT_Q8_ROW, R1, OUT, B1);
     struct { cmf_lora_seg s[2]; uint32_t n; cmf_status want; } bads[] = {
         {{{0, 4, &wideA, &tB1, 0, 1}}, 1, CMF_ERR_ARG},
         {{{0, 4, &tA1, &shortB, 0, 1}}, 1, CMF_ERR_ARG},

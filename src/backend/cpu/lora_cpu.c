@@ -4,26 +4,27 @@
  * segment, the unmerged LoRA of S-LoRA / Punica ("segmented" gather
  * matmuls: each segment's rows read their own adapter's A and B).
  *
- * Two phases over the thread pool, both cmf_cpu_vec.dotb of the pool's
- * level (a block of "keys" against up to 8 "query" rows sharing each key
- * load), always with the batch's rows as the keys: dotb computes each key
- * on its own, the same way whatever the other keys, so a row's result
- * never depends on how many rows share the call (at AVX2, query rows
- * outside a group of 8 take another summation order, so the rows of the
- * batch must not be the queries):
- *   1. one task per (segment, group of up to 8 rows): T[s][i][k] =
- *      A_s[k]·x_i, the rows of A as the queries;
+ * Two phases over the thread pool:
+ *   1. one task per (segment, group of up to 8 rows, block of 8 k):
+ *      T[s][i][k] = A_s[k]·x_i by cmf_cpu_vec.dotb of the pool's level,
+ *      the block's rows of A as the "queries" (they share each load of
+ *      x_i) and the batch's rows as the "keys": dotb computes each key on
+ *      its own whatever the other keys, and a block of 8 A rows is grouped
+ *      as a whole call groups them (a tail block as its tail), so a row's
+ *      result never depends on its batch-mates (at AVX2, query rows past a
+ *      group of 8 take another summation order: the batch's rows must not
+ *      be the queries);
  *   2. one task per (row range, group of up to 8 of its rows, chunk of 256
  *      outputs j): for each segment of that range, in segment order,
- *      S[i][j] = B_s[b_row0 + j]·T[s][i] (the chunk's rows of B as the
- *      queries), then Y[i][j] += scale_s·S[i][j] (axpy).
+ *      acc = Σ_k T[s][i][k]·Bᵀ_s[k][b_row0 + j] (axpy along the chunk of a
+ *      row of Bᵀ, k in order), then Y[i][j] += scale_s·acc (axpy).
  * Each element is computed by one task with the same code whatever the
  * batch, segmentation or thread count, so a row's result depends on its
  * own input only (batch invariance, docs/ENGINE.md).
- * Work under LORA_SERIAL_MACS runs the same tasks on the calling thread: a
- * decode step's update is a few hundred microseconds, less than waking the
- * pool twice per projection. Float adapters other than f32 (f16, bf16) are
- * decoded to f32 once per call.
+ * Work under LORA_SERIAL_MACS (tiny models) runs the same tasks on the
+ * calling thread; a decode step of a real model is memory-bound (A and Bᵀ
+ * are read once per step) and gains from the pool's threads. Float
+ * tensors other than f32 (f16, bf16) are decoded to f32 once per call.
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
@@ -37,13 +38,14 @@
  * LORA_SERIAL_MACS multiply-adds runs on one thread. */
 #define LORA_CHUNK 256
 #define LORA_ROWS 8
-#define LORA_SERIAL_MACS (1u << 19)
+#define LORA_SERIAL_MACS (1u << 15)
+#define LORA_KEYS 8
 #define NONE UINT32_MAX
 
 typedef struct lora_ctx {
     const cmf_lora_seg *segs;
     uint32_t n_segs, in, n_out, n_chunk;
-    const float **A, **B;  /* [n_segs] f32 views (the payload or a decoded copy) */
+    const float **A, **Bt; /* [n_segs] f32 views (the payload or a decoded copy) */
     const float *X;
     float *Y;
     size_t ldy;
@@ -70,19 +72,21 @@ static uint32_t find_first(const uint32_t *first, uint32_t n, uint32_t task) {
     return lo;
 }
 
-/* Phase 1: task = one (segment, group of rows). */
+/* Phase 1: task = one (segment, group of rows, block of k). */
 static void phase_a(void *vctx, int task, int n_tasks) {
     (void)n_tasks;
     lora_ctx *c = vctx;
     uint32_t s = find_first(c->a_task, c->n_segs, (uint32_t)task);
     const cmf_lora_seg *g = &c->segs[s];
-    uint32_t r = (uint32_t)g->A->shape[0], i0 = ((uint32_t)task - c->a_task[s]) * LORA_ROWS;
-    uint32_t ni = min_u32(LORA_ROWS, g->n_rows - i0);
-    float tmp[CMF_LORA_RANK_MAX * LORA_ROWS]; /* [k][row] */
-    c->vec->dotb(c->X + (size_t)(g->row0 + i0) * c->in, ni, c->A[s], c->in, r, c->in, tmp, LORA_ROWS);
-    float *T = c->T + c->t_off[s] + (size_t)i0 * r;
+    uint32_t r = (uint32_t)g->A->shape[0], nkb = (r + LORA_KEYS - 1) / LORA_KEYS;
+    uint32_t t = (uint32_t)task - c->a_task[s], i0 = t / nkb * LORA_ROWS, k0 = t % nkb * LORA_KEYS;
+    uint32_t ni = min_u32(LORA_ROWS, g->n_rows - i0), nk = min_u32(LORA_KEYS, r - k0);
+    float tmp[LORA_KEYS * LORA_ROWS]; /* [k][row] */
+    c->vec->dotb(c->X + (size_t)(g->row0 + i0) * c->in, ni, c->A[s] + (size_t)k0 * c->in, c->in, nk, c->in, tmp,
+                 LORA_ROWS);
+    float *T = c->T + c->t_off[s] + (size_t)i0 * r + k0;
     for (uint32_t p = 0; p < ni; p++)
-        for (uint32_t k = 0; k < r; k++) T[(size_t)p * r + k] = tmp[k * LORA_ROWS + p];
+        for (uint32_t k = 0; k < nk; k++) T[(size_t)p * r + k] = tmp[k * LORA_ROWS + p];
 }
 
 /* Phase 2: task = one (row range, group of its rows, chunk of outputs). */
@@ -93,15 +97,17 @@ static void phase_b(void *vctx, int task, int n_tasks) {
     const cmf_lora_seg *g0 = &c->segs[c->lead[l]];
     uint32_t i0 = t / c->n_chunk * LORA_ROWS, j0 = t % c->n_chunk * LORA_CHUNK;
     uint32_t ni = min_u32(LORA_ROWS, g0->n_rows - i0), nj = min_u32(LORA_CHUNK, c->n_out - j0);
-    float tmp[LORA_CHUNK * LORA_ROWS], row[LORA_CHUNK]; /* tmp: [j][row] */
+    float acc[LORA_CHUNK];
     for (uint32_t s = c->lead[l]; s != NONE; s = c->next[s]) {
         const cmf_lora_seg *g = &c->segs[s];
         uint32_t r = (uint32_t)g->A->shape[0];
-        c->vec->dotb(c->T + c->t_off[s] + (size_t)i0 * r, ni, c->B[s] + (size_t)(g->b_row0 + j0) * r, r, nj, r, tmp,
-                     LORA_ROWS);
+        size_t ld = g->Bt->shape[1];
+        const float *bt = c->Bt[s] + g->b_row0 + j0;
         for (uint32_t p = 0; p < ni; p++) {
-            for (uint32_t j = 0; j < nj; j++) row[j] = tmp[j * LORA_ROWS + p];
-            c->vec->axpy(c->Y + (size_t)(g->row0 + i0 + p) * c->ldy + j0, g->scale, row, nj);
+            const float *T = c->T + c->t_off[s] + (size_t)(i0 + p) * r;
+            memset(acc, 0, nj * sizeof *acc);
+            for (uint32_t k = 0; k < r; k++) c->vec->axpy(acc, T[k], bt + k * ld, nj);
+            c->vec->axpy(c->Y + (size_t)(g->row0 + i0 + p) * c->ldy + j0, g->scale, acc, nj);
         }
     }
 }
@@ -130,7 +136,8 @@ static cmf_status plan(lora_ctx *c, uint32_t *owner, cmf_error *err) {
     c->b_task[0] = 0;
     for (uint32_t s = 0; s < c->n_segs; s++) {
         const cmf_lora_seg *g = &c->segs[s];
-        c->a_task[s + 1] = c->a_task[s] + (g->n_rows + LORA_ROWS - 1) / LORA_ROWS;
+        c->a_task[s + 1] = c->a_task[s] + (g->n_rows + LORA_ROWS - 1) / LORA_ROWS *
+                                              (((uint32_t)g->A->shape[0] + LORA_KEYS - 1) / LORA_KEYS);
         c->t_off[s] = off;
         off += (size_t)g->n_rows * g->A->shape[0];
         c->next[s] = NONE;
@@ -163,12 +170,11 @@ cmf_status cmf_cpu_op_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_
     size_t t_size = 0, macs = 0;
     for (uint32_t s = 0; s < n_segs; s++) {
         const cmf_lora_seg *g = &segs[s];
-        if (!g->A || !g->B || g->A->ndim != 2 || g->B->ndim != 2 || g->A->shape[1] != in ||
-            g->B->shape[1] != g->A->shape[0] || g->A->shape[0] == 0 || g->A->shape[0] > CMF_LORA_RANK_MAX ||
-            g->n_rows == 0 ||
-            g->b_row0 + n_out > g->B->shape[0])
+        if (!g->A || !g->Bt || g->A->ndim != 2 || g->Bt->ndim != 2 || g->A->shape[1] != in ||
+            g->Bt->shape[0] != g->A->shape[0] || g->A->shape[0] == 0 || g->A->shape[0] > CMF_LORA_RANK_MAX ||
+            g->n_rows == 0 || g->b_row0 + n_out > g->Bt->shape[1])
             return cmf_error_set(err, CMF_ERR_ARG,
-                                 "lora: segment %u: no rows, or A/B shapes do not fit in %u, %u outputs at row %llu", s,
+                                 "lora: segment %u: no rows, or A/Bt shapes do not fit in %u, %u outputs at row %llu", s,
                                  in, n_out, (unsigned long long)g->b_row0);
         if (g->row0 + g->n_rows > row_end) row_end = g->row0 + g->n_rows;
         t_size += (size_t)g->n_rows * g->A->shape[0];
@@ -186,7 +192,7 @@ cmf_status cmf_cpu_op_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_
     cmf_status st = CMF_OK;
     if (!own || !c.A || !c.t_off || !u || !c.T) st = cmf_error_set(err, CMF_ERR_NOMEM, "lora: out of memory");
     if (!st) {
-        c.B = c.A + n_segs;
+        c.Bt = c.A + n_segs;
         c.a_task = u;
         c.next = u + n_segs + 1;
         c.lead = c.next + n_segs;
@@ -196,7 +202,7 @@ cmf_status cmf_cpu_op_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_
         st = plan(&c, owner, err);
         for (uint32_t s = 0; s < n_segs && !st; s++)
             if (!(st = f32_view(segs[s].A, &c.A[s], &own[2 * s], err)))
-                st = f32_view(segs[s].B, &c.B[s], &own[2 * s + 1], err);
+                st = f32_view(segs[s].Bt, &c.Bt[s], &own[2 * s + 1], err);
     }
     if (!st) {
         cmf_cpu_pool *p = macs < LORA_SERIAL_MACS ? NULL : pool; /* same tasks, one thread */
