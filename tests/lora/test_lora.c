@@ -427,6 +427,7 @@ static int bad_imports(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *d = peft_variant(src, "variant", cases[i].key, cases[i].val);
         REQUIRE(d, "variant");
+        unlink(out);
         cmf_status st = cmf_lora_import(d, out, NULL, &err);
         CHECK(st == cases[i].want && strstr(err.msg, cases[i].needle), "%s = %s: status %d: %s", cases[i].key,
               cases[i].val, (int)st, err.msg);
@@ -447,6 +448,7 @@ static int bad_imports(void) {
     cmf_lora_import_opts wb = {.base = qbase};
     char la2[4300];
     snprintf(la2, sizeof la2, "%s/llama-a-based.cmf", g_dir);
+    unlink(la2); /* from an earlier run */
     CHECK(cmf_lora_import(p, la2, &wb, &err) == CMF_ERR_FORMAT && strstr(err.msg, "do not fit") &&
               access(la2, F_OK) != 0,
           "llama adapter with --base qwen3: %s", err.msg);
