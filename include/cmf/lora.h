@@ -14,8 +14,9 @@
  * (`--into BASE.cmf --id ID`: tensors skill.ID.<name>, a header.skills[]
  * entry with "kind": "lora").
  *
- * Memory: the file's mapping (A is read in place) plus each B transposed
- * to f32 (Bᵀ [r, out], the layout the backend op reads), made at open.
+ * Memory: the file's mapping (an f32 A is read in place; f16 / bf16 ones
+ * are decoded to f32) plus each B transposed to f32 (Bᵀ [r, out], the
+ * layout the backend op reads), made at open.
  * Thread-safety: a cmf_lora is immutable after open and may be shared by
  * threads and models; free it after every model that uses it.
  */

@@ -5,7 +5,8 @@
  * count, projection shapes) before a weight set binds it.
  *
  * Each pair's B is also kept transposed in f32 (Bᵀ [r, out], the layout
- * the backend op reads), made once here.
+ * the backend op reads), and an A that is not f32 decoded to f32, once
+ * here.
  *
  * Layout (docs/LORA.md): a pair is the tensors
  *   <prefix>model.layers.<L>.<module>.lora_A  [r, in]
@@ -44,7 +45,11 @@ int cmf_lora_module_parse(const char *s) {
 
 void cmf_lora_free(cmf_lora *l) {
     if (!l) return;
-    for (uint32_t i = 0; l->pairs && i < l->n_pairs; i++) free((void *)l->pairs[i].bt.data);
+    for (uint32_t i = 0; l->pairs && i < l->n_pairs; i++) {
+        const cmf_lora_pair *p = &l->pairs[i];
+        if (p->A && p->a32.data != p->A->data) free((void *)p->a32.data);
+        free((void *)p->bt.data);
+    }
     free(l->pairs);
     free(l->skill);
     cmf_file_close(l->own);
@@ -157,8 +162,17 @@ static cmf_status read_pairs(cmf_lora *l, const char *prefix, cmf_error *err) {
                                  path, A->name, (unsigned long long)A->shape[0], (unsigned long long)A->shape[1],
                                  B->name, (unsigned long long)B->shape[0], (unsigned long long)B->shape[1], l->rank);
         cmf_lora_pair *pr = &l->pairs[l->n_pairs++];
-        *pr = (cmf_lora_pair){layer, (cmf_lora_module)m, A, B, {0}};
-        cmf_status st = transpose_b(B, &pr->bt, err);
+        *pr = (cmf_lora_pair){layer, (cmf_lora_module)m, A, B, *A, {0}};
+        cmf_status st = CMF_OK;
+        if (A->dtype != CMF_DT_F32) { /* decoded once, not per forward */
+            float *a = malloc(A->nelem * sizeof *a);
+            pr->a32.data = a;
+            st = a ? cmf_tensor_decode(A, 0, A->nelem, a, err)
+                   : cmf_error_set(err, CMF_ERR_NOMEM, "lora: out of memory for '%s'", A->name);
+            pr->a32.dtype = CMF_DT_F32;
+            pr->a32.nbytes = A->nelem * sizeof *a;
+        }
+        if (!st) st = transpose_b(B, &pr->bt, err);
         if (st) return cmf_error_prefix(err, "%s", path);
     }
     assert(l->n_pairs == cap);

@@ -72,13 +72,14 @@ typedef enum cmf_lora_module {
 } cmf_lora_module;
 
 /* One adapted module of one layer: A [r, in], B [out, r] (file views),
- * and what the backend op reads: A (the view), Bᵀ [r, out] in f32 (a copy
- * made at open, so the op's second product is a row axpy). */
+ * and what the backend op reads, in f32: A (the view when the file's A is
+ * f32, else a decoded copy) and Bᵀ [r, out] (a copy made at open, so the
+ * op's second product is a row axpy). */
 typedef struct cmf_lora_pair {
     uint32_t layer;
     cmf_lora_module module;
     const cmf_tensor *A, *B;
-    cmf_tensor bt;            /* Bᵀ: data owned by the pair (float *) */
+    cmf_tensor a32, bt;       /* a32.data owned when A is not f32; bt.data owned */
 } cmf_lora_pair;
 
 /* A loaded adapter (lora.c; public handle in cmf/lora.h). */
