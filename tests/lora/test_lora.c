@@ -444,6 +444,36 @@ static int bad_imports(void) {
     snprintf(p, sizeof p, "%s/skills/llama/lora-a", g_data);
     CHECK(cmf_lora_import(p, NULL, &into, &err) == CMF_ERR_FORMAT && strstr(err.msg, "do not fit"),
           "llama adapter into qwen3: %s", err.msg);
+    /* adapter files the loader refuses: a lone lora_A, a rank other than the header's, a stray tensor */
+    struct { const char *names[2]; uint64_t rows[2]; const char *needle; } files[] = {
+        {{"model.layers.0.self_attn.q_proj.lora_A", NULL}, {4, 0}, "without its"},
+        {{"model.layers.0.self_attn.q_proj.lora_A", "model.layers.0.self_attn.q_proj.lora_B"}, {3, 64}, "rank 4"},
+        {{"model.layers.0.self_attn.q_proj.weight", NULL}, {4, 0}, "not a lora_A"},
+        {{"model.layers.0.mlp.experts.0.up_proj.lora_A", "model.layers.0.mlp.experts.0.up_proj.lora_B"},
+         {4, 64},
+         "cannot be adapted"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        cmf_writer *w = NULL;
+        cmf_writer_opts wo = {.extra_features = CMF_FEAT_SKILL_FILE};
+        REQUIRE(cmf_writer_open(out, &wo, &w, &err) == CMF_OK, "writer: %s", err.msg);
+        cJSON *lo = cJSON_AddObjectToObject(cmf_writer_header(w), "lora");
+        cJSON_AddNumberToObject(lo, "rank", 4);
+        cJSON_AddNumberToObject(lo, "alpha", 4);
+        static float zeros[64 * 64];
+        for (int k = 0; k < 2 && files[i].names[k]; k++) {
+            uint64_t shape[2] = {files[i].rows[k], k ? 4 : 64};
+            REQUIRE(cmf_writer_add_f32(w, files[i].names[k], CMF_DT_F32, 2, shape, zeros, &err) == CMF_OK, "add: %s",
+                    err.msg);
+        }
+        REQUIRE(cmf_writer_finish(w, &err) == CMF_OK, "finish: %s", err.msg);
+        cmf_lora *y = NULL;
+        cmf_status st = cmf_lora_open(out, &y, &err);
+        CHECK(st != CMF_OK && !y && strstr(err.msg, files[i].needle), "bad adapter file %zu: %d: %s", i, (int)st,
+              err.msg);
+        cmf_lora_free(y);
+        unlink(out);
+    }
     /* --base: checked against the base, its architecture recorded */
     cmf_lora_import_opts wb = {.base = qbase};
     char la2[4300];
