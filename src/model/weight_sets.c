@@ -57,9 +57,8 @@ bool cmf_model_wset_has_lora(const cmf_model *m, uint32_t ws) {
 
 /* ---- life --------------------------------------------------------------- */
 
-/* The lora-kind skills' adapters the model opened are kept in their set's
- * `loras[0]` and freed here; owned ones are marked by a NULL hook.lookup and
- * key "lora:<id>". */
+/* The adapter of a lora-kind skill, which the model opened, is its set's
+ * loras[0], owned by the set; such a set has the key "lora:<id>". */
 static bool owns_lora(const cmf_wset *w) { return w->key && strncmp(w->key, "lora:", 5) == 0; }
 
 static void wset_clear(cmf_model *m, uint32_t idx) {
@@ -252,9 +251,11 @@ static uint32_t find_overlay(const cmf_model *m, uint32_t base, const cmf_lora *
     return 0;
 }
 
-/* A new overlay set of base with the adapters (checked against m). */
+/* A new overlay set of base with the adapters (checked against m). With
+ * lora_key (a lora-kind skill's id) the set owns loras[0] once it exists;
+ * on failure the caller keeps it. */
 static cmf_status new_overlay(cmf_model *m, uint32_t base, const cmf_lora *const *loras, const float *scales,
-                              uint32_t n, const char *lora_key, cmf_lora *owned, uint32_t *out, cmf_error *err) {
+                              uint32_t n, const char *lora_key, uint32_t *out, cmf_error *err) {
     for (uint32_t i = 0; i < n; i++) {
         cmf_status st = cmf_lora_check(loras[i], m, err);
         if (st) return st;
@@ -277,35 +278,39 @@ static cmf_status new_overlay(cmf_model *m, uint32_t base, const cmf_lora *const
         st = bind_terms(m, w, err);
     }
     if (st) {
-        if (owned) w->n_lora = 0; /* the caller frees it */
+        if (lora_key) w->n_lora = 0; /* the caller frees its adapter */
         wset_clear(m, idx);
         return st;
     }
-    (void)owned;
     *out = idx;
     m->n_wsets++;
     return CMF_OK;
 }
 
+/* The set of the lora-kind skill id once resolved, or 0. */
+static uint32_t find_lora_skill(const cmf_model *m, const char *id) {
+    for (uint32_t w = 1; w < m->n_wsets; w++)
+        if (owns_lora(&m->wsets[w]) && strcmp(m->wsets[w].key + 5, id) == 0) return w;
+    return 0;
+}
+
 /* A lora-kind skill: the backbone with the skill's adapter, opened once. */
 static cmf_status lora_skill(cmf_model *m, const char *id, uint32_t *out, cmf_error *err) {
-    for (uint32_t w = 1; w < m->n_wsets; w++)
-        if (owns_lora(&m->wsets[w]) && strcmp(m->wsets[w].key + 5, id) == 0) {
-            *out = w;
-            return CMF_OK;
-        }
+    if ((*out = find_lora_skill(m, id))) return CMF_OK;
     cmf_lora *l = NULL;
     cmf_status st = cmf_lora_open_skill(m->file, id, &l, err);
     if (st) return st;
     const cmf_lora *one[1] = {l};
     const float unit[1] = {1.0f};
-    st = new_overlay(m, 0, one, unit, 1, id, l, out, err);
+    st = new_overlay(m, 0, one, unit, 1, id, out, err);
     if (st) cmf_lora_free(l);
     return st;
 }
 
-/* The base set of ov (0: the backbone) without adapters; *lora_base is the
- * lora-kind skill's set when ov->skill names one (its adapter goes first). */
+/* The base set of ov (0: the backbone) without adapters; *lora_set is the
+ * lora-kind skill's set when ov->skill names one (its adapter goes first).
+ * resolve false: only look (no error message, CMF_ERR_NOT_FOUND when the
+ * base is not resolved yet). */
 static cmf_status base_of(cmf_model *m, const cmf_model_overlay *ov, uint32_t *base, uint32_t *lora_set,
                           bool resolve, cmf_error *err) {
     *base = 0;
@@ -317,11 +322,7 @@ static cmf_status base_of(cmf_model *m, const cmf_model_overlay *ov, uint32_t *b
             return cmf_error_set(err, CMF_ERR_NOT_FOUND, "%s: no skill '%s' in header.skills",
                                  cmf_file_path(m->file), skill);
         if (is_lora_skill(e)) {
-            if (!resolve) {
-                for (uint32_t w = 1; w < m->n_wsets; w++)
-                    if (owns_lora(&m->wsets[w]) && strcmp(m->wsets[w].key + 5, skill) == 0) *lora_set = w;
-                return *lora_set ? CMF_OK : CMF_ERR_NOT_FOUND;
-            }
+            if (!resolve) return (*lora_set = find_lora_skill(m, skill)) ? CMF_OK : CMF_ERR_NOT_FOUND;
             return lora_skill(m, skill, lora_set, err);
         }
     }
@@ -386,7 +387,7 @@ cmf_status cmf_model_weight_set_overlay(cmf_model *m, const cmf_model_overlay *o
     float scales[CMF_MODEL_MAX_LORA + 1];
     uint32_t n = full_list(m, ov, lora_set, loras, scales);
     if ((*ws = find_overlay(m, base, loras, scales, n))) return CMF_OK;
-    return new_overlay(m, base, loras, scales, n, NULL, NULL, ws, err);
+    return new_overlay(m, base, loras, scales, n, NULL, ws, err);
 }
 
 bool cmf_model_weight_set_cached(const cmf_model *m, const cmf_model_overlay *ov, uint32_t *ws) {
