@@ -22,6 +22,7 @@
 #include "chat_prompt.h"
 #include "chat_think.h"
 #include "cli.h"
+#include "cli_lora.h"
 
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
@@ -60,8 +61,10 @@ static void usage(FILE *o) {
             "  --greedy              argmax sampling (as --temp 0)\n"
             "  --load FILE           start from a saved conversation\n"
             "  --stats               after each answer, print prompt/KV-reuse and speed figures\n"
+            "%s"
             "Commands: /system TEXT, /reset, /save FILE, /load FILE, /help, /quit.\n"
-            "Ctrl-C stops the current answer; Ctrl-D quits.\n");
+            "Ctrl-C stops the current answer; Ctrl-D quits.\n",
+            cli_lora_help);
 }
 
 /* ---- conversation ----------------------------------------------------- */
@@ -200,6 +203,7 @@ typedef struct chat_opts {
     bool no_think, stats, escape;
     long n_predict, n_ctx, threads;
     cmf_sampler_params sp;
+    cli_lora lora;  /* --lora, --lora-scaled */
 } chat_opts;
 
 static int parse_args(int argc, char **argv, chat_opts *o) {
@@ -213,6 +217,9 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         long l = 0;
         unsigned long long u = 0;
         if (cli_is_help(argv[i])) { usage(stdout); return -1; }
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &o->lora);
+        if (lf < 0) return CLI_EXIT_USAGE;
+        if (lf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
         else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
@@ -499,7 +506,9 @@ int cmd_chat(int argc, char **argv) {
     cmf_model_params mp = {.n_threads = (int)o.threads, .n_ctx = (uint32_t)o.n_ctx};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
-    cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
+    uint32_t ws = 0;
+    if (!cli_lora_apply("chat", model, &o.lora, &ws)) goto done;
+    cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp, .weight_set = ws};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     turn_end_init(te, f, tok);
     if (o.load && !conv_load(&c, o.load)) goto done;
@@ -560,6 +569,7 @@ done:
     cJSON_Delete(c.messages);
     cmf_session_free(s);
     cmf_model_free(model);
+    cli_lora_free(&o.lora);
     cmf_tokenizer_free(tok);
     cmf_file_close(f);
     return rc;

@@ -8,6 +8,7 @@
  */
 #include "chat_prompt.h"
 #include "cli.h"
+#include "cli_lora.h"
 
 #include <cjson/cJSON.h>
 
@@ -105,14 +106,19 @@ static const char logits_help[] =
     "  empty KV cache) and writes the logits of every position as a float32\n"
     "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
     "  -t N       threads (default: physical cores)\n"
-    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n"
+    "%s";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *v;
+    cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { fputs(logits_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(argv[i])) { printf(logits_help, cli_lora_help); return CLI_EXIT_OK; }
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
@@ -123,14 +129,15 @@ int cmd_logits(int argc, char **argv) {
         else return cli_usage_error(cmd, "unexpected argument %s", argv[i]);
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
-    if (!file || !toks || !outp) return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)");
-    if (!cli_check_output(cmd, outp, &file, 1)) return CLI_EXIT_USAGE;
+    if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
+    if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     int32_t *ids;
     size_t n;
-    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) return CLI_EXIT_USAGE;
+    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
+    uint32_t ws = 0;
+    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -139,16 +146,20 @@ int cmd_logits(int argc, char **argv) {
     int32_t *pos = malloc(n * sizeof *pos);
     int8_t *want = malloc(n);
     float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
-    if (!pos || !want || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
-    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
+    uint32_t *wsr = malloc(n * sizeof *wsr);
+    if (!pos || !want || !logits || !wsr) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
+    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; wsr[i] = ws; }
     cli_warn_ctx(cmd, m, (long)n);
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want};
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want,
+                   .weight_set = ws ? wsr : NULL};
     if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     if (write_npy_f32(cmd, outp, logits, n, info.n_vocab)) rc = CLI_EXIT_OK;
 done:
+    free(wsr);
     cmf_kv_free(kv);
     free(pos);
     free(want);
@@ -156,6 +167,7 @@ done:
     free(ids);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }
 
@@ -174,14 +186,19 @@ static const char ppl_help[] =
     "  -b N       tokens per forward batch inside a window (default 64; bounds the\n"
     "             logits scratch to N x vocab floats)\n"
     "  -t N       threads (default: physical cores)\n"
-    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n"
+    "%s";
 
 int cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *file = NULL, *text = NULL, *v;
     long threads = 0, ctx = 512, nb = 64;
     bool kv_f32 = false, missing = false;
+    cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { fputs(ppl_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(argv[i])) { printf(ppl_help, cli_lora_help); return CLI_EXIT_OK; }
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
         else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
@@ -196,15 +213,16 @@ int cmd_ppl(int argc, char **argv) {
         else return cli_usage_error(cmd, "unexpected argument %s", flag);
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
-    if (!file || !text) return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)");
+    if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
     cmf_error err = {0};
     char *buf = NULL;
     size_t blen = 0;
-    if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) return cli_fail(cmd, &err);
+    if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) { cli_lora_free(&lo); return cli_fail(cmd, &err); }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
+    uint32_t ws = 0, *wsr = NULL;
     cmf_tokenizer *tok = NULL;
     cmf_kv_cache *kv = NULL;
     int32_t *ids = NULL, *pos = NULL, *seq = NULL;
@@ -218,7 +236,10 @@ int cmd_ppl(int argc, char **argv) {
     pos = malloc((size_t)nb * sizeof *pos);
     want = malloc((size_t)nb);
     logits = malloc((size_t)nb * info.n_vocab * sizeof(float));
-    if (!pos || !want || !logits) { fprintf(stderr, "cmf ppl: out of memory\n"); goto done; }
+    wsr = malloc((size_t)nb * sizeof *wsr);
+    if (!pos || !want || !logits || !wsr) { fprintf(stderr, "cmf ppl: out of memory\n"); goto done; }
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
+    for (long i = 0; i < nb; i++) wsr[i] = ws;
     memset(want, 1, (size_t)nb);
     cli_warn_ctx(cmd, m, ctx);
     cmf_kv_params kp = {.n_ctx = (uint32_t)ctx, .n_seq_max = 1, .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
@@ -231,7 +252,8 @@ int cmd_ppl(int argc, char **argv) {
         for (size_t c0 = 0; c0 < L; c0 += (size_t)nb) {
             uint32_t cn = (uint32_t)((L - c0) < (size_t)nb ? (L - c0) : (size_t)nb);
             for (uint32_t i = 0; i < cn; i++) pos[i] = (int32_t)(c0 + i);
-            cmf_batch b = {.n_tokens = cn, .tokens = ids + w0 + c0, .pos = pos, .logits = want};
+            cmf_batch b = {.n_tokens = cn, .tokens = ids + w0 + c0, .pos = pos, .logits = want,
+                           .weight_set = ws ? wsr : NULL};
             if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
             for (uint32_t i = 0; i < cn; i++) {
                 size_t at = c0 + i; /* logits at position at predict token at+1 */
@@ -263,10 +285,12 @@ done:
     free(pos);
     free(seq);
     free(want);
+    free(wsr);
     free(logits);
     free(buf);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }
 
@@ -310,6 +334,7 @@ static const char run_help[] =
     "  --echo                  also print the prompt\n"
     "  --stop STR              stop when STR appears (repeatable)\n"
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
+    "%s"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
     "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS (with --chat\n"
@@ -390,9 +415,13 @@ int cmd_run(int argc, char **argv) {
     size_t n_stops = 0;
     cmf_logit_bias bias[256 + CMF_MODEL_EOS_MAX]; /* --logit-bias, then -inf per EOS id for --ignore-eos */
     size_t n_bias = 0;
+    cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
-        if (cli_is_help(flag)) { fputs(run_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(flag)) { printf(run_help, cli_lora_help); return CLI_EXIT_OK; }
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -472,7 +501,8 @@ int cmd_run(int argc, char **argv) {
     int32_t *ids = NULL, *top = NULL;
     size_t n_ids = 0;
     char *rendered = NULL;
-    if (!load_tokenizer(cmd, f, &tok)) goto done;
+    uint32_t ws = 0;
+    if (!load_tokenizer(cmd, f, &tok) || !cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     double t_load = now_s() - t0;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -512,6 +542,7 @@ int cmd_run(int argc, char **argv) {
     sp.n_ctx = (uint32_t)ctx;
     cli_warn_ctx(cmd, m, ctx);
     sp.kv_type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16;
+    sp.weight_set = ws;
     sp.sampler = cmf_sampler_default_params();
     sp.sampler.temp = (float)temp;
     sp.sampler.top_k = (int32_t)top_k;
@@ -591,5 +622,6 @@ done:
     cmf_tokenizer_free(tok);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }

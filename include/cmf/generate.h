@@ -30,6 +30,7 @@ typedef struct cmf_session_params {
                                 factors follow that one */
     cmf_kv_type kv_type;     /* CMF_KV_F16 default */
     cmf_sampler_params sampler;
+    uint64_t weight_set;     /* 0 = the backbone; a skill's or overlay's (cmf/model.h) */
 } cmf_session_params;
 
 /* model, tokenizer and file must outlive the session. */
