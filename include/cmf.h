@@ -29,5 +29,6 @@
 #include "cmf/generate.h"
 #include "cmf/engine.h"
 #include "cmf/policy.h"
+#include "cmf/skills.h"
 
 #endif /* CMF_H */

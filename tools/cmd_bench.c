@@ -18,6 +18,7 @@
  */
 #include "bench_parallel.h"
 #include "cli.h"
+#include "skill_flags.h"
 
 /* internal CPU-engine header: default thread count and kernel level, for the report */
 #include "../src/backend/cpu/cpu.h"
@@ -58,7 +59,7 @@ static void usage(FILE *o) {
 
 /* One test: run `reps` timed repetitions (after a warm-up); samples in ts[].
  * name != NULL: a progress line per run on stderr. */
-static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, int n_prompt,
+static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, const uint32_t *wsv, int n_prompt,
                            int n_gen, int reps, double *ts, const char *name, cmf_error *err) {
     uint32_t nv;
     cmf_model_info info;
@@ -81,12 +82,12 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, 
         if (st != CMF_OK) break;
         double t0 = now_s();
         if (n_prompt > 0) {
-            cmf_batch b = {.n_tokens = (uint32_t)n_prompt, .tokens = toks, .pos = pos, .seq_id = seq};
+            cmf_batch b = {.n_tokens = (uint32_t)n_prompt, .tokens = toks, .pos = pos, .seq_id = seq, .weight_set = wsv};
             st = cmf_model_forward(m, kv, &b, logits, err);
         }
         for (int i = 0; i < n_gen && st == CMF_OK; i++) {
             int32_t tok = toks[i], p = i, s = 0;
-            cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &p, .seq_id = &s};
+            cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &p, .seq_id = &s, .weight_set = wsv};
             st = cmf_model_forward(m, kv, &b, logits, err);
         }
         double dt = now_s() - t0;
@@ -154,11 +155,17 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
     bool json = false, progress = false, p_set = false, r_set = false, exact = false;
     int par[16], n_par = 0;
+    cli_skill so;
+    cli_skill_init(&so);
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
+        int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
+        if (sf < 0) return CLI_EXIT_USAGE;
+        if (sf > 0) continue;
         if (cli_is_help(argv[i])) {
             usage(stdout);
+            fputs(cli_skill_help, stdout);
             return CLI_EXIT_OK;
         } else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-p needs a value");
@@ -206,6 +213,9 @@ int cmd_bench(int argc, char **argv) {
     if (!path) return cli_usage_error(cmd, "missing FILE (see cmf bench --help)");
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
     if (exact && !n_par) return cli_usage_error(cmd, "--batch-invariant needs --parallel");
+    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    bool skilled = so.skill || so.route || so.blend;
+    if (skilled && n_par) return cli_usage_error(cmd, "--skill, --route and --blend run without --parallel");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -218,6 +228,7 @@ int cmd_bench(int argc, char **argv) {
     cmf_model *m = NULL;
     cmf_kv_cache *kv = NULL;
     int32_t *toks = NULL;
+    uint32_t *wsv = NULL; /* the weight set of every token (NULL: the backbone) */
     int rc = CLI_EXIT_FAIL;
     double t_load = now_s();
     if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
@@ -253,6 +264,14 @@ int cmd_bench(int argc, char **argv) {
         s ^= s << 17;
         toks[i] = (int32_t)(s % (info.n_vocab ? info.n_vocab : 1));
     }
+    uint32_t ws = 0;
+    if (skilled && (rc = cli_skill_resolve(cmd, m, f, toks, (size_t)n_tok, &so, &ws)) != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
+    if (ws && !(wsv = malloc(sizeof *wsv * (size_t)n_tok))) {
+        cmf_error_set(&err, CMF_ERR_NOMEM, "bench: out of memory");
+        goto fail;
+    }
+    for (long i = 0; wsv && i < n_tok; i++) wsv[i] = ws;
     int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
     struct { const char *kind; int p, g; } tests[2] = {{"pp", (int)n_prompt, 0}, {"tg", 0, (int)n_gen}};
     double *ts = malloc(sizeof(double) * (size_t)reps);
@@ -268,7 +287,7 @@ int cmd_bench(int argc, char **argv) {
     double bpt = (double)info.decode_bytes, fpt = flops_per_token(f);
     /* Warm-up: a few decode steps touch every weight page several times (the
      * first passes over a fresh mapping run far below memory speed). */
-    if (run_test(m, kv, toks, 0, 4, 1, ts, NULL, &err) != CMF_OK) {
+    if (run_test(m, kv, toks, wsv, 0, 4, 1, ts, NULL, &err) != CMF_OK) {
         free(ts);
         goto fail;
     }
@@ -278,7 +297,7 @@ int cmd_bench(int argc, char **argv) {
         if (np + ng == 0) continue;
         char name[32];
         snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
-        if (run_test(m, kv, toks, np, ng, (int)reps, ts, progress ? name : NULL, &err) != CMF_OK) {
+        if (run_test(m, kv, toks, wsv, np, ng, (int)reps, ts, progress ? name : NULL, &err) != CMF_OK) {
             free(ts);
             if (json) printf("]\n");
             goto fail;
@@ -315,6 +334,7 @@ fail:
     rc = cli_fail(cmd, &err);
 done:
     free(toks);
+    free(wsv);
     cmf_kv_free(kv);
     cmf_model_free(m);
     cmf_file_close(f);

@@ -22,6 +22,7 @@
 #include "chat_prompt.h"
 #include "chat_think.h"
 #include "cli.h"
+#include "skill_flags.h"
 
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
@@ -200,19 +201,24 @@ typedef struct chat_opts {
     bool no_think, stats, escape;
     long n_predict, n_ctx, threads;
     cmf_sampler_params sp;
+    cli_skill skill; /* --skill, --route (on the first message), --blend */
 } chat_opts;
 
 static int parse_args(int argc, char **argv, chat_opts *o) {
     const char *cmd = "chat";
     o->n_predict = -1;
     o->sp = cmf_sampler_default_params();
+    cli_skill_init(&o->skill);
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
         double d = 0;
         long l = 0;
         unsigned long long u = 0;
-        if (cli_is_help(argv[i])) { usage(stdout); return -1; }
+        if (cli_is_help(argv[i])) { usage(stdout); fputs(cli_skill_help, stdout); return -1; }
+        int sf = cli_skill_flag(cmd, argc, argv, &i, &o->skill);
+        if (sf < 0) return CLI_EXIT_USAGE;
+        if (sf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
         else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
@@ -260,6 +266,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     if (!o->path) return cli_usage_error(cmd, "missing MODEL.cmf");
     if (o->n_prompts > 1) return cli_usage_error(cmd, "give the first message once: -p TEXT, -f FILE or -p -");
     if (o->system && o->system_file) return cli_usage_error(cmd, "give --system or -sysf, not both");
+    if (cli_skill_check(cmd, &o->skill) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (o->skill.route && !o->n_prompts) return cli_usage_error(cmd, "--route routes on the first message: give -p or -f");
     return 0;
 }
 
@@ -500,6 +508,17 @@ int cmd_chat(int argc, char **argv) {
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
+    {
+        int32_t *rids = NULL; /* --route: the first message, tokenized as a raw prompt */
+        size_t nr = 0;
+        if (o.skill.route && cmf_model_encode_prompt(f, tok, first, first_len, false, &rids, &nr, &err) != CMF_OK) {
+            cli_fail("chat", &err);
+            goto done;
+        }
+        int src = cli_skill_resolve("chat", model, f, rids, nr, &o.skill, &sp.weight_set);
+        free(rids);
+        if (src != CLI_EXIT_OK) { rc = src; goto done; }
+    }
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     turn_end_init(te, f, tok);
     if (o.load && !conv_load(&c, o.load)) goto done;

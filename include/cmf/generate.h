@@ -30,6 +30,8 @@ typedef struct cmf_session_params {
                                 factors follow that one */
     cmf_kv_type kv_type;     /* CMF_KV_F16 default */
     cmf_sampler_params sampler;
+    uint32_t weight_set;     /* the session's weights: 0 = backbone, or a skill's
+                                (cmf_model_weight_set) */
 } cmf_session_params;
 
 /* model, tokenizer and file must outlive the session. */

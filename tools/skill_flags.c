@@ -1,0 +1,98 @@
+/*
+ * skill_flags.c — the skill flags of `run`, `chat`, `logits`, `ppl` and
+ * `bench` (skill_flags.h): parsing, and resolving them to a weight set:
+ * a named skill (cmf_model_weight_set), the backbone (--skill none), the
+ * routed skill of the prompt (--route: smallest E, the backbone above
+ * --route-threshold) or a blend (--blend: Σ wᵢ·Tᵢ, built once per model
+ * by cli_skill_blend in cmd_skill.c's module).
+ */
+#include "skill_flags.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char cli_skill_help[] =
+    "  --skill ID              run with skill ID of the file (header.skills); --skill none:\n"
+    "                          the backbone (the default)\n"
+    "  --route                 pick the skill whose routing descriptor fits the prompt best\n"
+    "                          (smallest E, `cmf skill route`); the backbone when that E is\n"
+    "                          above --route-threshold\n"
+    "  --route-threshold X     (default 0.5)\n"
+    "  --blend ID:W,ID:W       run with the blend sum(W_i * T_i) of the skills' tensors (a\n"
+    "                          tensor a skill does not replace counts as the backbone's)\n";
+
+void cli_skill_init(cli_skill *o) {
+    memset(o, 0, sizeof *o);
+    o->threshold = CLI_ROUTE_THRESHOLD;
+}
+
+int cli_skill_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o) {
+    const char *v = NULL;
+    bool missing = false;
+    if (strcmp(argv[*i], "--route") == 0) {
+        o->route = true;
+        return 1;
+    }
+    if (cli_flag_value(argc, argv, i, "--skill", &v, &missing)) {
+        if (missing || !v || !*v) return cli_usage_error(cmd, "--skill needs a skill id (or none)"), -1;
+        o->skill = v;
+        return 1;
+    }
+    if (cli_flag_value(argc, argv, i, "--blend", &v, &missing)) {
+        if (missing || !v || !*v) return cli_usage_error(cmd, "--blend needs ID:W,ID:W"), -1;
+        o->blend = v;
+        return 1;
+    }
+    if (cli_flag_value(argc, argv, i, "--route-threshold", &v, &missing)) {
+        if (missing || !v) return cli_usage_error(cmd, "--route-threshold needs a value"), -1;
+        if (!cli_parse_double(cmd, "--route-threshold", v, 0, 1e9, &o->threshold)) return -1;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_skill_check(const char *cmd, const cli_skill *o) {
+    int n = (o->skill != NULL) + o->route + (o->blend != NULL);
+    if (n > 1) return cli_usage_error(cmd, "give one of --skill, --route and --blend");
+    return CLI_EXIT_OK;
+}
+
+int cli_skill_resolve(const char *cmd, cmf_model *m, const cmf_file *f, const int32_t *toks, size_t n,
+                      const cli_skill *o, uint32_t *ws) {
+    cmf_error err = {0};
+    *ws = 0;
+    if (o->blend) return cli_skill_blend(cmd, m, f, o->blend, ws);
+    if (o->skill) {
+        if (strcmp(o->skill, "none") == 0) return CLI_EXIT_OK;
+        if (cmf_model_weight_set(m, o->skill, ws, &err) != CMF_OK) return cli_fail(cmd, &err);
+        fprintf(stderr, "skill: %s\n", o->skill);
+        return CLI_EXIT_OK;
+    }
+    if (!o->route) return CLI_EXIT_OK;
+    cmf_skill_route_result r;
+    if (!toks || !n) {
+        fprintf(stderr, "cmf %s: --route: no prompt tokens to route on\n", cmd);
+        return CLI_EXIT_FAIL;
+    }
+    if (cmf_skill_route(m, f, toks, n, &r, &err) != CMF_OK) return cli_fail(cmd, &err);
+    int rc = CLI_EXIT_OK;
+    if (r.best < 0) {
+        fprintf(stderr, "route: no skill of %s has a routing descriptor (`cmf skill fit`): backbone\n", cmf_file_path(f));
+    } else if (!(r.energy[r.best] <= o->threshold)) {
+        fprintf(stderr, "route: best %s E=%.4f is above the threshold %.4f: backbone\n", r.ids[r.best], r.energy[r.best],
+                o->threshold);
+    } else {
+        fprintf(stderr, "route: %s (E=%.4f)\n", r.ids[r.best], r.energy[r.best]);
+        if (cmf_model_weight_set(m, r.ids[r.best], ws, &err) != CMF_OK) rc = cli_fail(cmd, &err);
+    }
+    cmf_skill_route_free(&r);
+    return rc;
+}
+
+int cli_skill_blend(const char *cmd, cmf_model *m, const cmf_file *f, const char *spec, uint32_t *ws) {
+    (void)m, (void)f, (void)spec, (void)ws;
+    fprintf(stderr, "cmf %s: --blend is not available yet\n", cmd);
+    return CLI_EXIT_FAIL;
+}
