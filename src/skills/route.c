@@ -113,10 +113,10 @@ cmf_status cmf_skill_pca(const float *phi, uint32_t P, uint32_t dim, uint32_t *r
         for (uint32_t i = 0; i < P; i++) s += phi[(size_t)i * dim + j];
         mean[j] = (float)(s / P);
     }
-    /* centre against the f16-rounded mean: the stored descriptor is what routing uses */
-    for (uint32_t j = 0; j < dim; j++) mean[j] = cmf_f16_to_f32(cmf_f32_to_f16(mean[j]));
     for (uint32_t i = 0; i < P; i++)
         for (uint32_t j = 0; j < dim; j++) x[(size_t)i * dim + j] = (double)phi[(size_t)i * dim + j] - mean[j];
+    /* the stored mean is f16 (centring against it would add its rounding as a direction) */
+    for (uint32_t j = 0; j < dim; j++) mean[j] = cmf_f16_to_f32(cmf_f32_to_f16(mean[j]));
     for (uint32_t i = 0; i < P; i++)
         for (uint32_t k = 0; k <= i; k++) {
             double s = 0;

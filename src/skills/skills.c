@@ -291,7 +291,13 @@ cmf_status cmf_skill_add(const char *base, const cmf_skill_add_opts *o, cmf_skil
         }
         dpath = tmp;
     }
-    if ((st = cmf_file_open(dpath, &d, err))) goto out;
+    st = cmf_file_open(dpath, &d, err);
+    if (tmp) { /* the mapping keeps the converted donor alive: unlink it now, so a crash leaves nothing */
+        remove(tmp);
+        free(tmp);
+        tmp = NULL;
+    }
+    if (st) goto out;
     if (cmf_file_required_features(d) & CMF_FEAT_SKILL_FILE) {
         st = cmf_error_set(err, CMF_ERR_ARG, "%s: donor is a standalone skill file (use `cmf skill apply`)", o->donor);
         goto out;
