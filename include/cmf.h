@@ -11,6 +11,7 @@
  *   cmf/sample.h     samplers and stop strings
  *   cmf/generate.h   one conversation: the session run and chat use
  *   cmf/engine.h     many sequences: continuous batching on a paged KV cache
+ *   cmf/lora.h       LoRA adapters: open, check, import from PEFT
  *   cmf/policy.h     a model's stop ids, BOS rule and chat prompt
  *
  * Link with `pkg-config --cflags --libs cmf` (just -lcmf; its own
@@ -28,6 +29,7 @@
 #include "cmf/sample.h"
 #include "cmf/generate.h"
 #include "cmf/engine.h"
+#include "cmf/lora.h"
 #include "cmf/policy.h"
 #include "cmf/skills.h"
 

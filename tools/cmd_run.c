@@ -9,6 +9,7 @@
 #include "chat_prompt.h"
 #include "cli.h"
 #include "skill_flags.h"
+#include "cli_lora.h"
 
 #include <cjson/cJSON.h>
 
@@ -106,20 +107,25 @@ static const char logits_help[] =
     "  empty KV cache) and writes the logits of every position as a float32\n"
     "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
     "  -t N       threads (default: physical cores)\n"
-    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n"
+    "%s";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *v;
+    cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
     cli_skill so;
     cli_skill_init(&so);
     uint32_t ws = 0;
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { fputs(logits_help, stdout); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(argv[i])) { printf(logits_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
         int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) return CLI_EXIT_USAGE;
+        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (sf > 0) continue;
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
@@ -130,15 +136,19 @@ int cmd_logits(int argc, char **argv) {
         else return cli_usage_error(cmd, "unexpected argument %s", argv[i]);
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
-    if (!file || !toks || !outp) return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)");
-    if (!cli_check_output(cmd, outp, &file, 1)) return CLI_EXIT_USAGE;
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
+    if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK || (lo.n && (so.skill || so.route || so.blend))) {
+        if (lo.n) cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
+        cli_lora_free(&lo);
+        return CLI_EXIT_USAGE;
+    }
     int32_t *ids;
     size_t n;
-    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) return CLI_EXIT_USAGE;
+    if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -149,12 +159,13 @@ int cmd_logits(int argc, char **argv) {
     uint32_t *wsv = malloc(n * sizeof *wsv);
     float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
     if (!pos || !want || !wsv || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
     cli_warn_ctx(cmd, m, (long)n);
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    if ((rc = cli_skill_resolve(cmd, m, f, ids, n, &so, &ws)) != CLI_EXIT_OK) goto done;
+    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n, &so, &ws)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
     for (size_t i = 0; i < n; i++) wsv[i] = ws;
     cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want,
@@ -170,6 +181,7 @@ done:
     free(ids);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }
 

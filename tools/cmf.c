@@ -35,6 +35,7 @@ static const command commands[] = {
     {"ppl", cmd_ppl, "perplexity of a text file"},
     {"bench", cmd_bench, "prompt processing and generation throughput"},
     {"skill", cmd_skill, "skills: add, list, remove, export, apply, fit, route, quality"},
+    {"lora", cmd_lora, "import a PEFT LoRA adapter (file or low-rank skill), describe one"},
 };
 
 static void usage(FILE *out) {

@@ -91,6 +91,68 @@ cmf_status cmf_model_weight_set(cmf_model *m, const char *skill_id, uint32_t *ws
 /* Weight sets resolved so far (>= 1). */
 uint32_t cmf_model_n_weight_sets(const cmf_model *m);
 
+/* Overlays (src/model/weight_sets.c): a weight set is base tensors plus an
+ * optional list of LoRA adapters, each applied unmerged at run time:
+ *   y = W·x + Σ_i scales[i] · s_i · B_i·(A_i·x)
+ * where W is the base's (the backbone, a skill's replacement, or a tensor
+ * of an in-memory base such as a blend) and s_i the adapter's own scale
+ * (alpha/r, or alpha/√r for rsLoRA; cmf/lora.h).
+ *
+ * An in-memory base (the skill module's blends) is a tensor lookup: the
+ * model asks it for every tensor name a layer reads and keeps the views it
+ * returns (they must stay valid until cmf_model_free); `key` names the base
+ * for the cache. On success the model owns `user`: release(user) is called
+ * once, at cmf_model_free; when a base of the same key is already resolved
+ * the hook is not used and release(user) is called before returning. On an
+ * error the caller keeps user. */
+typedef struct cmf_model_base_hook {
+    const char *key;  /* cache identity, e.g. "blend:a=0.5,b=0.5"; not "" */
+    /* the base's tensor `name` (e.g. "model.layers.3.mlp.up_proj.weight"),
+     * NULL when it has none (then the layer lacks it, as for a file) */
+    const cmf_tensor *(*lookup)(void *user, const char *name);
+    void *user;
+    void (*release)(void *user); /* may be NULL */
+} cmf_model_base_hook;
+
+typedef struct cmf_lora cmf_lora; /* a loaded adapter, cmf/lora.h */
+
+typedef struct cmf_model_overlay {
+    const char *skill;               /* base: NULL or "" = the backbone, else a skill of header.skills */
+    const cmf_model_base_hook *base; /* or an in-memory base (skill must then be NULL or "") */
+    const cmf_lora *const *loras;    /* [n_lora] adapters, applied in this order; they must
+                                        outlive the model (or stay unused after cmf_lora_free) */
+    const float *scales;             /* [n_lora] user scales (llama.cpp's --lora-scaled);
+                                        NULL = 1 each */
+    uint32_t n_lora;                 /* at most CMF_MODEL_MAX_LORA */
+} cmf_model_overlay;
+#define CMF_MODEL_MAX_LORA 16
+
+/* The weight set of an overlay, resolved the first time it is named (base
+ * layer table, adapters checked against the model's shapes and bound to
+ * their layers), cached after: the same overlay (same base, same adapter
+ * pointers and scales in the same order) gives the same *ws, without work.
+ * An overlay with no adapters is its base's weight set (cmf_model_weight_set
+ * for a skill), so existing ids stay. Weight sets that share a base share
+ * its layer table, and a batch runs their rows through one base product;
+ * only the low-rank terms are per row segment (backend op lora).
+ * Errors: CMF_ERR_ARG (NULL ov/ws, both skill and base, a base without
+ * key or lookup, n_lora > CMF_MODEL_MAX_LORA, a NULL adapter, a scale not
+ * finite), CMF_ERR_NOT_FOUND (skill), CMF_ERR_FORMAT (a replacement of the
+ * wrong shape), CMF_ERR_UNSUPPORTED / CMF_ERR_FORMAT (an adapter for
+ * another architecture or other shapes, naming the adapter and tensor),
+ * CMF_ERR_NOMEM. Not while a forward of this model runs. */
+cmf_status cmf_model_weight_set_overlay(cmf_model *m, const cmf_model_overlay *ov, uint32_t *ws,
+                                        cmf_error *err);
+/* The weight set whose base tensors ws uses (ws itself for the backbone,
+ * a skill or an in-memory base; its base's for an overlay with adapters;
+ * 0 for an unknown id). A batch's rows run through one base product per
+ * run of equal bases, so schedulers keep such rows together. */
+uint32_t cmf_model_weight_set_base(const cmf_model *m, uint32_t ws);
+/* Whether an overlay is resolved already (then *ws is its id); no work,
+ * no error (false for a bad overlay). Lets a caller skip building a blend
+ * it has. */
+bool cmf_model_weight_set_cached(const cmf_model *m, const cmf_model_overlay *ov, uint32_t *ws);
+
 /* ---- KV cache ----------------------------------------------------------
  *
  * A pool of n_pages pages of page_size token positions each, for every

@@ -119,6 +119,18 @@ typedef struct cmf_moe_args {
     float *scores, *xg, *g, *gate_buf, *up_buf;
 } cmf_moe_args;
 
+/* One row segment of the segmented low-rank update (backend op `lora`;
+ * S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023): rows
+ * [row0, row0 + n_rows) of X and Y get scale · B[b_row0 .. +n_out)·(A·x).
+ * A [r, in] and B [rows >= b_row0 + n_out, r] are tensor views like any
+ * weight (f32, f16, bf16). */
+typedef struct cmf_lora_seg {
+    uint32_t row0, n_rows;
+    const cmf_tensor *A, *B;
+    uint64_t b_row0;
+    float scale;
+} cmf_lora_seg;
+
 typedef struct cmf_backend_ops {
     const char *name;
     void (*free)(cmf_backend *b);
@@ -149,6 +161,17 @@ typedef struct cmf_backend_ops {
      * one parallel job). Errors as matmul, for the first part at fault. */
     cmf_status (*matmul_parts)(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
                                const float *X, uint32_t n, int32_t n_dec, cmf_error *err);
+    /* The low-rank updates of a batch's row segments, after the base
+     * product into Y: for each segment in order, for its rows i and j <
+     * n_out,  Y[i][j] += scale · Σ_k B[b_row0 + j][k] · (Σ_c A[k][c]·X[i][c]).
+     * X is contiguous [rows][in], Y rows have stride ldy. Segments may
+     * overlap (stacked adapters are added in segment order). A row's result
+     * depends on its own X row and segments only, never on the other rows
+     * or how many there are (batch invariance). NULL in a backend without
+     * it (the forward then refuses adapters). Errors: CMF_ERR_ARG (shapes:
+     * A's in, B's r, rows of B), CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_NOMEM. */
+    cmf_status (*lora)(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
+                       float *Y, size_t ldy, uint32_t n_out, cmf_error *err);
     /* Embedding lookup: out[i] = row tok[i] of E (any dtype), [n][dim]. */
     cmf_status (*get_rows)(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
                            float *out, cmf_error *err);

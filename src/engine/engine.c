@@ -646,18 +646,24 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
 
 /* Build the batch; returns its token count, *n_dec the decode-class rows.
  * Decode-class chunks first, then prompt chunks; within each class the
- * chunks of one weight set stay together (the forward runs each run of a
- * weight set through the network once). */
+ * chunks of one weight set stay together, and the sets of one base
+ * (cmf_model_weight_set_base: adapters over it) next to each other (the
+ * forward runs each run of a base through the network once). */
 static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
     uint32_t n = 0, n_ws = cmf_model_n_weight_sets(e->model);
     *n_chunks = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t ws = 0; ws < n_ws; ws++)
-            for (size_t i = 0; i < e->n_seqs && n < e->n_batch; i++) {
-                eseq *s = e->seqs[i];
-                if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok || s->weight_set != ws) continue;
-                if (s->dec[s->n_kv] != (pass == 0)) continue;
-                n += add_chunk(e, s, n, e->n_batch - n, n_chunks);
+        for (uint32_t base = 0; base < n_ws; base++)
+            for (uint32_t ws = 0; ws < n_ws; ws++) {
+                if (cmf_model_weight_set_base(e->model, base) != base ||
+                    cmf_model_weight_set_base(e->model, ws) != base)
+                    continue;
+                for (size_t i = 0; i < e->n_seqs && n < e->n_batch; i++) {
+                    eseq *s = e->seqs[i];
+                    if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok || s->weight_set != ws) continue;
+                    if (s->dec[s->n_kv] != (pass == 0)) continue;
+                    n += add_chunk(e, s, n, e->n_batch - n, n_chunks);
+                }
             }
         if (pass == 0) *n_dec = n;
     }

@@ -78,8 +78,7 @@ static cmf_status read_json(const char *dir, const char *name, bool required, cJ
     return st;
 }
 
-/* Map a checkpoint name to the name we store; NULL name = skip. */
-static cmf_status map_name(const char *in, char **out, cmf_error *err) {
+cmf_status cmf_imp_hf_map_name(const char *in, char **out, cmf_error *err) {
     *out = NULL;
     static const char *const skip[] = {"vision_tower.", "model.vision_tower.", "multi_modal_projector.",
                                        "model.multi_modal_projector."};
@@ -168,7 +167,7 @@ static cmf_status open_weights(conv *c) {
         for (size_t j = 0; j < cmf_st_count(c->shards[i]); j++) {
             const cmf_st_tensor *t = cmf_st_at(c->shards[i], j);
             char *nm;
-            st = map_name(t->name, &nm, err);
+            st = cmf_imp_hf_map_name(t->name, &nm, err);
             if (st != CMF_OK) goto out;
             if (!nm) continue;
             if (find(c, nm)) {

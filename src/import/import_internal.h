@@ -92,6 +92,13 @@ typedef struct cmf_imp_hf_info {
     bool gemma_norm;       /* norm_style "gemma" */
 } cmf_imp_hf_info;
 
+/* Map a Hugging Face checkpoint tensor name to the name cmf stores
+ * (convert_hf.c; gemma3 multimodal "language_model.model.X" -> "model.X");
+ * *out malloc'd, NULL when the tensor is skipped (vision tower, rotary
+ * inv_freq). The LoRA importer maps PEFT module paths the same way.
+ * Errors: CMF_ERR_NOMEM. */
+cmf_status cmf_imp_hf_map_name(const char *in, char **out, cmf_error *err);
+
 /* Build header.arch from a parsed config.json (for gemma3 multimodal, its
  * text_config). Errors name `cfg_path` and the key: a missing or invalid
  * required key, an unknown model_type (CMF_ERR_UNSUPPORTED). *arch is a new

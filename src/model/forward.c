@@ -50,6 +50,12 @@ typedef struct fwd_buf {
     const uint64_t *tree_mask;
     cmf_kv_view *views; /* [n] */
     size_t *slots;      /* [n] element offset of each token's K/V */
+    /* LoRA (weight_sets.c): this micro-batch's weight set per row, when
+     * some row has adapters (else NULL), and the segment list of one
+     * projection (host memory, grown on demand) */
+    const uint32_t *ws;
+    cmf_lora_seg *segs;
+    uint32_t cap_segs;
 } fwd_buf;
 
 static void buf_free(cmf_backend *be, fwd_buf *b) {
@@ -61,6 +67,7 @@ static void buf_free(cmf_backend *be, fwd_buf *b) {
     free(b->rows);
     free(b->views);
     free(b->slots);
+    free(b->segs);
 }
 
 static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_error *err) {
@@ -129,6 +136,35 @@ static void add_bias(cmf_backend *be, float *y, const float *bias, uint32_t n, u
     if (bias) be->ops->add_rows(be, y, dim, bias, n, dim);
 }
 
+/* ---- LoRA ----------------------------------------------------------------
+ * After a base product Y = X·Wᵀ of n rows: the low-rank terms of each row's
+ * weight set on projection p of layer il, one segment per run of rows that
+ * share a weight set and per term (backend op lora). */
+static cmf_status lora_add(cmf_model *m, fwd_buf *b, uint32_t il, cmf_proj p, const float *X, uint32_t in, float *Y,
+                           size_t ldy, uint32_t n_out, uint32_t n, cmf_error *err) {
+    if (!b->ws) return CMF_OK;
+    uint32_t ns = 0, nt;
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        ns = 0;
+        for (uint32_t i = 0, e; i < n; i = e) {
+            for (e = i + 1; e < n && b->ws[e] == b->ws[i];) e++;
+            const cmf_lora_term *t = cmf_model_wset_terms(m, b->ws[i], il, p, &nt);
+            for (uint32_t k = 0; k < nt; k++, ns++)
+                if (pass) b->segs[ns] = (cmf_lora_seg){i, e - i, t[k].A, t[k].B, t[k].b_row0, t[k].scale};
+        }
+        if (ns == 0) return CMF_OK;
+        if (pass == 0 && ns > b->cap_segs) {
+            cmf_lora_seg *v = realloc(b->segs, ns * sizeof *v);
+            if (!v) return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
+            b->segs = v;
+            b->cap_segs = ns;
+        }
+    }
+    if (!m->be->ops->lora)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend '%s' cannot apply LoRA adapters", m->be->ops->name);
+    return m->be->ops->lora(m->be, b->segs, ns, X, in, Y, ldy, n_out, err);
+}
+
 /* ---- attention block ---------------------------------------------------
  *   q = xn·Wqᵀ (+bq), k = xn·Wkᵀ (+bk), v = xn·Wvᵀ (+bv)  (or rows of Wqkv)
  *   q, k = RMSNorm per head (or whole) if q_norm/k_norm; RoPE(q, k, pos)
@@ -149,6 +185,10 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
                           {L->wqkv ? L->wqkv : L->wk, L->wqkv ? qd : 0, kvd, b->k, kvd},
                           {L->wqkv ? L->wqkv : L->wv, L->wqkv ? qd + kvd : 0, kvd, b->v, kvd}};
     if ((st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, b->n_dec, err))) return st;
+    if (b->ws && ((st = lora_add(m, b, il, CMF_PROJ_Q, b->xn, hp->n_embd, b->q, qd, qd, n, err)) ||
+                  (st = lora_add(m, b, il, CMF_PROJ_K, b->xn, hp->n_embd, b->k, kvd, kvd, n, err)) ||
+                  (st = lora_add(m, b, il, CMF_PROJ_V, b->xn, hp->n_embd, b->v, kvd, kvd, n, err))))
+        return st;
     add_bias(be, b->q, L->bq, n, qd);
     add_bias(be, b->k, L->bk, n, kvd);
     add_bias(be, b->v, L->bv, n, kvd);
@@ -188,6 +228,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
     if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;
+    if ((st = lora_add(m, b, il, CMF_PROJ_O, b->att, qd, b->o, hp->n_embd, hp->n_embd, n, err))) return st;
     add_bias(be, b->o, L->bo, n, hp->n_embd);
     return CMF_OK;
 }
@@ -199,16 +240,22 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
  *           o = Σ_e w_e · expert_e(xn)  [+ σ(xn·w_sg) · shared(xn)]
  *           (Shazeer et al. 2017; Mixtral; Qwen-MoE shared expert)
  */
+/* il: the layer whose LoRA terms apply (UINT32_MAX: none, the shared expert). */
 static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *wu, const cmf_tensor *wgu,
                           const cmf_tensor *wd, const float *x, uint32_t n, int32_t n_dec, float *out,
-                          fwd_buf *b, cmf_error *err) {
+                          fwd_buf *b, uint32_t il, cmf_error *err) {
     cmf_backend *be = m->be;
-    uint32_t ff = (uint32_t)wd->shape[1];
+    uint32_t ff = (uint32_t)wd->shape[1], E = m->hp.n_embd;
+    bool lora = b->ws && il != UINT32_MAX;
     cmf_status st;
     cmf_mm_part gu[2] = {{wgu ? wgu : wg, 0, ff, b->gate, ff}, {wgu ? wgu : wu, wgu ? ff : 0, ff, b->up, ff}};
     if ((st = be->ops->matmul_parts(be, gu, 2, x, n, n_dec, err))) return st;
+    if (lora && ((st = lora_add(m, b, il, CMF_PROJ_GATE, x, E, b->gate, ff, ff, n, err)) ||
+                 (st = lora_add(m, b, il, CMF_PROJ_UP, x, E, b->up, ff, ff, n, err))))
+        return st;
     be->ops->glu(be, b->gate, ff, b->gate, b->up, ff, n, ff, m->hp.act);
-    return be->ops->matmul(be, wd, 0, m->hp.n_embd, b->gate, n, n_dec, out, m->hp.n_embd, err);
+    if ((st = be->ops->matmul(be, wd, 0, E, b->gate, n, n_dec, out, E, err))) return st;
+    return lora ? lora_add(m, b, il, CMF_PROJ_DOWN, b->gate, ff, out, E, E, n, err) : CMF_OK;
 }
 
 static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf *b, cmf_error *err) {
@@ -224,7 +271,7 @@ static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf 
                       .xg = b->moe_x, .g = b->moe_g, .gate_buf = b->gate, .up_buf = b->up};
     if ((st = be->ops->moe(be, &a, err))) return st;
     if (L->s_down) {
-        if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->n_dec, b->moe_x, b, err))) return st;
+        if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->n_dec, b->moe_x, b, UINT32_MAX, err))) return st;
         /* gate of the shared expert: σ(xn·w_sg), one value per token */
         if (L->s_gate_inp && (st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn, n, b->n_dec, b->moe_g, 1, err)))
             return st;
@@ -342,7 +389,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
         else be->ops->copy(be, b->xn, b->x, nE);
         if (L->router) st = moe_ffn(m, L, n, b, err);
-        else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, err);
+        else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, il, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
@@ -465,15 +512,22 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
     st = scratch_get(m, ub, &b, err);
     if (!st && !batch->logits && (n > ub || batch->weight_set) && !(none = calloc(ub, 1)))
         st = cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
-    /* Runs of tokens sharing a weight set, cut further into micro-batches:
-     * each goes through the network with its set's layers. The runs are
-     * independent (a token attends to its own sequence only, and every
-     * sequence's tokens share its weight set), so the result is the
+    /* Runs of tokens whose weight sets share a base layer table, cut
+     * further into micro-batches: each goes through the network with that
+     * table, the LoRA terms of its rows' sets added per row segment. The
+     * runs are independent (a token attends to its own sequence only, and
+     * every sequence's tokens share its weight set), so the result is the
      * batch's. */
     for (uint32_t off = 0; !st && off < n;) {
-        uint32_t ws = batch->weight_set ? batch->weight_set[off] : 0;
+        uint32_t ws = batch->weight_set ? batch->weight_set[off] : 0, base = cmf_model_wset_base(m, ws);
+        bool lora = cmf_model_wset_has_lora(m, ws);
         uint32_t cn = 1;
-        while (off + cn < n && cn < ub && (batch->weight_set ? batch->weight_set[off + cn] : 0) == ws) cn++;
+        for (; off + cn < n && cn < ub; cn++) {
+            uint32_t w2 = batch->weight_set ? batch->weight_set[off + cn] : 0;
+            if (cmf_model_wset_base(m, w2) != base) break;
+            lora |= cmf_model_wset_has_lora(m, w2);
+        }
+        b->ws = lora ? batch->weight_set + off : NULL;
         const int8_t *want = batch->logits ? batch->logits + off : (off + cn < n ? none : NULL);
         cmf_batch sub = {.n_tokens = cn, .tokens = batch->tokens + off, .pos = batch->pos + off,
                          .seq_id = batch->seq_id ? batch->seq_id + off : NULL, .logits = want};
@@ -484,7 +538,7 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
             b->n_dec = -1;
         }
         io.off = off;
-        io.layers = cmf_model_wset_layers(m, ws);
+        io.layers = cmf_model_wset_layers(m, base);
         st = forward_layers(m, kv, &sub, b, &io, logits_out, err);
         if (!st && logits_out) /* rows written by this micro-batch */
             for (uint32_t i = 0; i < cn; i++)

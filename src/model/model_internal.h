@@ -56,11 +56,69 @@ typedef struct cmf_layer {
     const cmf_tensor *s_gate, *s_up, *s_down, *s_gate_inp; /* shared expert */
 } cmf_layer;
 
-/* A weight set (docs/ENGINE.md): a skill's layer table, resolved once when
- * first named (cmf_model_weight_set); set 0 is the backbone (m->layers). */
+/* Projections a LoRA term adds into: the outputs the forward writes
+ * (q, k, v as matmul parts, o, gate, up as parts, down). */
+typedef enum cmf_proj {
+    CMF_PROJ_Q = 0, CMF_PROJ_K, CMF_PROJ_V, CMF_PROJ_O, CMF_PROJ_GATE, CMF_PROJ_UP, CMF_PROJ_DOWN,
+    CMF_PROJ_N
+} cmf_proj;
+
+/* Modules an adapter pair can name: the projections, plus the fused ones
+ * (Phi-3's qkv_proj, gate_up_proj) whose B rows split over several
+ * projections. */
+typedef enum cmf_lora_module {
+    CMF_LM_Q = 0, CMF_LM_K, CMF_LM_V, CMF_LM_O, CMF_LM_GATE, CMF_LM_UP, CMF_LM_DOWN,
+    CMF_LM_QKV, CMF_LM_GATE_UP, CMF_LM_N
+} cmf_lora_module;
+
+/* One adapted module of one layer: A [r, in], B [out, r] (file views). */
+typedef struct cmf_lora_pair {
+    uint32_t layer;
+    cmf_lora_module module;
+    const cmf_tensor *A, *B;
+} cmf_lora_pair;
+
+/* A loaded adapter (lora.c; public handle in cmf/lora.h). */
+struct cmf_lora {
+    cmf_file *own;            /* the adapter file when opened by path */
+    const cmf_file *file;
+    char *skill;              /* low-rank skill id, or NULL */
+    char arch[64];            /* arch_name it was made for, "" = unknown */
+    uint32_t rank;
+    float alpha, scale;
+    bool rslora;
+    cmf_lora_pair *pairs;     /* [n_pairs] */
+    uint32_t n_pairs;
+};
+/* The module's suffix in tensor names ("self_attn.q_proj", ...). */
+const char *cmf_lora_module_name(cmf_lora_module mod);
+/* The module of a tensor-name suffix (the part after "model.layers.N."),
+ * or -1. */
+int cmf_lora_module_parse(const char *s);
+
+/* One low-rank term of a weight set on one projection of one layer:
+ * Y[:, j] += scale · (B·(A·x))[b_row0 + j] (scale = user scale · alpha/r). */
+typedef struct cmf_lora_term {
+    const cmf_tensor *A, *B;
+    uint64_t b_row0;
+    float scale;
+} cmf_lora_term;
+
+/* A weight set (docs/ENGINE.md, src/model/weight_sets.c): base tensors (a
+ * layer table) plus LoRA terms. Set 0 is the backbone (m->layers, no
+ * terms); a skill or an in-memory base owns a layer table; an overlay
+ * with adapters shares its base set's table. Resolved once when first
+ * named, never per token. */
 typedef struct cmf_wset {
-    char *id;            /* the skill id */
-    cmf_layer *layers;   /* [n_layer] */
+    char *key;                /* cache key of the base: "skill:<id>" or "hook:<key>" */
+    uint32_t base;            /* the set whose layer table this one uses (itself when it owns one) */
+    cmf_layer *layers;        /* [n_layer] (owned when base is this set) */
+    cmf_model_base_hook hook; /* an in-memory base's (lookup NULL otherwise) */
+    const cmf_lora **loras;   /* [n_lora] */
+    float *scales;            /* [n_lora] user scales */
+    uint32_t n_lora;
+    cmf_lora_term *terms;     /* all terms, by (layer, projection) */
+    uint32_t *span;           /* [n_layer·CMF_PROJ_N + 1] term offsets, or NULL (no adapter) */
 } cmf_wset;
 
 struct cmf_model {
@@ -69,7 +127,8 @@ struct cmf_model {
     cmf_layer *layers;           /* the backbone's (weight set 0) */
     cmf_wset *wsets;             /* [n_wsets], [0] unused (the backbone) */
     uint32_t n_wsets;            /* 0 or 1: the backbone only */
-    const char *resolving;       /* skill whose tensors lookups read (load only) */
+    const char *resolving;       /* skill whose tensors lookups read (while resolving) */
+    const cmf_model_base_hook *resolving_hook; /* or the in-memory base's lookup */
     const cmf_tensor *tok_embd, *output;
     const float *out_norm;
     cmf_rope_table rope_global, rope_local;
@@ -88,6 +147,21 @@ struct cmf_model {
 
 /* The layer table of weight set ws (the backbone for 0 or an unknown id). */
 const cmf_layer *cmf_model_wset_layers(const cmf_model *m, uint32_t ws);
+/* The set whose layer table ws uses (0 for the backbone and unknown ids):
+ * rows of weight sets with one base run through one base product. */
+uint32_t cmf_model_wset_base(const cmf_model *m, uint32_t ws);
+/* The LoRA terms of ws on projection p of layer il: *n of them (0 when
+ * none), in the overlay's adapter order. */
+const cmf_lora_term *cmf_model_wset_terms(const cmf_model *m, uint32_t ws, uint32_t il, cmf_proj p,
+                                          uint32_t *n);
+/* Whether weight set ws has LoRA terms (the forward's fast path). */
+bool cmf_model_wset_has_lora(const cmf_model *m, uint32_t ws);
+/* Fill *L with layer il's weights as the current lookup sees them
+ * (model_load.c; the backbone, or m->resolving / m->resolving_hook). */
+cmf_status cmf_model_load_layer(cmf_model *m, uint32_t il, const struct cJSON *layer_types, cmf_layer *L,
+                                cmf_error *err);
+/* Free the weight sets (weight_sets.c; at cmf_model_free). */
+void cmf_model_wsets_free(cmf_model *m);
 
 /* Release the forward scratch (forward.c); before the backend is freed. */
 void cmf_model_scratch_free(cmf_model *m);

@@ -105,6 +105,7 @@ cmf_status cmf_model_check_arch(const cJSON *arch, const cJSON *extras, const ch
 /* A tensor of the weight set being resolved: skill.<id>.<name> where the
  * skill has it, else the backbone's (FORMAT.md §7). */
 static const cmf_tensor *lookup(const cmf_model *m, const char *name) {
+    if (m->resolving_hook) return m->resolving_hook->lookup(m->resolving_hook->user, name);
     return m->resolving ? cmf_file_find_skill(m->file, m->resolving, name) : cmf_file_find(m->file, name);
 }
 
@@ -276,8 +277,8 @@ static cmf_status read_moe(cmf_model *m, const keys *k, cmf_error *err) {
 
 /* ---- layers ------------------------------------------------------------ */
 
-static cmf_status load_layer(cmf_model *m, uint32_t il, const cJSON *layer_types, cmf_layer *L,
-                             cmf_error *err) {
+cmf_status cmf_model_load_layer(cmf_model *m, uint32_t il, const cJSON *layer_types, cmf_layer *L,
+                                cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
     const char *path = cmf_file_path(m->file);
     char p[128], name[256];
@@ -456,7 +457,7 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
         goto fail;
     }
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
-        if ((st = load_layer(m, il, lt, &m->layers[il], err))) goto fail;
+        if ((st = cmf_model_load_layer(m, il, lt, &m->layers[il], err))) goto fail;
     if ((st = load_vec(m, "model.norm.weight", m->hp.n_embd, &m->out_norm, err))) goto fail;
     m->output = cmf_file_find(f, "lm_head.weight");
     if (!m->output) m->output = m->tok_embd; /* tied embeddings */
@@ -494,79 +495,12 @@ void cmf_model_free(cmf_model *m) {
     if (m->layers)
         for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)m->layers[il].e_gate);
     free(m->layers);
-    for (uint32_t w = 1; w < m->n_wsets; w++) {
-        for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)m->wsets[w].layers[il].e_gate);
-        free(m->wsets[w].layers);
-        free(m->wsets[w].id);
-    }
-    free(m->wsets);
+    cmf_model_wsets_free(m);
     for (size_t i = 0; i < m->n_vecs; i++) free(m->vecs[i]);
     free(m->vecs);
     free(m->rope_global.inv_freq);
     free(m->rope_local.inv_freq);
     free(m);
-}
-
-/* ---- weight sets -------------------------------------------------------- */
-
-uint32_t cmf_model_n_weight_sets(const cmf_model *m) { return m ? (m->n_wsets ? m->n_wsets : 1) : 0; }
-
-const cmf_layer *cmf_model_wset_layers(const cmf_model *m, uint32_t ws) {
-    return ws == 0 || ws >= m->n_wsets ? m->layers : m->wsets[ws].layers;
-}
-
-cmf_status cmf_model_weight_set(cmf_model *m, const char *skill_id, uint32_t *ws, cmf_error *err) {
-    if (!m || !ws) return cmf_error_set(err, CMF_ERR_ARG, "cmf_model_weight_set: NULL argument");
-    *ws = 0;
-    if (!skill_id || !*skill_id) return CMF_OK; /* the backbone */
-    for (uint32_t w = 1; w < m->n_wsets; w++)
-        if (strcmp(m->wsets[w].id, skill_id) == 0) {
-            *ws = w;
-            return CMF_OK;
-        }
-    const cJSON *hdr = cmf_file_header(m->file);
-    const cJSON *skills = cJSON_GetObjectItemCaseSensitive(hdr, "skills"), *sk;
-    bool listed = false;
-    cJSON_ArrayForEach(sk, skills) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(sk, "id");
-        listed |= cJSON_IsString(id) && strcmp(id->valuestring, skill_id) == 0;
-    }
-    if (!listed)
-        return cmf_error_set(err, CMF_ERR_NOT_FOUND, "%s: no skill '%s' in header.skills", cmf_file_path(m->file),
-                             skill_id);
-    if (m->n_wsets == 0) m->n_wsets = 1; /* slot 0: the backbone */
-    cmf_wset *v = realloc(m->wsets, (m->n_wsets + 1) * sizeof *v);
-    if (!v) return cmf_error_set(err, CMF_ERR_NOMEM, "model: out of memory");
-    m->wsets = v;
-    cmf_wset *w = &m->wsets[m->n_wsets];
-    memset(w, 0, sizeof *w);
-    w->id = strdup(skill_id);
-    w->layers = calloc(m->hp.n_layer, sizeof *w->layers);
-    if (!w->id || !w->layers) {
-        free(w->id);
-        free(w->layers);
-        return cmf_error_set(err, CMF_ERR_NOMEM, "model: out of memory");
-    }
-    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(hdr, "arch");
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(arch, "layer_types");
-    cmf_hparams saved = m->hp;
-    m->resolving = skill_id;
-    cmf_status st = CMF_OK;
-    for (uint32_t il = 0; il < m->hp.n_layer && st == CMF_OK; il++) st = load_layer(m, il, lt, &w->layers[il], err);
-    m->resolving = NULL;
-    bool same = memcmp(&saved, &m->hp, sizeof saved) == 0;
-    m->hp = saved;
-    if (st == CMF_OK && !same)
-        st = cmf_error_set(err, CMF_ERR_FORMAT, "%s: skill '%s' changes the model's shape (FFN or experts)",
-                           cmf_file_path(m->file), skill_id);
-    if (st != CMF_OK) {
-        for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)w->layers[il].e_gate);
-        free(w->layers);
-        free(w->id);
-        return cmf_error_prefix(err, "skill '%s'", skill_id);
-    }
-    *ws = m->n_wsets++;
-    return CMF_OK;
 }
 
 void cmf_model_get_info(const cmf_model *m, cmf_model_info *info) {

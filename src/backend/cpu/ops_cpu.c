@@ -473,6 +473,7 @@ static const cmf_backend_ops cpu_ops = {
     .pool_copy = cpu_pool_copy,
     .matmul = cpu_matmul,
     .matmul_parts = cpu_matmul_parts,
+    .lora = cmf_cpu_op_lora,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -1,6 +1,7 @@
 /*
  * ops_cpu_int.h — the CPU backend's ops that live outside ops_cpu.c (the
- * row and step ops of ops_cpu_rows.c), for its vtable. Not a public header.
+ * row and step ops of ops_cpu_rows.c, the low-rank update of lora_cpu.c),
+ * for its vtable. Not a public header.
  */
 #ifndef CMF_OPS_CPU_INT_H
 #define CMF_OPS_CPU_INT_H
@@ -16,6 +17,8 @@ void cmf_cpu_op_gate_add(cmf_backend *b, float *y, const float *x, const float *
 cmf_status cmf_cpu_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);
 void cmf_cpu_op_begin(cmf_backend *b);
 cmf_status cmf_cpu_op_submit(cmf_backend *b, cmf_error *err);
+cmf_status cmf_cpu_op_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
+                           float *Y, size_t ldy, uint32_t n_out, cmf_error *err);
 void cmf_cpu_op_read(cmf_backend *b, float *dst, const float *src, size_t count);
 
 #endif /* CMF_OPS_CPU_INT_H */
