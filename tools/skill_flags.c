@@ -91,8 +91,45 @@ int cli_skill_resolve(const char *cmd, cmf_model *m, const cmf_file *f, const in
     return rc;
 }
 
+static const cmf_tensor *no_lookup(void *user, const char *name) {
+    (void)user, (void)name;
+    return NULL;
+}
+
 int cli_skill_blend(const char *cmd, cmf_model *m, const cmf_file *f, const char *spec, uint32_t *ws) {
-    (void)m, (void)f, (void)spec, (void)ws;
-    fprintf(stderr, "cmf %s: --blend is not available yet\n", cmd);
-    return CLI_EXIT_FAIL;
+    enum { MAX = 16 };
+    char buf[1024], *ids[MAX];
+    float w[MAX];
+    uint32_t n = 0;
+    if (strlen(spec) >= sizeof buf) return cli_usage_error(cmd, "--blend: the list is too long");
+    strcpy(buf, spec);
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = 0;
+        char *colon = strrchr(item, ':');
+        double x;
+        if (!colon || colon == item || n == MAX)
+            return cli_usage_error(cmd, "--blend '%s': expected ID:W,ID:W (up to %d skills)", spec, MAX);
+        *colon = 0;
+        if (!cli_parse_double(cmd, "--blend", colon + 1, -1e6, 1e6, &x)) return CLI_EXIT_USAGE;
+        ids[n] = item, w[n++] = (float)x;
+    }
+    cmf_error err = {0};
+    cmf_model_base_hook hook;
+    char *key = cmf_skill_blend_key((const char *const *)ids, w, n);
+    if (!key) { fprintf(stderr, "cmf %s: out of memory\n", cmd); return CLI_EXIT_FAIL; }
+    /* a blend already resolved on this model is reused, not rebuilt */
+    cmf_model_base_hook probe = {.key = key, .lookup = no_lookup};
+    cmf_model_overlay ov = {.base = &probe};
+    bool cached = cmf_model_weight_set_cached(m, &ov, ws);
+    free(key);
+    if (cached) return CLI_EXIT_OK;
+    if (cmf_skill_blend(f, (const char *const *)ids, w, n, &hook, &err) != CMF_OK) return cli_fail(cmd, &err);
+    ov.base = &hook;
+    if (cmf_model_weight_set_overlay(m, &ov, ws, &err) != CMF_OK) {
+        hook.release(hook.user);
+        return cli_fail(cmd, &err);
+    }
+    fprintf(stderr, "blend: %s\n", spec);
+    return CLI_EXIT_OK;
 }

@@ -170,6 +170,26 @@ void cmf_skill_route_free(cmf_skill_route_result *r);
 /* Soft-blend weights w[i] = softmax(−E[i]/T) over n energies (T > 0). */
 void cmf_skill_softmax_weights(const double *energy, uint32_t n, double T, double *w);
 
+/* ---- blends -------------------------------------------------------------- */
+
+/* The in-memory base of the blend Σ w[i]·T_i (§7) of skills ids[0..n) of
+ * f, for cmf_model_weight_set_overlay (cmf_model_overlay.base): for every
+ * backbone tensor that at least one of the skills replaces, T = Σ w[i]·
+ * (skill i's replacement, or the backbone tensor where skill i has none),
+ * decoded and summed in f32 and kept as an f32 tensor (4 bytes a weight,
+ * once per blend); every other name is the backbone's view. The weights
+ * are used as given (softmax weights sum to 1; others are not
+ * renormalised). hook->key is "blend:ID=W,..." (the model's cache key:
+ * check cmf_model_weight_set_cached before building). The hook's user
+ * data is freed by hook->release (the model calls it; call it yourself
+ * when the overlay fails). f must outlive it. Errors: CMF_ERR_ARG (n == 0,
+ * a weight not finite, an id twice), CMF_ERR_NOT_FOUND (an id not in
+ * header.skills), CMF_ERR_NOMEM, a tensor's decode errors. */
+cmf_status cmf_skill_blend(const cmf_file *f, const char *const *ids, const float *w, uint32_t n,
+                           cmf_model_base_hook *hook, cmf_error *err);
+/* The blend key cmf_skill_blend gives (malloc'd; NULL on out of memory). */
+char *cmf_skill_blend_key(const char *const *ids, const float *w, uint32_t n);
+
 #ifdef __cplusplus
 }
 #endif

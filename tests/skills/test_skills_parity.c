@@ -10,6 +10,8 @@
  *   - export / apply round trip onto a fresh copy of the base gives the
  *     same skill logits bit for bit; apply twice, and apply onto the other
  *     architecture's base (another base_dir_hash), are refused;
+ *   - --blend ft:1 is --skill ft bit for bit; --blend ft:0.5,l6:0.5 equals
+ *     (1e-5) a skill whose tensors are that sum computed by the test;
  *   - remove: the skill is gone, the file verifies, compact reclaims it;
  *   - bad input: unknown --skill, duplicate id, a donor of another
  *     architecture, a donor with a tensor of another shape, bad --layers,
@@ -96,6 +98,48 @@ static int write_bad_shape(const char *base, const char *out, const char *name) 
     }
     rc = rc ? (cmf_writer_abort(w), 1) : cmf_writer_finish(w, &err) != CMF_OK;
     cmf_file_close(f);
+    return rc;
+}
+
+/* A .cmf donor whose tensors are what the blend ft:0.5,l6:0.5 computes:
+ * (0 + 0.5·ft) + 0.5·(l6's or the backbone's), in that order, in f32
+ * (ft = the donor in MLP layers 1 and 2, l6 = the donor in layer 2's MLP). */
+static int write_mid(const char *base, const char *donor, const char *out) {
+    cmf_error err;
+    cmf_file *f, *d;
+    if (cmf_file_open(base, &f, &err)) return 1;
+    if (cmf_file_open(donor, &d, &err)) { cmf_file_close(f); return 1; }
+    cmf_writer *w;
+    if (cmf_writer_open(out, NULL, &w, &err)) { cmf_file_close(f); cmf_file_close(d); return 1; }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cmf_file_header(f)) {
+        if (strcmp(it->string, "format") && strcmp(it->string, "version") && strcmp(it->string, "section_hashes") &&
+            strcmp(it->string, "skills"))
+            cJSON_AddItemToObject(cmf_writer_header(w), it->string, cJSON_Duplicate(it, true));
+    }
+    int rc = 0;
+    for (size_t i = 0; i < cmf_file_tensor_count(f) && !rc; i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(f, i), *dt = cmf_file_find(d, t->name);
+        if (!strncmp(t->name, "skill.", 6)) continue;
+        bool l1 = strstr(t->name, "layers.1.mlp.") != NULL, l2 = strstr(t->name, "layers.2.mlp.") != NULL;
+        if (!(l1 || l2) || !dt || t->dtype != CMF_DT_F32 || dt->dtype != CMF_DT_F32) {
+            rc = cmf_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, &err) != CMF_OK;
+            continue;
+        }
+        const float *b = t->data, *x = dt->data;
+        float *m = malloc(t->nelem * sizeof *m);
+        for (uint64_t e = 0; m && e < t->nelem; e++) {
+            float acc = 0.0f;
+            acc += 0.5f * x[e];
+            acc += 0.5f * (l2 ? x[e] : b[e]);
+            m[e] = acc;
+        }
+        rc = !m || cmf_writer_add(w, t->name, CMF_DT_F32, t->ndim, t->shape, m, t->nbytes, &err) != CMF_OK;
+        free(m);
+    }
+    rc = rc ? (cmf_writer_abort(w), 1) : cmf_writer_finish(w, &err) != CMF_OK;
+    cmf_file_close(f);
+    cmf_file_close(d);
     return rc;
 }
 
@@ -196,6 +240,36 @@ static int one_arch(const char *data, const char *arch, const char *other_base, 
     CHECK(sh("'%s' skill add '%s' --id bs --donor '%s' 2>'%s/bs.err'", exe, base, bad, dir) == 1, "shape mismatch refused");
     CHECK(sh("grep -q 'shape' '%s/bs.err'", dir) == 0, "the message names the shape");
     CHECK(sh("'%s' verify '%s' >/dev/null", exe, base) == 0, "%s: the base still verifies after the refusals", arch);
+
+    /* blends (l6 = layer 2's MLP of the donor, ft = layers 1 and 2) */
+    char npy_b[4096], dcmf[4096], mid[4096];
+    snprintf(npy_b, sizeof npy_b, "%s/%s-blend.npy", dir, arch);
+    snprintf(dcmf, sizeof dcmf, "%s/%s-donor.cmf", dir, arch);
+    snprintf(mid, sizeof mid, "%s/%s-mid.cmf", dir, arch);
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --kv-f32 --blend ft:1 2>/dev/null", exe, base, toks, npy_b) == 0, "blend ft:1");
+    npy_f32 bl;
+    CHECK(!npy_read_f32(npy_b, &bl) && same_bits(&bl, &s), "%s: --blend ft:1 = --skill ft, bit for bit (f32)", arch);
+    free(bl.data);
+    CHECK(sh("'%s' convert '%s' -o '%s' --quant f32 >/dev/null 2>&1", exe, donor, dcmf) == 0, "convert donor");
+    REQUIRE(write_mid(orig, dcmf, mid) == 0, "write the expected blend as a donor");
+    CHECK(sh("'%s' skill add '%s' --id mid --donor '%s' >/dev/null", exe, base, mid) == 0, "add mid");
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --kv-f32 --blend ft:0.5,l6:0.5 2>/dev/null", exe, base, toks, npy_b) == 0,
+          "blend ft:0.5,l6:0.5");
+    char npy_m[4096];
+    snprintf(npy_m, sizeof npy_m, "%s/%s-mid.npy", dir, arch);
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --kv-f32 --skill mid 2>/dev/null", exe, base, toks, npy_m) == 0, "logits mid");
+    npy_f32 bm, mm;
+    if (!npy_read_f32(npy_b, &bm) && !npy_read_f32(npy_m, &mm)) {
+        double dm = max_diff(&bm, &mm);
+        CHECK(dm <= 1e-5, "%s: the blend = its tensors computed apart (max |diff| %g)", arch, dm);
+        CHECK(max_diff(&bm, &s) > 1e-4 && max_diff(&bm, &n) > 1e-4, "%s: the blend is neither skill nor backbone", arch);
+        free(bm.data), free(mm.data);
+    } else {
+        CHECK(false, "read blend logits");
+    }
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --blend ft:1,ft:2 2>/dev/null", exe, base, toks, npy_b) == 1, "a skill twice");
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --blend ft 2>/dev/null", exe, base, toks, npy_b) == 2, "no weight");
+    CHECK(sh("'%s' skill remove '%s' --id mid >/dev/null", exe, base) == 0, "remove mid");
 
     /* remove + compact */
     char comp[4096];
