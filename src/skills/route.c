@@ -305,7 +305,10 @@ cmf_status cmf_skill_route(cmf_model *m, const cmf_file *f, const int32_t *token
     free(sel);
     free(layers);
     free(phi);
-    if (st) cmf_skill_route_free(out);
+    if (st) {
+        cmf_skill_route_free(out);
+        out->best = -1;
+    }
     return st;
 }
 

@@ -119,7 +119,7 @@ static cmf_status check_arch(const cmf_file *base, const cmf_file *donor, cmf_er
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(cmf_file_header(donor), "arch");
     if (!cJSON_IsObject(b))
         return cmf_error_set(err, CMF_ERR_FORMAT, "%s: donor has no header.arch", cmf_file_path(donor));
-    static const char *keys[] = {"arch_name",    "hidden_size", "intermediate_size", "num_layers",
+    static const char *const keys[] = {"arch_name",    "hidden_size", "intermediate_size", "num_layers",
                                  "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[i]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[i]);

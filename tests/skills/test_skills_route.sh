@@ -45,18 +45,17 @@ held_r=("Recipe: Pumpkin curry Serves 4. Ingredients: - 3 cups of pumpkin - 1 on
 held_s=("Long ago, there was a little boy named Finn. He lived by the river with his grandmother. One day Finn lost his red ball. He looked everywhere."
         "In a faraway land, there was a small rabbit named Pip. Pip was shy and always stayed close to home. One evening Pip heard a strange sound."
         "Once upon a time, a brave girl named Rosa lived in a big city. Every morning she fed the birds in the park. One day a bird could not fly.")
-for p in "${held_r[@]}"; do
-  out=$("$CMF" skill route "$B" -p "$p")
-  er=$(echo "$out" | awk '/^recipes/{sub("E=","",$2); print $2}') es=$(echo "$out" | awk '/^stories/{sub("E=","",$2); print $2}')
-  check "recipe prompt: E(recipes) $er < E(stories) $es" "awk 'BEGIN{exit !($er < $es)}'"
-  check "recipe prompt routes to recipes" "echo \"\$out\" | grep -q '^choice: recipes'"
-done
-for p in "${held_s[@]}"; do
-  out=$("$CMF" skill route "$B" -p "$p")
-  er=$(echo "$out" | awk '/^recipes/{sub("E=","",$2); print $2}') es=$(echo "$out" | awk '/^stories/{sub("E=","",$2); print $2}')
-  check "story prompt: E(stories) $es < E(recipes) $er" "awk 'BEGIN{exit !($es < $er)}'"
-  check "story prompt routes to stories" "echo \"\$out\" | grep -q '^choice: stories'"
-done
+# route_check DOMAIN OTHER PROMPT: DOMAIN's E is the smaller and DOMAIN is chosen
+route_check() {
+  local out ed eo
+  out=$("$CMF" skill route "$B" -p "$3")
+  ed=$(echo "$out" | awk -v s="$1" '$1 == s {sub("E=","",$2); print $2}')
+  eo=$(echo "$out" | awk -v s="$2" '$1 == s {sub("E=","",$2); print $2}')
+  check "$1 prompt: E($1) $ed < E($2) $eo" "awk 'BEGIN{exit !($ed < $eo)}'"
+  check "$1 prompt routes to $1" "echo \"\$out\" | grep -q '^choice: $1'"
+}
+for p in "${held_r[@]}"; do route_check recipes stories "$p"; done
+for p in "${held_s[@]}"; do route_check stories recipes "$p"; done
 out=$("$CMF" skill route "$B" -p "Problem: There are 4 boxes. Each box has 6 marbles. How many marbles are there in total? Answer:")
 check "arithmetic falls back to the backbone ($out)" "echo \"\$out\" | grep -q '^choice: backbone'"
 check "a threshold of 0 always gives the backbone" "\"$CMF\" skill route \"$B\" -p \"${held_r[0]}\" --route-threshold 0 | grep -q '^choice: backbone'"
@@ -67,7 +66,7 @@ check "run --route" "grep -q '^route: recipes' \"$T/run.err\""
 "$CMF" run "$B" -p "${held_r[0]}" -n 4 --greedy --skill recipes > "$T/skill4.out" 2>/dev/null
 check "run --route = run --skill recipes" "cmp -s \"$T/run.out\" \"$T/skill4.out\""
 # quality
-head -c 4000 "$SRC/models/demo/heldout.txt" > "$T/held.txt"
+head -c 2000 "$SRC/models/demo/heldout.txt" > "$T/held.txt"
 check "quality" "\"$CMF\" skill quality \"$B\" --id recipes --file \"$T/held.txt\" -c 128 >/dev/null"
 check "quality stored" "\"$CMF\" skill list \"$B\" --json | grep -q dataset_sha256"
 q=$("$CMF" skill list "$B" --json | tr -d ' \n\t' | grep -o '"backbone":[0-9.e+-]*' | head -1 | cut -d: -f2)
@@ -78,6 +77,13 @@ check "ppl --skill changes the perplexity ($p vs $pr)" "[ \"$p\" != \"$pr\" ]"
 # compact keeps the descriptors
 check "compact" "\"$CMF\" compact \"$B\" -o \"$T/c.cmf\" >/dev/null"
 check "routing after compact" "\"$CMF\" skill route \"$T/c.cmf\" -p \"${held_s[0]}\" | grep -q '^choice: stories'"
+# the other commands take the flags
+check "chat --skill" "echo | \"$CMF\" chat \"$B\" -p 'Hello' -n 4 --greedy --skill stories >/dev/null 2>&1"
+check "chat --route on the first message" "echo | \"$CMF\" chat \"$B\" -p \"${held_s[0]}\" -n 2 --greedy --route 2>&1 >/dev/null | grep -q '^route: stories'"
+"$CMF" chat "$B" --route </dev/null >/dev/null 2>&1; check "chat --route without a first message" "[ $? -eq 2 ]"
+check "bench --skill" "\"$CMF\" bench \"$B\" -p 8 -n 4 -r 1 --skill recipes >/dev/null 2>&1"
+check "bench --blend" "\"$CMF\" bench \"$B\" -p 8 -n 4 -r 1 --blend recipes:0.5,stories:0.5 >/dev/null 2>&1"
+"$CMF" bench "$B" --parallel 2 -n 4 --skill recipes >/dev/null 2>&1; check "bench --parallel --skill" "[ $? -eq 2 ]"
 # bad input
 "$CMF" skill fit "$B" --id nosuch --prompts "$T/recipes.txt" 2>/dev/null; check "fit unknown id" "[ $? -eq 1 ]"
 "$CMF" skill fit "$B" --id recipes --prompts "$T/recipes.txt" --phi-layer 8 2>/dev/null; check "fit --phi-layer past the model" "[ $? -eq 2 ]"
