@@ -3,7 +3,8 @@
 # `remove` and `apply` killed (SIGKILL, through the CMF_TEST_CRASH_AT test
 # hook of tools/cmd_skill.c) after each write stage leave a file that opens
 # and verifies, with the skill absent (before the envelope) or present
-# (after it); no temporary file is left. Uses the demo model, a donor made
+# (after it); no temporary file is left. Two concurrent adds both land
+# (the advisory lock serialises them). Uses the demo model, a donor made
 # by re-quantizing it (q4tp: every matrix differs).
 set -u
 CMF=$1 SRC=$2 BIN=$3
@@ -49,6 +50,14 @@ for stage in payloads directory envelope; do
   if [ $stage = envelope ]; then check "apply/$stage: there" "has \"$T/d.cmf\" s2"
   else check "apply/$stage: not there" "! has \"$T/d.cmf\" s2"; fi
 done
+# two writers at once: the lock serialises them, both skills land
+cp "$T/orig.cmf" "$T/e.cmf"
+"$CMF" skill add "$T/e.cmf" --id p1 --donor "$T/donor.cmf" --layers 0-3 >/dev/null 2>&1 & p1=$!
+"$CMF" skill add "$T/e.cmf" --id p2 --donor "$T/donor.cmf" --layers 4-7 >/dev/null 2>&1 & p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+check "concurrent adds succeed ($r1, $r2)" "[ $r1 -eq 0 ] && [ $r2 -eq 0 ]"
+check "concurrent adds: both skills there" "has \"$T/e.cmf\" p1 && has \"$T/e.cmf\" p2"
+check "concurrent adds: verifies" "\"$CMF\" verify \"$T/e.cmf\" >/dev/null"
 # an HF-folder donor killed mid-way leaves no converted temporary beside the base
 if [ -d "$SRC/../shared/data/skills/llama/donor" ]; then
   "$CMF" convert "$SRC/../shared/data/parity/llama" -o "$T/l.cmf" --quant f32 >/dev/null
