@@ -44,8 +44,8 @@ typedef struct par_result {
     size_t n_decode_tokens, n_steps;
 } par_result;
 
-static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const int32_t *toks, bool exact,
-                          par_result *r, cmf_error *err) {
+static cmf_status run_one(cmf_model *m, const uint32_t *ws, int n_ws, int P, int n_prompt, int n_gen,
+                          const int32_t *toks, bool exact, par_result *r, cmf_error *err) {
     memset(r, 0, sizeof *r);
     r->p = P;
     cmf_engine_params ep = {.n_ctx = (uint32_t)P * (uint32_t)(n_prompt + n_gen + 16),
@@ -65,7 +65,8 @@ static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const in
     for (int i = 0; i < P && st == CMF_OK; i++) {
         /* each sequence its own prompt: no two share a prefix */
         cmf_seq_params q = {.prompt = toks + (size_t)i * (size_t)n_prompt, .n_prompt = (size_t)n_prompt,
-                            .sampler = sp, .n_predict = n_gen, .cb = on_ev, .user = &seqs[i]};
+                            .sampler = sp, .n_predict = n_gen, .weight_set = ws[i % n_ws], .cb = on_ev,
+                            .user = &seqs[i]};
         st = cmf_engine_add(e, &q, NULL, err);
     }
     double t0 = now_s(), t1 = t0;
@@ -94,8 +95,8 @@ static cmf_status run_one(cmf_model *m, int P, int n_prompt, int n_gen, const in
     return st;
 }
 
-int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_counts, int n_prompt,
-                   int n_gen, int reps, int threads, bool exact, bool json) {
+int bench_parallel(const char *path, cmf_model *m, const uint32_t *ws, int n_ws, const int *counts, int n_counts,
+                   int n_prompt, int n_gen, int reps, int threads, bool exact, bool json) {
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int pmax = 1;
@@ -117,7 +118,7 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
     memset(&err, 0, sizeof err);
     /* warm-up: touch every weight page */
     par_result warm;
-    if (run_one(m, 1, n_prompt, 4 < n_gen ? 4 : n_gen, toks, exact, &warm, &err) != CMF_OK) {
+    if (run_one(m, ws, n_ws, 1, n_prompt, 4 < n_gen ? 4 : n_gen, toks, exact, &warm, &err) != CMF_OK) {
         fprintf(stderr, "cmf bench: %s\n", err.msg);
         free(toks);
         return 1;
@@ -137,7 +138,7 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
         double best_tps = -1;
         for (int r = 0; r < reps; r++) {
             par_result pr;
-            if (run_one(m, P, n_prompt, n_gen, toks, exact, &pr, &err) != CMF_OK) {
+            if (run_one(m, ws, n_ws, P, n_prompt, n_gen, toks, exact, &pr, &err) != CMF_OK) {
                 fprintf(stderr, "cmf bench: parallel %d: %s\n", P, err.msg);
                 rc = 1;
                 break;
@@ -159,6 +160,7 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
             cJSON_AddNumberToObject(o, "threads", threads);
             cJSON_AddNumberToObject(o, "parallel", P);
             cJSON_AddBoolToObject(o, "batch_invariant", exact);
+            cJSON_AddNumberToObject(o, "weight_sets", n_ws == 1 && ws[0] == 0 ? 0 : n_ws);
             cJSON_AddNumberToObject(o, "n_prompt", n_prompt);
             cJSON_AddNumberToObject(o, "n_gen", n_gen);
             cJSON_AddNumberToObject(o, "prefill_ts", pp_tps);
@@ -172,8 +174,11 @@ int bench_parallel(const char *path, cmf_model *m, const int *counts, int n_coun
             cJSON_free(t);
             cJSON_Delete(o);
         } else {
+            char mode[48];
+            if (n_ws == 1 && ws[0] == 0) snprintf(mode, sizeof mode, "%s", exact ? "exact" : "fast");
+            else snprintf(mode, sizeof mode, "%s, %d weight set%s", exact ? "exact" : "fast", n_ws, n_ws > 1 ? "s" : "");
             printf("| %s | %d | %s | %d | %d | %d | %.2f | %.2f | %.2f | ", info.arch_name ? info.arch_name : "?",
-                   threads, exact ? "exact" : "fast", P, n_prompt, n_gen, pp_tps, best_tps, itl);
+                   threads, mode, P, n_prompt, n_gen, pp_tps, best_tps, itl);
             if (base > 0) printf("%.2f |\n", ratio);
             else printf("- |\n");
         }

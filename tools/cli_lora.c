@@ -52,13 +52,14 @@ int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_lora *l) {
         const char *colon = strrchr(v, ':');
         if (colon && stat(v, &sb) != 0) { /* FILE:SCALE */
             if (!parse_scale(cmd, "--lora (the SCALE of FILE:SCALE)", colon + 1, &scale)) return -1;
-            char *p = strndup(v, (size_t)(colon - v));
-            if (!p) {
-                fprintf(stderr, "cmf %s: out of memory\n", cmd);
+            size_t len = (size_t)(colon - v);
+            if (len == 0 || len >= sizeof l->split[0]) {
+                cli_usage_error(cmd, "--lora %s: %s adapter path", v, len ? "a too long" : "an empty");
                 return -1;
             }
-            l->owned[l->n] = p;
-            path = p;
+            memcpy(l->split[l->n], v, len);
+            l->split[l->n][len] = 0;
+            path = l->split[l->n];
         }
     }
     l->path[l->n] = path;
@@ -104,9 +105,7 @@ bool cli_lora_apply(const char *cmd, cmf_model *m, cli_lora *l, uint32_t *ws) {
 void cli_lora_free(cli_lora *l) {
     for (size_t k = 0; k < l->n; k++) {
         cmf_lora_free(l->lora[k]);
-        free(l->owned[k]);
         l->lora[k] = NULL;
-        l->owned[k] = NULL;
     }
     l->n = 0;
 }

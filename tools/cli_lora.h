@@ -13,7 +13,7 @@
 
 typedef struct cli_lora {
     const char *path[CMF_MODEL_MAX_LORA];
-    char *owned[CMF_MODEL_MAX_LORA]; /* paths split off FILE:SCALE */
+    char split[CMF_MODEL_MAX_LORA][4096]; /* FILE of FILE:SCALE (parsing allocates nothing) */
     float scale[CMF_MODEL_MAX_LORA];
     cmf_lora *lora[CMF_MODEL_MAX_LORA]; /* after cli_lora_open */
     size_t n;
@@ -35,7 +35,7 @@ int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_lora *l);
 bool cli_lora_apply(const char *cmd, cmf_model *m, cli_lora *l, uint32_t *ws);
 /* Open the adapters only (cli_lora_apply does it); false after printing. */
 bool cli_lora_open(const char *cmd, cli_lora *l);
-/* Free the adapters (after the model) and the split paths. */
+/* Free the adapters (after the model); nothing to free before cli_lora_apply. */
 void cli_lora_free(cli_lora *l);
 
 #endif /* CMF_CLI_LORA_H */

@@ -18,6 +18,7 @@
  */
 #include "bench_parallel.h"
 #include "cli.h"
+#include "cli_lora.h"
 #include "skill_flags.h"
 
 /* internal CPU-engine header: default thread count and kernel level, for the report */
@@ -54,12 +55,16 @@ static void usage(FILE *o) {
             "            (like llama-batched-bench); -r runs, the best kept (default 1);\n"
             "            --batch-invariant: the engine's exact mode\n"
             "  --progress  a line on stderr after each run (on by itself when -p or -n\n"
-            "            exceeds the model's training context, which also warns)\n");
+            "            exceeds the model's training context, which also warns)\n"
+            "%s"
+            "  --lora-cycle  with --parallel: sequence i runs adapter i mod (number of\n"
+            "            --lora flags) alone, instead of every sequence all of them\n",
+            cli_lora_help);
 }
 
 /* One test: run `reps` timed repetitions (after a warm-up); samples in ts[].
  * name != NULL: a progress line per run on stderr. */
-static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, const uint32_t *wsv, int n_prompt,
+static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, uint32_t ws, const int32_t *toks, int n_prompt,
                            int n_gen, int reps, double *ts, const char *name, cmf_error *err) {
     uint32_t nv;
     cmf_model_info info;
@@ -68,13 +73,16 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, 
     float *logits = malloc(sizeof(float) * nv);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
     int32_t *seq = calloc((size_t)(n_prompt > 0 ? n_prompt : 1), sizeof(int32_t));
-    if (!logits || !pos || !seq) {
+    uint32_t *wsr = malloc(sizeof(uint32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
+    if (!logits || !pos || !seq || !wsr) {
         free(logits);
         free(pos);
         free(seq);
+        free(wsr);
         return cmf_error_set(err, CMF_ERR_NOMEM, "bench: out of memory");
     }
     for (int i = 0; i < n_prompt; i++) pos[i] = i;
+    for (int i = 0; i < (n_prompt > 0 ? n_prompt : 1); i++) wsr[i] = ws;
     cmf_status st = CMF_OK;
     if (name) fprintf(stderr, "cmf bench: %s: a warm-up run, then %d timed\n", name, reps);
     for (int rep = -1; rep < reps && st == CMF_OK; rep++) {
@@ -82,12 +90,13 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, 
         if (st != CMF_OK) break;
         double t0 = now_s();
         if (n_prompt > 0) {
-            cmf_batch b = {.n_tokens = (uint32_t)n_prompt, .tokens = toks, .pos = pos, .seq_id = seq, .weight_set = wsv};
+            cmf_batch b = {.n_tokens = (uint32_t)n_prompt, .tokens = toks, .pos = pos, .seq_id = seq,
+                           .weight_set = ws ? wsr : NULL};
             st = cmf_model_forward(m, kv, &b, logits, err);
         }
         for (int i = 0; i < n_gen && st == CMF_OK; i++) {
             int32_t tok = toks[i], p = i, s = 0;
-            cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &p, .seq_id = &s, .weight_set = wsv};
+            cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &p, .seq_id = &s, .weight_set = ws ? wsr : NULL};
             st = cmf_model_forward(m, kv, &b, logits, err);
         }
         double dt = now_s() - t0;
@@ -100,6 +109,7 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, const int32_t *toks, 
     free(logits);
     free(pos);
     free(seq);
+    free(wsr);
     return st;
 }
 
@@ -153,13 +163,17 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *path = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
-    bool json = false, progress = false, p_set = false, r_set = false, exact = false;
+    bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
     int par[16], n_par = 0;
+    cli_lora lo = {0};
     cli_skill so;
     cli_skill_init(&so);
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) return CLI_EXIT_USAGE;
+        if (lf > 0) continue;
         int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
         if (sf < 0) return CLI_EXIT_USAGE;
         if (sf > 0) continue;
@@ -167,6 +181,8 @@ int cmd_bench(int argc, char **argv) {
             usage(stdout);
             fputs(cli_skill_help, stdout);
             return CLI_EXIT_OK;
+        } else if (strcmp(argv[i], "--lora-cycle") == 0) {
+            cycle = true;
         } else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-p needs a value");
             if (!cli_parse_long(cmd, "-p", v, 0, 1 << 20, &n_prompt)) return CLI_EXIT_USAGE;
@@ -213,9 +229,10 @@ int cmd_bench(int argc, char **argv) {
     if (!path) return cli_usage_error(cmd, "missing FILE (see cmf bench --help)");
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
     if (exact && !n_par) return cli_usage_error(cmd, "--batch-invariant needs --parallel");
+    if (cycle && (!n_par || lo.n == 0)) return cli_usage_error(cmd, "--lora-cycle needs --parallel and --lora");
     if (cli_skill_check(cmd, &so) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
-    bool skilled = so.skill || so.route || so.blend;
-    if (skilled && n_par) return cli_usage_error(cmd, "--skill, --route and --blend run without --parallel");
+    if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
+    if ((so.skill || so.blend) && lo.n) return cli_usage_error(cmd, "--skill/--blend with --lora: not supported yet");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -228,7 +245,6 @@ int cmd_bench(int argc, char **argv) {
     cmf_model *m = NULL;
     cmf_kv_cache *kv = NULL;
     int32_t *toks = NULL;
-    uint32_t *wsv = NULL; /* the weight set of every token (NULL: the backbone) */
     int rc = CLI_EXIT_FAIL;
     double t_load = now_s();
     if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
@@ -238,10 +254,26 @@ int cmd_bench(int argc, char **argv) {
     t_load = now_s() - t_load;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
+    uint32_t ws[CMF_MODEL_MAX_LORA] = {0};
+    int n_ws = 1;
+    if (cycle) { /* one weight set per adapter */
+        if (!cli_lora_open(cmd, &lo)) goto done;
+        for (size_t k = 0; k < lo.n; k++) {
+            const cmf_lora *one[1] = {lo.lora[k]};
+            cmf_model_overlay ov = {.loras = one, .scales = &lo.scale[k], .n_lora = 1};
+            if (cmf_model_weight_set_overlay(m, &ov, &ws[k], &err) != CMF_OK) goto fail;
+        }
+        n_ws = (int)lo.n;
+    } else if (!cli_lora_apply(cmd, m, &lo, &ws[0])) {
+        goto done;
+    } else if ((so.skill || so.blend) && (rc = cli_skill_resolve(cmd, m, f, NULL, 0, &so, &ws[0])) != CLI_EXIT_OK) {
+        goto done;
+    }
+    rc = CLI_EXIT_FAIL;
     if (n_par) {
         cli_warn_ctx(cmd, m, n_prompt + n_gen); /* each sequence's context */
         int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
-        rc = bench_parallel(path, m, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, exact, json);
+        rc = bench_parallel(path, m, ws, n_ws, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, exact, json);
         goto done;
     }
     if (info.n_ctx_train > 0 && n_max > (long)info.n_ctx_train) {
@@ -264,14 +296,6 @@ int cmd_bench(int argc, char **argv) {
         s ^= s << 17;
         toks[i] = (int32_t)(s % (info.n_vocab ? info.n_vocab : 1));
     }
-    uint32_t ws = 0;
-    if (skilled && (rc = cli_skill_resolve(cmd, m, f, toks, (size_t)n_tok, &so, &ws)) != CLI_EXIT_OK) goto done;
-    rc = CLI_EXIT_FAIL;
-    if (ws && !(wsv = malloc(sizeof *wsv * (size_t)n_tok))) {
-        cmf_error_set(&err, CMF_ERR_NOMEM, "bench: out of memory");
-        goto fail;
-    }
-    for (long i = 0; wsv && i < n_tok; i++) wsv[i] = ws;
     int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
     struct { const char *kind; int p, g; } tests[2] = {{"pp", (int)n_prompt, 0}, {"tg", 0, (int)n_gen}};
     double *ts = malloc(sizeof(double) * (size_t)reps);
@@ -287,7 +311,7 @@ int cmd_bench(int argc, char **argv) {
     double bpt = (double)info.decode_bytes, fpt = flops_per_token(f);
     /* Warm-up: a few decode steps touch every weight page several times (the
      * first passes over a fresh mapping run far below memory speed). */
-    if (run_test(m, kv, toks, wsv, 0, 4, 1, ts, NULL, &err) != CMF_OK) {
+    if (run_test(m, kv, ws[0], toks, 0, 4, 1, ts, NULL, &err) != CMF_OK) {
         free(ts);
         goto fail;
     }
@@ -296,8 +320,8 @@ int cmd_bench(int argc, char **argv) {
         int np = tests[k].p, ng = tests[k].g;
         if (np + ng == 0) continue;
         char name[32];
-        snprintf(name, sizeof name, "%s%d", tests[k].kind, np + ng);
-        if (run_test(m, kv, toks, wsv, np, ng, (int)reps, ts, progress ? name : NULL, &err) != CMF_OK) {
+        snprintf(name, sizeof name, "%s%d%s", tests[k].kind, np + ng, lo.n ? "+lora" : "");
+        if (run_test(m, kv, ws[0], toks, np, ng, (int)reps, ts, progress ? name : NULL, &err) != CMF_OK) {
             free(ts);
             if (json) printf("]\n");
             goto fail;
@@ -334,9 +358,9 @@ fail:
     rc = cli_fail(cmd, &err);
 done:
     free(toks);
-    free(wsv);
     cmf_kv_free(kv);
     cmf_model_free(m);
+    cli_lora_free(&lo);
     cmf_file_close(f);
     return rc;
 }

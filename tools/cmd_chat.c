@@ -23,6 +23,7 @@
 #include "chat_think.h"
 #include "cli.h"
 #include "skill_flags.h"
+#include "cli_lora.h"
 
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
@@ -61,8 +62,10 @@ static void usage(FILE *o) {
             "  --greedy              argmax sampling (as --temp 0)\n"
             "  --load FILE           start from a saved conversation\n"
             "  --stats               after each answer, print prompt/KV-reuse and speed figures\n"
+            "%s"
             "Commands: /system TEXT, /reset, /save FILE, /load FILE, /help, /quit.\n"
-            "Ctrl-C stops the current answer; Ctrl-D quits.\n");
+            "Ctrl-C stops the current answer; Ctrl-D quits.\n",
+            cli_lora_help);
 }
 
 /* ---- conversation ----------------------------------------------------- */
@@ -202,6 +205,7 @@ typedef struct chat_opts {
     long n_predict, n_ctx, threads;
     cmf_sampler_params sp;
     cli_skill skill; /* --skill, --route (on the first message), --blend */
+    cli_lora lora;  /* --lora, --lora-scaled */
 } chat_opts;
 
 static int parse_args(int argc, char **argv, chat_opts *o) {
@@ -219,6 +223,9 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         int sf = cli_skill_flag(cmd, argc, argv, &i, &o->skill);
         if (sf < 0) return CLI_EXIT_USAGE;
         if (sf > 0) continue;
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &o->lora);
+        if (lf < 0) return CLI_EXIT_USAGE;
+        if (lf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
         else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
@@ -268,6 +275,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     if (o->system && o->system_file) return cli_usage_error(cmd, "give --system or -sysf, not both");
     if (cli_skill_check(cmd, &o->skill) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (o->skill.route && !o->n_prompts) return cli_usage_error(cmd, "--route routes on the first message: give -p or -f");
+    if (o->lora.n && (o->skill.skill || o->skill.route || o->skill.blend))
+        return cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
     return 0;
 }
 
@@ -507,18 +516,20 @@ int cmd_chat(int argc, char **argv) {
     cmf_model_params mp = {.n_threads = (int)o.threads, .n_ctx = (uint32_t)o.n_ctx};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
-    cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp};
-    {
+    uint32_t ws = 0;
+    if (!cli_lora_apply("chat", model, &o.lora, &ws)) goto done;
+    if (!o.lora.n) {
         int32_t *rids = NULL; /* --route: the first message, tokenized as a raw prompt */
         size_t nr = 0;
         if (o.skill.route && cmf_model_encode_prompt(f, tok, first, first_len, false, &rids, &nr, &err) != CMF_OK) {
             cli_fail("chat", &err);
             goto done;
         }
-        int src = cli_skill_resolve("chat", model, f, rids, nr, &o.skill, &sp.weight_set);
+        int src = cli_skill_resolve("chat", model, f, rids, nr, &o.skill, &ws);
         free(rids);
         if (src != CLI_EXIT_OK) { rc = src; goto done; }
     }
+    cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp, .weight_set = ws};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     turn_end_init(te, f, tok);
     if (o.load && !conv_load(&c, o.load)) goto done;
@@ -579,6 +590,7 @@ done:
     cJSON_Delete(c.messages);
     cmf_session_free(s);
     cmf_model_free(model);
+    cli_lora_free(&o.lora);
     cmf_tokenizer_free(tok);
     cmf_file_close(f);
     return rc;

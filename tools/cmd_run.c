@@ -242,7 +242,8 @@ static const char ppl_help[] =
     "  -b N       tokens per forward batch inside a window (default 64; bounds the\n"
     "             logits scratch to N x vocab floats)\n"
     "  -t N       threads (default: physical cores)\n"
-    "  --kv-f32   keep the KV cache in float32 (default f16)\n";
+    "  --kv-f32   keep the KV cache in float32 (default f16)\n"
+    "%s";
 
 int cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *file = NULL, *text = NULL, *v;
@@ -250,13 +251,16 @@ int cmd_ppl(int argc, char **argv) {
     bool kv_f32 = false, missing = false;
     cli_skill so;
     cli_skill_init(&so);
-    uint32_t ws = 0;
+    cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { fputs(ppl_help, stdout); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
-        const char *flag = argv[i];
+        if (cli_is_help(argv[i])) { printf(ppl_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
         int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) return CLI_EXIT_USAGE;
+        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (sf > 0) continue;
+        const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
         else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
             if (v && !cli_parse_long(cmd, "-c", v, 2, 1 << 24, &ctx)) return CLI_EXIT_USAGE;
@@ -270,26 +274,33 @@ int cmd_ppl(int argc, char **argv) {
         else return cli_usage_error(cmd, "unexpected argument %s", flag);
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
-    if (!file || !text) return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)");
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
+    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK || (lo.n && (so.skill || so.route || so.blend))) {
+        if (lo.n) cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
+        cli_lora_free(&lo);
+        return CLI_EXIT_USAGE;
+    }
     cmf_error err = {0};
     char *buf = NULL;
     size_t blen = 0;
-    if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) return cli_fail(cmd, &err);
+    if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) { cli_lora_free(&lo); return cli_fail(cmd, &err); }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
+    uint32_t ws = 0;
     cmf_tokenizer *tok = NULL;
     cmf_kv_cache *kv = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (!load_tokenizer(cmd, f, &tok)) goto done;
     if (cmf_tokenizer_encode(tok, buf, blen, false, &ids, &n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     cli_warn_ctx(cmd, m, ctx);
     cmf_kv_params kp = {.n_ctx = (uint32_t)ctx, .n_seq_max = 1, .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    if ((rc = cli_skill_resolve(cmd, m, f, ids, n_ids < (size_t)ctx ? n_ids : (size_t)ctx, &so, &ws)) != CLI_EXIT_OK) goto done;
+    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n_ids < (size_t)ctx ? n_ids : (size_t)ctx, &so, &ws)) != CLI_EXIT_OK)
+        goto done;
     rc = CLI_EXIT_FAIL;
     double t0 = now_s();
     cli_ppl_result pr;
@@ -312,6 +323,7 @@ done:
     free(buf);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }
 
@@ -355,6 +367,7 @@ static const char run_help[] =
     "  --echo                  also print the prompt\n"
     "  --stop STR              stop when STR appears (repeatable)\n"
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
+    "%s"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
     "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS (with --chat\n"
@@ -437,12 +450,16 @@ int cmd_run(int argc, char **argv) {
     size_t n_bias = 0;
     cli_skill so;
     cli_skill_init(&so);
+    cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
-        if (cli_is_help(flag)) { fputs(run_help, stdout); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(flag)) { printf(run_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
         int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) return CLI_EXIT_USAGE;
+        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (sf > 0) continue;
+        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
+        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (lf > 0) continue;
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -496,7 +513,11 @@ int cmd_run(int argc, char **argv) {
     if (!file || n_prompts == 0) return cli_usage_error(cmd, "need FILE and -p TEXT, -f FILE or -p - (see --help)");
     if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK || (lo.n && (so.skill || so.route || so.blend))) {
+        if (lo.n) cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
+        cli_lora_free(&lo);
+        return CLI_EXIT_USAGE;
+    }
     for (size_t k = 0; k < n_stops; k++) { /* llama.cpp escapes its stop strings (-r) too */
         if (escape) cli_process_escapes((char *)stops[k], strlen(stops[k]));
         if (!*stops[k]) return cli_usage_error(cmd, "--stop: the stop string is empty");
@@ -523,7 +544,8 @@ int cmd_run(int argc, char **argv) {
     int32_t *ids = NULL, *top = NULL;
     size_t n_ids = 0;
     char *rendered = NULL;
-    if (!load_tokenizer(cmd, f, &tok)) goto done;
+    uint32_t ws = 0;
+    if (!load_tokenizer(cmd, f, &tok) || !cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     double t_load = now_s() - t0;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -560,11 +582,12 @@ int cmd_run(int argc, char **argv) {
             if (eos[k] >= 0 && (uint32_t)eos[k] < info.n_vocab) bias[n_bias++] = (cmf_logit_bias){eos[k], -INFINITY};
 
     cmf_session_params sp = {0};
-    if ((rc = cli_skill_resolve(cmd, m, f, ids, n_ids, &so, &sp.weight_set)) != CLI_EXIT_OK) goto done;
+    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n_ids, &so, &ws)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
     sp.n_ctx = (uint32_t)ctx;
     cli_warn_ctx(cmd, m, ctx);
     sp.kv_type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16;
+    sp.weight_set = ws;
     sp.sampler = cmf_sampler_default_params();
     sp.sampler.temp = (float)temp;
     sp.sampler.top_k = (int32_t)top_k;
@@ -644,5 +667,6 @@ done:
     cmf_tokenizer_free(tok);
     cmf_model_free(m);
     cmf_file_close(f);
+    cli_lora_free(&lo);
     return rc;
 }

@@ -86,7 +86,8 @@ typedef struct cmf_seq_params {
     size_t n_eos;
     const char *const *stop_strings; /* copied; text stops before them */
     size_t n_stop;
-    uint64_t weight_set;    /* 0 = the backbone; a skill's from cmf_model_weight_set */
+    uint64_t weight_set;    /* 0 = the backbone; a skill's or an overlay's (LoRA adapters) from
+                               cmf_model_weight_set / cmf_model_weight_set_overlay */
     bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
     bool want_probs;        /* deliver each token's sampling distribution (costs n_vocab floats) */
     cmf_seq_cb cb;          /* may be NULL */

@@ -30,8 +30,7 @@ typedef struct cmf_session_params {
                                 factors follow that one */
     cmf_kv_type kv_type;     /* CMF_KV_F16 default */
     cmf_sampler_params sampler;
-    uint32_t weight_set;     /* the session's weights: 0 = backbone, or a skill's
-                                (cmf_model_weight_set) */
+    uint64_t weight_set;     /* 0 = the backbone; a skill's or overlay's (cmf/model.h) */
 } cmf_session_params;
 
 /* model, tokenizer and file must outlive the session. */

@@ -14,6 +14,8 @@
  * (`--into BASE.cmf --id ID`: tensors skill.ID.<name>, a header.skills[]
  * entry with "kind": "lora").
  *
+ * Memory: the file's mapping (A is read in place) plus each B transposed
+ * to f32 (Bᵀ [r, out], the layout the backend op reads), made at open.
  * Thread-safety: a cmf_lora is immutable after open and may be shared by
  * threads and models; free it after every model that uses it.
  */

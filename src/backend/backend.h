@@ -122,11 +122,13 @@ typedef struct cmf_moe_args {
 /* One row segment of the segmented low-rank update (backend op `lora`;
  * S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023): rows
  * [row0, row0 + n_rows) of X and Y get scale · B[b_row0 .. +n_out)·(A·x).
- * A [r, in] and B [rows >= b_row0 + n_out, r] are tensor views like any
- * weight (f32, f16, bf16). */
+ * A [r, in] and Bt = Bᵀ [r, columns >= b_row0 + n_out] (B transposed, so
+ * that the second product runs along contiguous rows) are tensors of f32,
+ * f16 or bf16 (cmf_lora keeps Bᵀ in f32). */
+#define CMF_LORA_RANK_MAX 1024 /* largest r of a segment (cmf/lora.h: CMF_LORA_MAX_RANK) */
 typedef struct cmf_lora_seg {
     uint32_t row0, n_rows;
-    const cmf_tensor *A, *B;
+    const cmf_tensor *A, *Bt;
     uint64_t b_row0;
     float scale;
 } cmf_lora_seg;
@@ -163,13 +165,15 @@ typedef struct cmf_backend_ops {
                                const float *X, uint32_t n, int32_t n_dec, cmf_error *err);
     /* The low-rank updates of a batch's row segments, after the base
      * product into Y: for each segment in order, for its rows i and j <
-     * n_out,  Y[i][j] += scale · Σ_k B[b_row0 + j][k] · (Σ_c A[k][c]·X[i][c]).
-     * X is contiguous [rows][in], Y rows have stride ldy. Segments may
-     * overlap (stacked adapters are added in segment order). A row's result
+     * n_out,  Y[i][j] += scale · Σ_k Bt[k][b_row0 + j] · (Σ_c A[k][c]·X[i][c]).
+     * X is contiguous [rows][in], Y rows have stride ldy. Two segments
+     * cover the same rows or disjoint ones (stacked adapters: the same rows,
+     * added in segment order); r <= CMF_LORA_RANK_MAX. A row's result
      * depends on its own X row and segments only, never on the other rows
      * or how many there are (batch invariance). NULL in a backend without
      * it (the forward then refuses adapters). Errors: CMF_ERR_ARG (shapes:
-     * A's in, B's r, rows of B), CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_NOMEM. */
+     * A's in, Bt's r, columns of Bt; no rows; ranges that overlap without being
+     * equal), CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_NOMEM. */
     cmf_status (*lora)(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
                        float *Y, size_t ldy, uint32_t n_out, cmf_error *err);
     /* Embedding lookup: out[i] = row tok[i] of E (any dtype), [n][dim]. */

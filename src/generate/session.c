@@ -30,7 +30,7 @@ struct cmf_session {
     cmf_engine *eng;
     uint64_t seq;          /* the kept engine sequence, 0 before the first prefill */
     cmf_sampler_params sampler; /* seed resolved at creation */
-    uint32_t weight_set;        /* cmf_session_params.weight_set */
+    uint64_t weight_set;   /* every turn's (cmf_session_params) */
     uint32_t n_ctx, n_vocab;
     size_t last_prefill_n;
     double last_prefill_s;
@@ -69,10 +69,10 @@ cmf_status cmf_session_new(cmf_model *model, const cmf_tokenizer *tok,
     s->tok_ = tok;
     s->n_ctx = n_ctx;
     s->n_vocab = info.n_vocab;
+    s->weight_set = p->weight_set;
     /* Fix the seed now, so cmf_session_seed answers before the first turn
      * and every turn's sampler draws from the same stream. */
     s->sampler = p->sampler;
-    s->weight_set = p->weight_set;
     cmf_sampler *probe = NULL;
     cmf_status st = cmf_sampler_new(&p->sampler, info.n_vocab, &probe, err);
     if (st == CMF_OK) {
@@ -130,7 +130,7 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
 static cmf_status run_turn(cmf_session *s, const int32_t *ids, size_t n, const cmf_gen_params *gp,
                            int32_t n_predict, turn *t, size_t *n_computed, cmf_error *err) {
     cmf_seq_params sp = {.prompt = ids, .n_prompt = n, .sampler = s->sampler, .n_predict = n_predict,
-                         .keep = true, .cb = on_event, .user = t, .weight_set = s->weight_set};
+                         .weight_set = s->weight_set, .keep = true, .cb = on_event, .user = t};
     if (gp) {
         sp.want_probs = gp->on_token != NULL;
         sp.eos_ids = gp->eos_ids;

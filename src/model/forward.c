@@ -150,7 +150,7 @@ static cmf_status lora_add(cmf_model *m, fwd_buf *b, uint32_t il, cmf_proj p, co
             for (e = i + 1; e < n && b->ws[e] == b->ws[i];) e++;
             const cmf_lora_term *t = cmf_model_wset_terms(m, b->ws[i], il, p, &nt);
             for (uint32_t k = 0; k < nt; k++, ns++)
-                if (pass) b->segs[ns] = (cmf_lora_seg){i, e - i, t[k].A, t[k].B, t[k].b_row0, t[k].scale};
+                if (pass) b->segs[ns] = (cmf_lora_seg){i, e - i, t[k].A, t[k].Bt, t[k].b_row0, t[k].scale};
         }
         if (ns == 0) return CMF_OK;
         if (pass == 0 && ns > b->cap_segs) {

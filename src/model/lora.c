@@ -4,6 +4,9 @@
  * layer and module, and check that it fits a model (architecture, layer
  * count, projection shapes) before a weight set binds it.
  *
+ * Each pair's B is also kept transposed in f32 (Bᵀ [r, out], the layout
+ * the backend op reads), made once here.
+ *
  * Layout (docs/LORA.md): a pair is the tensors
  *   <prefix>model.layers.<L>.<module>.lora_A  [r, in]
  *   <prefix>model.layers.<L>.<module>.lora_B  [out, r]
@@ -22,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(CMF_LORA_MAX_RANK == CMF_LORA_RANK_MAX, "the loader and the backend op agree on the largest rank");
+
 static const char *const module_names[CMF_LM_N] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",   "self_attn.o_proj",  "mlp.gate_proj",
     "mlp.up_proj",      "mlp.down_proj",    "self_attn.qkv_proj", "mlp.gate_up_proj",
@@ -39,6 +44,7 @@ int cmf_lora_module_parse(const char *s) {
 
 void cmf_lora_free(cmf_lora *l) {
     if (!l) return;
+    for (uint32_t i = 0; l->pairs && i < l->n_pairs; i++) free((void *)l->pairs[i].bt.data);
     free(l->pairs);
     free(l->skill);
     cmf_file_close(l->own);
@@ -74,6 +80,28 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 static bool float_dtype(cmf_dtype d) { return d == CMF_DT_F32 || d == CMF_DT_F16 || d == CMF_DT_BF16; }
+
+/* Bᵀ of B [out, r] in f32, [r, out] (what the backend op reads: its second
+ * product becomes a row axpy); bt->data malloc'd. */
+static cmf_status transpose_b(const cmf_tensor *B, cmf_tensor *bt, cmf_error *err) {
+    uint64_t out = B->shape[0], r = B->shape[1];
+    float *src = malloc(B->nelem * sizeof *src), *dst = malloc(B->nelem * sizeof *dst);
+    cmf_status st = src && dst ? cmf_tensor_decode(B, 0, B->nelem, src, err)
+                               : cmf_error_set(err, CMF_ERR_NOMEM, "lora: out of memory for '%s'", B->name);
+    if (st) {
+        free(src);
+        free(dst);
+        return st;
+    }
+    for (uint64_t j = 0; j < out; j++)
+        for (uint64_t k = 0; k < r; k++) dst[k * out + j] = src[j * r + k];
+    free(src);
+    *bt = (cmf_tensor){.name = B->name, .dtype = CMF_DT_F32, .ndim = 2, .nelem = B->nelem, .data = dst,
+                       .nbytes = B->nelem * sizeof(float)};
+    bt->shape[0] = r;
+    bt->shape[1] = out;
+    return CMF_OK;
+}
 
 /* The pairs under prefix (every tensor there must belong to one). */
 static cmf_status read_pairs(cmf_lora *l, const char *prefix, cmf_error *err) {
@@ -128,7 +156,10 @@ static cmf_status read_pairs(cmf_lora *l, const char *prefix, cmf_error *err) {
                                  "%s: '%s' [%llu, %llu] / '%s' [%llu, %llu]: rank %u expected (A [r, in], B [out, r])",
                                  path, A->name, (unsigned long long)A->shape[0], (unsigned long long)A->shape[1],
                                  B->name, (unsigned long long)B->shape[0], (unsigned long long)B->shape[1], l->rank);
-        l->pairs[l->n_pairs++] = (cmf_lora_pair){layer, (cmf_lora_module)m, A, B};
+        cmf_lora_pair *pr = &l->pairs[l->n_pairs++];
+        *pr = (cmf_lora_pair){layer, (cmf_lora_module)m, A, B, {0}};
+        cmf_status st = transpose_b(B, &pr->bt, err);
+        if (st) return cmf_error_prefix(err, "%s", path);
     }
     assert(l->n_pairs == cap);
     return CMF_OK;

@@ -71,11 +71,14 @@ typedef enum cmf_lora_module {
     CMF_LM_QKV, CMF_LM_GATE_UP, CMF_LM_N
 } cmf_lora_module;
 
-/* One adapted module of one layer: A [r, in], B [out, r] (file views). */
+/* One adapted module of one layer: A [r, in], B [out, r] (file views),
+ * and what the backend op reads: A (the view), Bᵀ [r, out] in f32 (a copy
+ * made at open, so the op's second product is a row axpy). */
 typedef struct cmf_lora_pair {
     uint32_t layer;
     cmf_lora_module module;
     const cmf_tensor *A, *B;
+    cmf_tensor bt;            /* Bᵀ: data owned by the pair (float *) */
 } cmf_lora_pair;
 
 /* A loaded adapter (lora.c; public handle in cmf/lora.h). */
@@ -99,7 +102,7 @@ int cmf_lora_module_parse(const char *s);
 /* One low-rank term of a weight set on one projection of one layer:
  * Y[:, j] += scale · (B·(A·x))[b_row0 + j] (scale = user scale · alpha/r). */
 typedef struct cmf_lora_term {
-    const cmf_tensor *A, *B;
+    const cmf_tensor *A, *Bt;   /* A [r, in], Bᵀ [r, out] */
     uint64_t b_row0;
     float scale;
 } cmf_lora_term;

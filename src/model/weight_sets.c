@@ -229,7 +229,7 @@ static cmf_status bind_terms(cmf_model *m, cmf_wset *w, cmf_error *err) {
             uint32_t np = module_parts(m, pr->layer, pr->module, proj, row0);
             for (uint32_t k = 0; k < np; k++) {
                 size_t s = (size_t)pr->layer * CMF_PROJ_N + proj[k];
-                terms[span[s] + fill[s]++] = (cmf_lora_term){pr->A, pr->B, row0[k], w->scales[i] * l->scale};
+                terms[span[s] + fill[s]++] = (cmf_lora_term){pr->A, &pr->bt, row0[k], w->scales[i] * l->scale};
             }
         }
     free(fill);

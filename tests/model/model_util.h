@@ -1,7 +1,8 @@
 /*
  * model_util.h — helpers shared by the model tests: read token ids from the
  * parity JSON files, run a batch through a model for all-position logits,
- * greedy decoding one token at a time, and comparisons against references.
+ * greedy decoding one token at a time, comparisons against references, the
+ * logits of a weight set and a donor skill appended to a base file.
  */
 #ifndef CMF_TEST_MODEL_UTIL_H
 #define CMF_TEST_MODEL_UTIL_H
@@ -108,6 +109,75 @@ static inline double mu_argmax_agree(const float *a, const float *b, size_t rows
     size_t ok = 0;
     for (size_t r = 0; r < rows; r++) ok += mu_argmax(a + r * cols, cols) == mu_argmax(b + r * cols, cols);
     return rows ? (double)ok / (double)rows : 0.0;
+}
+
+/* Logits of every position of ids run as weight set ws (one prompt-class
+ * batch from an empty f32 cache), malloc'd [n][n_vocab]; NULL on error. */
+static inline float *mu_logits_ws(cmf_model *m, const int32_t *ids, size_t n, uint32_t ws, cmf_error *err) {
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    float *out = malloc(n * info.n_vocab * sizeof *out);
+    int32_t *pos = malloc(n * sizeof *pos);
+    int8_t *want = malloc(n);
+    uint32_t *w = malloc(n * sizeof *w);
+    cmf_kv_cache *kv = NULL;
+    cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .type = CMF_KV_F32};
+    cmf_status st = out && pos && want && w ? cmf_kv_create(m, &kp, &kv, err) : CMF_ERR_NOMEM;
+    for (size_t i = 0; st == CMF_OK && i < n; i++) pos[i] = (int32_t)i, want[i] = 1, w[i] = ws;
+    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .logits = want, .weight_set = w,
+                   .row_classes = true}; /* prompt class: rows independent of the batch */
+    if (st == CMF_OK) st = cmf_model_forward(m, kv, &b, out, err);
+    cmf_kv_free(kv);
+    free(pos);
+    free(want);
+    free(w);
+    if (st != CMF_OK) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Append the donor file's tensors whose bytes differ from base's to base as
+ * skill.<id>.* with a header.skills entry {id, name} (in place,
+ * cmf_file_append); *n_added of them. 0 on success. */
+static inline int mu_add_skill(const char *base_path, const char *donor_path, const char *id, int *n_added) {
+    cmf_error err;
+    cmf_file *b = NULL, *d = NULL;
+    if (cmf_file_open(base_path, &b, &err) || cmf_file_open(donor_path, &d, &err)) {
+        fprintf(stderr, "open: %s\n", err.msg);
+        cmf_file_close(b);
+        return 1;
+    }
+    size_t nd = cmf_file_tensor_count(d);
+    cmf_new_tensor *nt = calloc(nd, sizeof *nt);
+    char (*names)[256] = calloc(nd, sizeof *names);
+    int k = 0;
+    for (size_t i = 0; nt && names && i < nd; i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(d, i), *o = cmf_file_find(b, t->name);
+        if (o && o->nbytes == t->nbytes && memcmp(o->data, t->data, t->nbytes) == 0) continue;
+        snprintf(names[k], sizeof names[k], "skill.%s.%s", id, t->name);
+        nt[k] = (cmf_new_tensor){.name = names[k], .dtype = t->dtype, .ndim = t->ndim, .payload = t->data,
+                                 .nbytes = t->nbytes};
+        memcpy(nt[k].shape, t->shape, sizeof nt[k].shape);
+        k++;
+    }
+    cJSON *h = cJSON_Duplicate(cmf_file_header(b), 1);
+    cJSON *sk = cJSON_GetObjectItemCaseSensitive(h, "skills");
+    if (!sk) sk = cJSON_AddArrayToObject(h, "skills");
+    cJSON *one = cJSON_CreateObject();
+    cJSON_AddStringToObject(one, "id", id);
+    cJSON_AddStringToObject(one, "name", "donor fine-tune");
+    cJSON_AddItemToArray(sk, one);
+    cmf_file_close(b); /* append rewrites the file in place */
+    int rc = cmf_file_append(base_path, nt, (size_t)k, h, &err) != CMF_OK;
+    if (rc) fprintf(stderr, "append: %s\n", err.msg);
+    cJSON_Delete(h);
+    free(nt);
+    free(names);
+    cmf_file_close(d);
+    *n_added = k;
+    return rc;
 }
 
 #endif /* CMF_TEST_MODEL_UTIL_H */

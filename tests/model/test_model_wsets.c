@@ -19,71 +19,6 @@
 
 #include <cjson/cJSON.h>
 
-static float *logits_ws(cmf_model *m, const int32_t *ids, size_t n, uint32_t ws, cmf_error *err) {
-    cmf_model_info info;
-    cmf_model_get_info(m, &info);
-    float *out = malloc(n * info.n_vocab * sizeof *out);
-    int32_t *pos = malloc(n * sizeof *pos);
-    int8_t *want = malloc(n);
-    uint32_t *w = malloc(n * sizeof *w);
-    cmf_kv_cache *kv = NULL;
-    cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .type = CMF_KV_F32};
-    cmf_status st = out && pos && want && w ? cmf_kv_create(m, &kp, &kv, err) : CMF_ERR_NOMEM;
-    for (size_t i = 0; st == CMF_OK && i < n; i++) pos[i] = (int32_t)i, want[i] = 1, w[i] = ws;
-    cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .logits = want, .weight_set = w,
-                   .row_classes = true}; /* prompt class: rows independent of the batch */
-    if (st == CMF_OK) st = cmf_model_forward(m, kv, &b, out, err);
-    cmf_kv_free(kv);
-    free(pos);
-    free(want);
-    free(w);
-    if (st != CMF_OK) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* Append donor tensors whose bytes differ from base's as skill.<id>.*. */
-static int add_skill(const char *base_path, const char *donor_path, const char *id, int *n_added) {
-    cmf_error err;
-    cmf_file *b = NULL, *d = NULL;
-    if (cmf_file_open(base_path, &b, &err) || cmf_file_open(donor_path, &d, &err)) {
-        fprintf(stderr, "open: %s\n", err.msg);
-        cmf_file_close(b);
-        return 1;
-    }
-    size_t nd = cmf_file_tensor_count(d);
-    cmf_new_tensor *nt = calloc(nd, sizeof *nt);
-    char (*names)[256] = calloc(nd, sizeof *names);
-    int k = 0;
-    for (size_t i = 0; nt && names && i < nd; i++) {
-        const cmf_tensor *t = cmf_file_tensor_at(d, i), *o = cmf_file_find(b, t->name);
-        if (o && o->nbytes == t->nbytes && memcmp(o->data, t->data, t->nbytes) == 0) continue;
-        snprintf(names[k], sizeof names[k], "skill.%s.%s", id, t->name);
-        nt[k] = (cmf_new_tensor){.name = names[k], .dtype = t->dtype, .ndim = t->ndim, .payload = t->data,
-                                 .nbytes = t->nbytes};
-        memcpy(nt[k].shape, t->shape, sizeof nt[k].shape);
-        k++;
-    }
-    cJSON *h = cJSON_Duplicate(cmf_file_header(b), 1);
-    cJSON *sk = cJSON_GetObjectItemCaseSensitive(h, "skills");
-    if (!sk) sk = cJSON_AddArrayToObject(h, "skills");
-    cJSON *one = cJSON_CreateObject();
-    cJSON_AddStringToObject(one, "id", id);
-    cJSON_AddStringToObject(one, "name", "donor fine-tune");
-    cJSON_AddItemToArray(sk, one);
-    cmf_file_close(b); /* append rewrites the file in place */
-    int rc = cmf_file_append(base_path, nt, (size_t)k, h, &err) != CMF_OK;
-    if (rc) fprintf(stderr, "append: %s\n", err.msg);
-    cJSON_Delete(h);
-    free(nt);
-    free(names);
-    cmf_file_close(d);
-    *n_added = k;
-    return rc;
-}
-
 typedef struct last_logits {
     uint64_t hash[2];
     int got;
@@ -118,7 +53,7 @@ int main(void) {
     if (st == CMF_OK) st = cmf_convert_hf(donor_hf, donor, &io, &err);
     REQUIRE(st == CMF_OK, "convert: %s", err.msg);
     int n_added = 0;
-    REQUIRE(add_skill(base, donor, "donor", &n_added) == 0, "add skill");
+    REQUIRE(mu_add_skill(base, donor, "donor", &n_added) == 0, "add skill");
     CHECK(n_added >= 2, "only %d donor tensors differ", n_added);
 
     int32_t *ids = NULL;
@@ -146,7 +81,7 @@ int main(void) {
           "unknown skill: %s", err.msg);
     size_t nv = info.n_vocab, total = n * nv;
     REQUIRE(ref_base.shape[0] * ref_base.shape[1] == total, "reference shape");
-    float *lb = logits_ws(m, ids, n, 0, &err), *ld = logits_ws(m, ids, n, ws, &err);
+    float *lb = mu_logits_ws(m, ids, n, 0, &err), *ld = mu_logits_ws(m, ids, n, ws, &err);
     REQUIRE(lb && ld, "forward: %s", err.msg);
     double db = mu_maxdiff(lb, ref_base.data, total), dd = mu_maxdiff(ld, ref_donor.data, total);
     double cross = mu_maxdiff(ld, ref_base.data, total);
@@ -172,7 +107,7 @@ int main(void) {
     cmf_batch b = {.n_tokens = k, .tokens = tok, .pos = pos, .seq_id = seq, .logits = want, .weight_set = wv,
                    .row_classes = true};
     REQUIRE(mix && cmf_model_forward(m, kv, &b, mix, &err) == CMF_OK, "mixed: %s", err.msg);
-    float *hb = logits_ws(m, ids, h, 0, &err), *hd = logits_ws(m, ids, h, ws, &err);
+    float *hb = mu_logits_ws(m, ids, h, 0, &err), *hd = mu_logits_ws(m, ids, h, ws, &err);
     REQUIRE(hb && hd, "halves");
     CHECK(memcmp(mix, hb + (h - 1) * nv, nv * 4) == 0, "mixed batch: backbone row differs from alone");
     CHECK(memcmp(mix + nv, hd + (h - 1) * nv, nv * 4) == 0, "mixed batch: skill row differs from alone");

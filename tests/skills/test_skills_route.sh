@@ -83,7 +83,8 @@ check "chat --route on the first message" "echo | \"$CMF\" chat \"$B\" -p \"${he
 "$CMF" chat "$B" --route </dev/null >/dev/null 2>&1; check "chat --route without a first message" "[ $? -eq 2 ]"
 check "bench --skill" "\"$CMF\" bench \"$B\" -p 8 -n 4 -r 1 --skill recipes >/dev/null 2>&1"
 check "bench --blend" "\"$CMF\" bench \"$B\" -p 8 -n 4 -r 1 --blend recipes:0.5,stories:0.5 >/dev/null 2>&1"
-"$CMF" bench "$B" --parallel 2 -n 4 --skill recipes >/dev/null 2>&1; check "bench --parallel --skill" "[ $? -eq 2 ]"
+check "bench --parallel --skill" "\"$CMF\" bench \"$B\" --parallel 2 -p 4 -n 4 --skill recipes >/dev/null 2>&1"
+"$CMF" bench "$B" -p 8 -n 4 --route >/dev/null 2>&1; check "bench --route (random tokens) refused" "[ $? -eq 2 ]"
 # bad input
 "$CMF" skill fit "$B" --id nosuch --prompts "$T/recipes.txt" 2>/dev/null; check "fit unknown id" "[ $? -eq 1 ]"
 "$CMF" skill fit "$B" --id recipes --prompts "$T/recipes.txt" --phi-layer 8 2>/dev/null; check "fit --phi-layer past the model" "[ $? -eq 2 ]"
