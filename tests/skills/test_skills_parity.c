@@ -220,6 +220,10 @@ static int one_arch(const char *data, const char *arch, const char *other_base, 
         CHECK(sh("grep -q 'another base' '%s/apply.err'", dir) == 0, "the message says why");
     }
 
+    char dcmf_pre[4096];
+    snprintf(dcmf_pre, sizeof dcmf_pre, "%s/%s-donor.cmf", dir, arch);
+    CHECK(sh("'%s' convert '%s' -o '%s' --quant f32 >/dev/null 2>&1", exe, donor, dcmf_pre) == 0, "convert donor");
+
     /* bad input */
     CHECK(sh("'%s' logits '%s' --tokens %s -o '%s/x.npy' --skill nosuch 2>/dev/null", exe, base, toks, dir) == 1, "unknown --skill");
     CHECK(sh("'%s' skill add '%s' --id ft --donor '%s' 2>/dev/null", exe, base, donor) == 2, "duplicate id");
@@ -234,6 +238,28 @@ static int one_arch(const char *data, const char *arch, const char *other_base, 
           "layer 2's MLP alone");
     if (other_base)
         CHECK(sh("'%s' skill add '%s' --id w --donor '%s' 2>/dev/null", exe, base, other_base) == 1, "wrong-arch donor");
+    /* --quant: the same tensors in another dtype */
+    CHECK(sh("'%s' skill add '%s' --id h --donor '%s' --quant f16 >/dev/null", exe, base, dcmf_pre) == 0, "add --quant f16");
+    CHECK(sh("'%s' skill add '%s' --id q --donor '%s' --quant nosuch 2>/dev/null", exe, base, dcmf_pre) == 2, "bad --quant");
+    REQUIRE(cmf_file_open(base, &f, &err) == CMF_OK, "open: %s", err.msg);
+    size_t nh = 0, nh16 = 0;
+    for (size_t i = 0; i < cmf_file_tensor_count(f); i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        if (strncmp(t->name, "skill.h.", 8)) continue;
+        nh++, nh16 += t->dtype == CMF_DT_F16;
+    }
+    cmf_file_close(f);
+    CHECK(nh == 6 && nh16 == 6, "%s: --quant f16 stored 6 f16 tensors (%zu of %zu)", arch, nh16, nh);
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s/h.npy' --kv-f32 --skill h 2>/dev/null", exe, base, toks, dir) == 0, "logits h");
+    npy_f32 hq;
+    char hp[4200];
+    snprintf(hp, sizeof hp, "%s/h.npy", dir);
+    if (!npy_read_f32(hp, &hq)) {
+        double dh = max_diff(&hq, &rd);
+        CHECK(dh <= 5e-2 && dh > 0, "%s: f16 skill near the donor's logits (%g)", arch, dh);
+        free(hq.data);
+    }
+    CHECK(sh("'%s' skill remove '%s' --id h >/dev/null", exe, base) == 0, "remove h");
     char bad[4096];
     snprintf(bad, sizeof bad, "%s/%s-badshape.cmf", dir, arch);
     REQUIRE(write_bad_shape(orig, bad, "model.layers.0.mlp.up_proj.weight") == 0, "write bad-shape donor");
@@ -250,7 +276,6 @@ static int one_arch(const char *data, const char *arch, const char *other_base, 
     npy_f32 bl;
     CHECK(!npy_read_f32(npy_b, &bl) && same_bits(&bl, &s), "%s: --blend ft:1 = --skill ft, bit for bit (f32)", arch);
     free(bl.data);
-    CHECK(sh("'%s' convert '%s' -o '%s' --quant f32 >/dev/null 2>&1", exe, donor, dcmf) == 0, "convert donor");
     REQUIRE(write_mid(orig, dcmf, mid) == 0, "write the expected blend as a donor");
     CHECK(sh("'%s' skill add '%s' --id mid --donor '%s' >/dev/null", exe, base, mid) == 0, "add mid");
     CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --kv-f32 --blend ft:0.5,l6:0.5 2>/dev/null", exe, base, toks, npy_b) == 0,
