@@ -230,9 +230,8 @@ int cmd_bench(int argc, char **argv) {
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
     if (exact && !n_par) return cli_usage_error(cmd, "--batch-invariant needs --parallel");
     if (cycle && (!n_par || lo.n == 0)) return cli_usage_error(cmd, "--lora-cycle needs --parallel and --lora");
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
-    if ((so.skill || so.blend) && lo.n) return cli_usage_error(cmd, "--skill/--blend with --lora: not supported yet");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;

@@ -273,10 +273,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     if (!o->path) return cli_usage_error(cmd, "missing MODEL.cmf");
     if (o->n_prompts > 1) return cli_usage_error(cmd, "give the first message once: -p TEXT, -f FILE or -p -");
     if (o->system && o->system_file) return cli_usage_error(cmd, "give --system or -sysf, not both");
-    if (cli_skill_check(cmd, &o->skill) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (cli_skill_check(cmd, &o->skill, o->lora.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (o->skill.route && !o->n_prompts) return cli_usage_error(cmd, "--route routes on the first message: give -p or -f");
-    if (o->lora.n && (o->skill.skill || o->skill.route || o->skill.blend))
-        return cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
     return 0;
 }
 

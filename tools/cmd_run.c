@@ -138,11 +138,7 @@ int cmd_logits(int argc, char **argv) {
     }
     if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
     if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK || (lo.n && (so.skill || so.route || so.blend))) {
-        if (lo.n) cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
-        cli_lora_free(&lo);
-        return CLI_EXIT_USAGE;
-    }
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     int32_t *ids;
     size_t n;
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
@@ -275,11 +271,7 @@ int cmd_ppl(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
     if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK || (lo.n && (so.skill || so.route || so.blend))) {
-        if (lo.n) cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
-        cli_lora_free(&lo);
-        return CLI_EXIT_USAGE;
-    }
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_error err = {0};
     char *buf = NULL;
     size_t blen = 0;
@@ -513,11 +505,7 @@ int cmd_run(int argc, char **argv) {
     if (!file || n_prompts == 0) return cli_usage_error(cmd, "need FILE and -p TEXT, -f FILE or -p - (see --help)");
     if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
-    if (cli_skill_check(cmd, &so) != CLI_EXIT_OK || (lo.n && (so.skill || so.route || so.blend))) {
-        if (lo.n) cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
-        cli_lora_free(&lo);
-        return CLI_EXIT_USAGE;
-    }
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     for (size_t k = 0; k < n_stops; k++) { /* llama.cpp escapes its stop strings (-r) too */
         if (escape) cli_process_escapes((char *)stops[k], strlen(stops[k]));
         if (!*stops[k]) return cli_usage_error(cmd, "--stop: the stop string is empty");

@@ -27,9 +27,10 @@ void cli_skill_init(cli_skill *o);
 /* When argv[*i] is one of the flags, consume it (and its value) and return
  * 1; 0 when it is not; -1 on a usage error (printed). */
 int cli_skill_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o);
-/* Check the combination (one of --skill, --route, --blend); CLI_EXIT_OK or
+/* Check the combination: one of --skill, --route and --blend, and none of
+ * them with n_lora > 0 adapters (--lora: not combined yet). CLI_EXIT_OK or
  * CLI_EXIT_USAGE (printed). */
-int cli_skill_check(const char *cmd, const cli_skill *o);
+int cli_skill_check(const char *cmd, const cli_skill *o, size_t n_lora);
 /* The weight set the flags ask for, for a prompt toks[0..n) (--route
  * needs it; NULL/0 otherwise). Prints the choice on stderr ("skill: ID",
  * "route: ..."). Returns CLI_EXIT_OK, or CLI_EXIT_FAIL with the error
