@@ -20,6 +20,8 @@ const char cli_skill_help[] =
     "                          (smallest E, `cmf skill route`); the backbone when that E is\n"
     "                          above --route-threshold\n"
     "  --route-threshold X     (default 0.5)\n"
+    "  --route-soft T          route to the blend of every fitted skill with weights\n"
+    "                          softmax(-E_i / T) instead of the best one (implies --route)\n"
     "  --blend ID:W,ID:W       run with the blend sum(W_i * T_i) of the skills' tensors (a\n"
     "                          tensor a skill does not replace counts as the backbone's)\n";
 
@@ -43,6 +45,12 @@ int cli_skill_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o)
     if (cli_flag_value(argc, argv, i, "--blend", &v, &missing)) {
         if (missing || !v || !*v) return cli_usage_error(cmd, "--blend needs ID:W,ID:W"), -1;
         o->blend = v;
+        return 1;
+    }
+    if (cli_flag_value(argc, argv, i, "--route-soft", &v, &missing)) {
+        if (missing || !v) return cli_usage_error(cmd, "--route-soft needs a temperature"), -1;
+        if (!cli_parse_double(cmd, "--route-soft", v, 1e-6, 1e6, &o->soft)) return -1;
+        o->route = true;
         return 1;
     }
     if (cli_flag_value(argc, argv, i, "--route-threshold", &v, &missing)) {
@@ -84,6 +92,16 @@ int cli_skill_resolve(const char *cmd, cmf_model *m, const cmf_file *f, const in
     } else if (!(r.energy[r.best] <= o->threshold)) {
         fprintf(stderr, "route: best %s E=%.4f is above the threshold %.4f: backbone\n", r.ids[r.best], r.energy[r.best],
                 o->threshold);
+    } else if (o->soft > 0 && r.n > 1) { /* §7's soft blend: w_i = softmax(-E_i / T) */
+        double w[64];
+        char spec[1024];
+        size_t at = 0;
+        uint32_t nb = r.n < 64 ? r.n : 64;
+        cmf_skill_softmax_weights(r.energy, nb, o->soft, w);
+        for (uint32_t i = 0; i < nb && at < sizeof spec; i++)
+            at += (size_t)snprintf(spec + at, sizeof spec - at, "%s%s:%.6g", i ? "," : "", r.ids[i], w[i]);
+        fprintf(stderr, "route: soft blend (T=%g) %s\n", o->soft, spec);
+        rc = at < sizeof spec ? cli_skill_blend(cmd, m, f, spec, ws) : cli_usage_error(cmd, "--route-soft: too many skills");
     } else {
         fprintf(stderr, "route: %s (E=%.4f)\n", r.ids[r.best], r.energy[r.best]);
         if (cmf_model_weight_set(m, r.ids[r.best], ws, &err) != CMF_OK) rc = cli_fail(cmd, &err);

@@ -1,6 +1,6 @@
 /*
  * skill_flags.h — the skill flags `run`, `chat`, `logits`, `ppl` and
- * `bench` share (--skill ID|none, --route, --route-threshold X, --blend
+ * `bench` share (--skill ID|none, --route, --route-threshold X, --route-soft T, --blend
  * ID:W,...), and turning them into the weight set a command runs with
  * (cmf/skills.h for routing, cmf_model_weight_set for a skill).
  */
@@ -17,6 +17,7 @@ typedef struct cli_skill {
     const char *skill;  /* --skill ID, or "none" (the backbone) */
     bool route;         /* --route */
     double threshold;   /* --route-threshold (set by cli_skill_init) */
+    double soft;        /* --route-soft T: blend by softmax(-E/T) (0 = pick the best) */
     const char *blend;  /* --blend ID:W,ID:W */
 } cli_skill;
 

@@ -66,6 +66,9 @@ check "run --route" "grep -q '^route: recipes' \"$T/run.err\""
 "$CMF" run "$B" -p "${held_r[0]}" -n 8 --greedy --skill recipes > "$T/skill.out" 2>/dev/null
 "$CMF" run "$B" -p "${held_r[0]}" -n 4 --greedy --skill recipes > "$T/skill4.out" 2>/dev/null
 check "run --route = run --skill recipes" "cmp -s \"$T/run.out\" \"$T/skill4.out\""
+"$CMF" run "$B" -p "${held_r[0]}" -n 2 --greedy --route-soft 0.05 >/dev/null 2> "$T/soft.err"
+check "run --route-soft: a blend weighted toward recipes" "grep -q '^route: soft blend (T=0.05) recipes:0\.[5-9]' \"$T/soft.err\""
+"$CMF" run "$B" -p x -n 1 --route-soft 0 2>/dev/null; check "--route-soft 0 refused" "[ $? -eq 2 ]"
 # quality
 head -c 2000 "$SRC/models/demo/heldout.txt" > "$T/held.txt"
 check "quality" "\"$CMF\" skill quality \"$B\" --id recipes --file \"$T/held.txt\" -c 128 >/dev/null"
