@@ -171,12 +171,9 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) return CLI_EXIT_USAGE;
-        if (lf > 0) continue;
-        int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) return CLI_EXIT_USAGE;
-        if (sf > 0) continue;
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) return CLI_EXIT_USAGE;
+        if (wf > 0) continue;
         if (cli_is_help(argv[i])) {
             usage(stdout);
             fputs(cli_skill_help, stdout);

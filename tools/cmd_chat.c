@@ -220,12 +220,9 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         long l = 0;
         unsigned long long u = 0;
         if (cli_is_help(argv[i])) { usage(stdout); fputs(cli_skill_help, stdout); return -1; }
-        int sf = cli_skill_flag(cmd, argc, argv, &i, &o->skill);
-        if (sf < 0) return CLI_EXIT_USAGE;
-        if (sf > 0) continue;
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &o->lora);
-        if (lf < 0) return CLI_EXIT_USAGE;
-        if (lf > 0) continue;
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &o->skill, &o->lora);
+        if (wf < 0) return CLI_EXIT_USAGE;
+        if (wf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
         else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {

@@ -120,12 +120,9 @@ int cmd_logits(int argc, char **argv) {
     uint32_t ws = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) { printf(logits_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
-        int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (sf > 0) continue;
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (lf > 0) continue;
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (wf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
@@ -250,12 +247,9 @@ int cmd_ppl(int argc, char **argv) {
     cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) { printf(ppl_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (lf > 0) continue;
-        int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (sf > 0) continue;
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (wf > 0) continue;
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
         else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
@@ -446,12 +440,9 @@ int cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (cli_is_help(flag)) { printf(run_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
-        int sf = cli_skill_flag(cmd, argc, argv, &i, &so);
-        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (sf > 0) continue;
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (lf > 0) continue;
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (wf > 0) continue;
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \

@@ -61,6 +61,11 @@ int cli_skill_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o)
     return 0;
 }
 
+int cli_weights_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o, cli_lora *lo) {
+    int r = cli_skill_flag(cmd, argc, argv, i, o);
+    return r ? r : cli_lora_flag(cmd, argc, argv, i, lo);
+}
+
 int cli_skill_check(const char *cmd, const cli_skill *o, size_t n_lora) {
     int n = (o->skill != NULL) + o->route + (o->blend != NULL);
     if (n > 1) return cli_usage_error(cmd, "give one of --skill, --route and --blend");

@@ -8,6 +8,7 @@
 #define CMF_SKILL_FLAGS_H
 
 #include "cli.h"
+#include "cli_lora.h"
 
 /* Default of --route-threshold: with --route, the backbone runs when the
  * best skill's E (cmf/skills.h) is above it. */
@@ -28,6 +29,9 @@ void cli_skill_init(cli_skill *o);
 /* When argv[*i] is one of the flags, consume it (and its value) and return
  * 1; 0 when it is not; -1 on a usage error (printed). */
 int cli_skill_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o);
+/* cli_skill_flag, then cli_lora_flag (the weight flags of a command): 1
+ * consumed, 0 neither, -1 a usage error (printed). */
+int cli_weights_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *o, cli_lora *lo);
 /* Check the combination: one of --skill, --route and --blend, and none of
  * them with n_lora > 0 adapters (--lora: not combined yet). CLI_EXIT_OK or
  * CLI_EXIT_USAGE (printed). */
