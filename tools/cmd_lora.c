@@ -10,14 +10,17 @@
 #include <string.h>
 
 static const char lora_help[] =
-    "usage: cmf lora import PEFT_DIR (-o ADAPTER.cmf | --into BASE.cmf --id ID) [--dtype f32|f16|bf16]\n"
+    "usage: cmf lora import PEFT_DIR (-o ADAPTER.cmf [--base BASE.cmf] | --into BASE.cmf --id ID)\n"
+    "                       [--dtype f32|f16|bf16]\n"
     "       cmf lora info ADAPTER.cmf | cmf lora info BASE.cmf --id ID\n"
     "  import: converts a PEFT LoRA adapter (adapter_config.json +\n"
     "  adapter_model.safetensors) to an adapter file for --lora, or appends it in\n"
     "  place to BASE.cmf as low-rank skill ID (tensors skill.ID.*, a header.skills\n"
     "  entry of kind \"lora\"; then --skill ID runs it). Scale alpha/r (alpha/sqrt(r)\n"
     "  with use_rslora). Any of the q/k/v/o (qkv) and gate/up/down (gate_up)\n"
-    "  projections; A and B stored in --dtype (default f32). docs/LORA.md.\n"
+    "  projections; A and B stored in --dtype (default f32). --base: check the\n"
+    "  adapter against the model it is for and record its architecture (then\n"
+    "  --lora refuses it on another one). docs/LORA.md.\n"
     "  info: rank, alpha, scale and the adapted projections.\n";
 
 static int do_import(int argc, char **argv) {
@@ -31,6 +34,7 @@ static int do_import(int argc, char **argv) {
         else if (cli_flag_value(argc, argv, &i, "--into", &v, &missing)) o.into = v;
         else if (cli_flag_value(argc, argv, &i, "--id", &v, &missing)) o.id = v;
         else if (cli_flag_value(argc, argv, &i, "--dtype", &v, &missing)) o.dtype = v;
+        else if (cli_flag_value(argc, argv, &i, "--base", &v, &missing)) o.base = v;
         else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s (see cmf lora --help)", flag);
         else if (!dir) dir = flag;
         else return cli_usage_error(cmd, "unexpected argument %s", flag);
@@ -40,6 +44,7 @@ static int do_import(int argc, char **argv) {
     if (!out && !o.into) return cli_usage_error(cmd, "need -o ADAPTER.cmf or --into BASE.cmf --id ID");
     if (out && o.into) return cli_usage_error(cmd, "-o and --into exclude each other");
     if (!!o.into != !!o.id) return cli_usage_error(cmd, "--into and --id go together");
+    if (o.base && o.into) return cli_usage_error(cmd, "--base goes with -o (with --into, BASE is the base)");
     if (o.dtype && strcmp(o.dtype, "f32") && strcmp(o.dtype, "f16") && strcmp(o.dtype, "bf16"))
         return cli_usage_error(cmd, "--dtype %s: f32, f16 or bf16", o.dtype);
     if (out && !cli_check_output(cmd, out, &dir, 1)) return CLI_EXIT_USAGE;

@@ -71,6 +71,9 @@ typedef struct cmf_lora_import_opts {
     const char *dtype;     /* "f32" (default), "f16" or "bf16" */
     const char *into;      /* store into this base file as a low-rank skill ... */
     const char *id;        /* ... of this id (both or neither) */
+    const char *base;      /* with out_path: the base file the adapter is for (may be
+                              NULL): every pair is checked against its tensors and its
+                              arch_name recorded (then cmf_lora_check compares it) */
 } cmf_lora_import_opts;
 
 /* Convert a PEFT LoRA folder (adapter_config.json + adapter_model
@@ -79,8 +82,8 @@ typedef struct cmf_lora_import_opts {
  * cmf_file_append; out_path is then NULL). Scale alpha/r, alpha/√r when
  * use_rslora. Module names map to cmf tensor names as the HF importer
  * maps the base weights (base_model.model.<name>.lora_A.weight ->
- * <name>.lora_A). With `into`, every pair is checked against the base's
- * tensors first. Errors name the file and key: CMF_ERR_IO,
+ * <name>.lora_A). With `into` (or `base`), every pair is checked against
+ * the base's tensors first. Errors name the file and key: CMF_ERR_IO,
  * CMF_ERR_FORMAT (config keys, shapes, a lone A/B), CMF_ERR_UNSUPPORTED
  * (peft_type other than LORA, use_dora, rank_pattern / alpha_pattern,
  * fan_in_fan_out, a module that is not a projection of a decoder layer),

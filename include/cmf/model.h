@@ -83,10 +83,13 @@ void cmf_model_get_info(const cmf_model *m, cmf_model_info *info);
  * here: its layer table is resolved then (skill.<id>.<name> where the
  * skill has the tensor, else the backbone's), never per token. A batch
  * names a weight set per token (cmf_batch.weight_set), so sequences with
- * different skills share one forward. skill_id NULL or "" gives 0.
+ * different skills share one forward. skill_id NULL or "" gives 0. A
+ * skill of "kind": "lora" (a low-rank skill, cmf/lora.h) becomes the
+ * backbone with that adapter (opened here, owned by the model). Same as
+ * cmf_model_weight_set_overlay with only .skill set.
  * Errors: CMF_ERR_NOT_FOUND (not in header.skills), CMF_ERR_FORMAT (a
- * replacement of the wrong shape), CMF_ERR_NOMEM. Not while a forward of
- * this model runs. */
+ * replacement of the wrong shape, a bad low-rank skill), CMF_ERR_NOMEM.
+ * Not while a forward of this model runs. */
 cmf_status cmf_model_weight_set(cmf_model *m, const char *skill_id, uint32_t *ws, cmf_error *err);
 /* Weight sets resolved so far (>= 1). */
 uint32_t cmf_model_n_weight_sets(const cmf_model *m);

@@ -254,12 +254,28 @@ static cmf_status encode(const cmf_st_tensor *t, cmf_dtype dt, void **out, uint6
     return st;
 }
 
-static cmf_status write_file(const imp *c, const char *out_path, cmf_dtype dt, cmf_error *err) {
+/* header.arch.arch_name of an open base file, or NULL. */
+static const char *arch_name_of(const cmf_file *f) {
+    const cJSON *an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "arch"),
+                                                       "arch_name");
+    return cJSON_IsString(an) ? an->valuestring : NULL;
+}
+
+/* base (may be NULL): the model the adapter is for; its shapes are checked
+ * and its arch_name recorded. */
+static cmf_status write_file(const imp *c, const char *out_path, const char *base, cmf_dtype dt, cmf_error *err) {
+    cmf_file *bf = NULL;
+    cmf_status st = base ? cmf_file_open(base, &bf, err) : CMF_OK;
+    if (!st && bf) st = check_base(c, bf, err);
+    cJSON *lo = st ? NULL : lora_object(c, bf ? arch_name_of(bf) : NULL);
+    cmf_file_close(bf);
+    if (st) return st;
     cmf_writer_opts wo = {.extra_features = CMF_FEAT_SKILL_FILE};
     cmf_writer *w = NULL;
-    cmf_status st = cmf_writer_open(out_path, &wo, &w, err);
-    if (st) return st;
-    cJSON *lo = lora_object(c, NULL);
+    if ((st = cmf_writer_open(out_path, &wo, &w, err))) {
+        cJSON_Delete(lo);
+        return st;
+    }
     if (!lo || !cJSON_AddItemToObject(cmf_writer_header(w), "lora", lo)) {
         cJSON_Delete(lo);
         cmf_writer_abort(w);
@@ -298,9 +314,8 @@ static cmf_status write_into(const imp *c, const char *base, const char *id, cmf
         cmf_file_close(f);
         return cmf_error_set(err, CMF_ERR_ARG, "%s: a standalone skill or adapter file, not a base model", base);
     }
-    const cJSON *an = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(hdr, "arch"), "arch_name");
     cJSON *h = cJSON_Duplicate(hdr, 1);
-    cJSON *one = cJSON_CreateObject(), *lo = lora_object(c, cJSON_IsString(an) ? an->valuestring : NULL);
+    cJSON *one = cJSON_CreateObject(), *lo = lora_object(c, arch_name_of(f));
     cmf_new_tensor *nt = calloc(2 * c->n_pairs, sizeof *nt);
     char **names = calloc(2 * c->n_pairs, sizeof *names);
     void **pls = calloc(2 * c->n_pairs, sizeof *pls);
@@ -368,6 +383,7 @@ cmf_status cmf_lora_import(const char *peft_dir, const char *out_path, const cmf
     if (!!into != !!id) return cmf_error_set(err, CMF_ERR_ARG, "lora import: --into and --id go together");
     if (!into && (!out_path || !*out_path)) return cmf_error_set(err, CMF_ERR_ARG, "lora import: no output path (-o)");
     if (into && out_path) return cmf_error_set(err, CMF_ERR_ARG, "lora import: -o and --into exclude each other");
+    if (into && opts->base) return cmf_error_set(err, CMF_ERR_ARG, "lora import: --base goes with -o (--into is the base)");
     if (id && (!*id || strchr(id, '.') || strlen(id) > 200))
         return cmf_error_set(err, CMF_ERR_ARG, "lora import: --id '%s': a non-empty name without '.'", id);
     int dt = cmf_dtype_from_name(dts);
@@ -380,7 +396,9 @@ cmf_status cmf_lora_import(const char *peft_dir, const char *out_path, const cmf
     imp c = {.dir = peft_dir};
     cmf_status st = read_config(&c, err);
     if (!st) st = read_pairs(&c, err);
-    if (!st) st = into ? write_into(&c, into, id, (cmf_dtype)dt, err) : write_file(&c, out_path, (cmf_dtype)dt, err);
+    if (!st)
+        st = into ? write_into(&c, into, id, (cmf_dtype)dt, err)
+                  : write_file(&c, out_path, opts ? opts->base : NULL, (cmf_dtype)dt, err);
     imp_free(&c);
     return st;
 }

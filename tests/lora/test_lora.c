@@ -427,6 +427,7 @@ static int bad_imports(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *d = peft_variant(src, "variant", cases[i].key, cases[i].val);
         REQUIRE(d, "variant");
+        unlink(out);
         cmf_status st = cmf_lora_import(d, out, NULL, &err);
         CHECK(st == cases[i].want && strstr(err.msg, cases[i].needle), "%s = %s: status %d: %s", cases[i].key,
               cases[i].val, (int)st, err.msg);
@@ -443,6 +444,18 @@ static int bad_imports(void) {
     snprintf(p, sizeof p, "%s/skills/llama/lora-a", g_data);
     CHECK(cmf_lora_import(p, NULL, &into, &err) == CMF_ERR_FORMAT && strstr(err.msg, "do not fit"),
           "llama adapter into qwen3: %s", err.msg);
+    /* --base: checked against the base, its architecture recorded */
+    cmf_lora_import_opts wb = {.base = qbase};
+    char la2[4300];
+    snprintf(la2, sizeof la2, "%s/llama-a-based.cmf", g_dir);
+    unlink(la2); /* from an earlier run */
+    CHECK(cmf_lora_import(p, la2, &wb, &err) == CMF_ERR_FORMAT && strstr(err.msg, "do not fit") &&
+              access(la2, F_OK) != 0,
+          "llama adapter with --base qwen3: %s", err.msg);
+    char lbase[4300];
+    snprintf(lbase, sizeof lbase, "%s/llama-base.cmf", g_dir);
+    wb.base = lbase;
+    REQUIRE(cmf_lora_import(p, la2, &wb, &err) == CMF_OK, "import --base: %s", err.msg);
     /* a llama adapter on the qwen3 model */
     cmf_file *f = NULL;
     cmf_model *m = NULL;
@@ -459,6 +472,15 @@ static int bad_imports(void) {
               ws == 0,
           "llama adapter on qwen3: %s", err.msg);
     CHECK(cmf_model_n_weight_sets(m) == 1, "a failed overlay left a weight set");
+    cmf_lora_free(la);
+    la = NULL;
+    REQUIRE(cmf_lora_open(la2, &la, &err) == CMF_OK, "open: %s", err.msg);
+    cmf_lora_info li;
+    cmf_lora_get_info(la, &li);
+    CHECK(strcmp(li.arch_name, "llama") == 0, "recorded arch '%s'", li.arch_name);
+    one[0] = la;
+    CHECK(cmf_model_weight_set_overlay(m, &ov, &ws, &err) == CMF_ERR_FORMAT && strstr(err.msg, "architecture 'llama'"),
+          "arch check: %s", err.msg);
     cmf_lora_free(la);
     cmf_model_free(m);
     cmf_file_close(f);

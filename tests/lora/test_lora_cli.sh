@@ -38,6 +38,12 @@ expect 0 "56 projections, rank 8, alpha 16, scale 2" -- "$cmf" lora import "$tmp
 expect 0 "16 projections, rank 4" -- "$cmf" lora import "$tmp/pb" -o "$tmp/b.cmf" --dtype f16
 expect 0 "" -- "$cmf" lora import "$tmp/pw" -o "$tmp/w.cmf"
 expect 0 "rank: 8" -- "$cmf" lora info "$tmp/a.cmf"
+expect 0 "arch: \(any\)" -- "$cmf" lora info "$tmp/a.cmf"
+expect 0 "" -- "$cmf" lora import "$tmp/pa" -o "$tmp/ab.cmf" --base "$D"
+expect 0 "arch: llama" -- "$cmf" lora info "$tmp/ab.cmf"
+expect 1 "do not fit" -- "$cmf" lora import "$tmp/pw" -o "$tmp/wb.cmf" --base "$D"
+[ -e "$tmp/wb.cmf" ] && { echo "FAIL: a refused import left $tmp/wb.cmf"; fail=1; }
+expect 2 "--base goes with -o" -- "$cmf" lora import "$tmp/pa" --into "$tmp/x.cmf" --id y --base "$D"
 cp "$D" "$tmp/base.cmf"
 expect 0 "skill x: 56 projections" -- "$cmf" lora import "$tmp/pa" --into "$tmp/base.cmf" --id x
 expect 0 "" -- "$cmf" verify "$tmp/base.cmf"
