@@ -31,5 +31,6 @@
 #include "cmf/engine.h"
 #include "cmf/lora.h"
 #include "cmf/policy.h"
+#include "cmf/skills.h"
 
 #endif /* CMF_H */

@@ -36,6 +36,7 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_skill(int argc, char **argv);
 int cmd_lora(int argc, char **argv);
 
 /* "cmf <cmd>: message\n" on stderr; returns CLI_EXIT_USAGE. */
@@ -129,5 +130,16 @@ int cli_interrupt_end(int rc);
 /* Warn on stderr when n_ctx tokens exceed the model's training context
  * (llama.cpp warns the same way); never an error. */
 void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx);
+
+/* `cmf ppl`'s perplexity (its --help gives the definition) of ids[0..n_ids)
+ * in windows of ctx tokens, nb tokens per forward, with weight set ws,
+ * through kv (one sequence, >= ctx slots). res: the NLL sum, tokens
+ * scored, windows. Errors: the forward's, CMF_ERR_NOMEM. */
+typedef struct cli_ppl_result {
+    double nll;
+    size_t scored, windows;
+} cli_ppl_result;
+cmf_status cli_ppl_eval(cmf_model *m, cmf_kv_cache *kv, const int32_t *ids, size_t n_ids, long ctx, long nb,
+                        uint32_t ws, cli_ppl_result *res, cmf_error *err);
 
 #endif /* CMF_CLI_H */

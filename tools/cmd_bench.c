@@ -19,6 +19,7 @@
 #include "bench_parallel.h"
 #include "cli.h"
 #include "cli_lora.h"
+#include "skill_flags.h"
 
 /* internal CPU-engine header: default thread count and kernel level, for the report */
 #include "../src/backend/cpu/cpu.h"
@@ -165,14 +166,17 @@ int cmd_bench(int argc, char **argv) {
     bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
     int par[16], n_par = 0;
     cli_lora lo = {0};
+    cli_skill so;
+    cli_skill_init(&so);
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) return CLI_EXIT_USAGE;
-        if (lf > 0) continue;
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) return CLI_EXIT_USAGE;
+        if (wf > 0) continue;
         if (cli_is_help(argv[i])) {
             usage(stdout);
+            fputs(cli_skill_help, stdout);
             return CLI_EXIT_OK;
         } else if (strcmp(argv[i], "--lora-cycle") == 0) {
             cycle = true;
@@ -223,6 +227,8 @@ int cmd_bench(int argc, char **argv) {
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
     if (exact && !n_par) return cli_usage_error(cmd, "--batch-invariant needs --parallel");
     if (cycle && (!n_par || lo.n == 0)) return cli_usage_error(cmd, "--lora-cycle needs --parallel and --lora");
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -256,7 +262,10 @@ int cmd_bench(int argc, char **argv) {
         n_ws = (int)lo.n;
     } else if (!cli_lora_apply(cmd, m, &lo, &ws[0])) {
         goto done;
+    } else if ((so.skill || so.blend) && (rc = cli_skill_resolve(cmd, m, f, NULL, 0, &so, &ws[0])) != CLI_EXIT_OK) {
+        goto done;
     }
+    rc = CLI_EXIT_FAIL;
     if (n_par) {
         cli_warn_ctx(cmd, m, n_prompt + n_gen); /* each sequence's context */
         int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();

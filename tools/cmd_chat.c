@@ -22,6 +22,7 @@
 #include "chat_prompt.h"
 #include "chat_think.h"
 #include "cli.h"
+#include "skill_flags.h"
 #include "cli_lora.h"
 
 #include <cjson/cJSON.h>
@@ -203,6 +204,7 @@ typedef struct chat_opts {
     bool no_think, stats, escape;
     long n_predict, n_ctx, threads;
     cmf_sampler_params sp;
+    cli_skill skill; /* --skill, --route (on the first message), --blend */
     cli_lora lora;  /* --lora, --lora-scaled */
 } chat_opts;
 
@@ -210,16 +212,17 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     const char *cmd = "chat";
     o->n_predict = -1;
     o->sp = cmf_sampler_default_params();
+    cli_skill_init(&o->skill);
     for (int i = 1; i < argc; i++) {
         const char *v;
         bool missing = false;
         double d = 0;
         long l = 0;
         unsigned long long u = 0;
-        if (cli_is_help(argv[i])) { usage(stdout); return -1; }
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &o->lora);
-        if (lf < 0) return CLI_EXIT_USAGE;
-        if (lf > 0) continue;
+        if (cli_is_help(argv[i])) { usage(stdout); fputs(cli_skill_help, stdout); return -1; }
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &o->skill, &o->lora);
+        if (wf < 0) return CLI_EXIT_USAGE;
+        if (wf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
         else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
@@ -267,6 +270,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     if (!o->path) return cli_usage_error(cmd, "missing MODEL.cmf");
     if (o->n_prompts > 1) return cli_usage_error(cmd, "give the first message once: -p TEXT, -f FILE or -p -");
     if (o->system && o->system_file) return cli_usage_error(cmd, "give --system or -sysf, not both");
+    if (cli_skill_check(cmd, &o->skill, o->lora.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
+    if (o->skill.route && !o->n_prompts) return cli_usage_error(cmd, "--route routes on the first message: give -p or -f");
     return 0;
 }
 
@@ -508,6 +513,17 @@ int cmd_chat(int argc, char **argv) {
     cli_warn_ctx("chat", model, o.n_ctx);
     uint32_t ws = 0;
     if (!cli_lora_apply("chat", model, &o.lora, &ws)) goto done;
+    if (!o.lora.n) {
+        int32_t *rids = NULL; /* --route: the first message, tokenized as a raw prompt */
+        size_t nr = 0;
+        if (o.skill.route && cmf_model_encode_prompt(f, tok, first, first_len, false, &rids, &nr, &err) != CMF_OK) {
+            cli_fail("chat", &err);
+            goto done;
+        }
+        int src = cli_skill_resolve("chat", model, f, rids, nr, &o.skill, &ws);
+        free(rids);
+        if (src != CLI_EXIT_OK) { rc = src; goto done; }
+    }
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp, .weight_set = ws};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     turn_end_init(te, f, tok);

@@ -8,6 +8,7 @@
  */
 #include "chat_prompt.h"
 #include "cli.h"
+#include "skill_flags.h"
 #include "cli_lora.h"
 
 #include <cjson/cJSON.h>
@@ -114,11 +115,14 @@ int cmd_logits(int argc, char **argv) {
     cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
+    cli_skill so;
+    cli_skill_init(&so);
+    uint32_t ws = 0;
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { printf(logits_help, cli_lora_help); return CLI_EXIT_OK; }
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (lf > 0) continue;
+        if (cli_is_help(argv[i])) { printf(logits_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (wf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
@@ -131,12 +135,12 @@ int cmd_logits(int argc, char **argv) {
     }
     if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
     if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     int32_t *ids;
     size_t n;
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    uint32_t ws = 0;
     if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -145,24 +149,27 @@ int cmd_logits(int argc, char **argv) {
     cmf_kv_cache *kv = NULL;
     int32_t *pos = malloc(n * sizeof *pos);
     int8_t *want = malloc(n);
+    uint32_t *wsv = malloc(n * sizeof *wsv);
     float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
-    uint32_t *wsr = malloc(n * sizeof *wsr);
-    if (!pos || !want || !logits || !wsr) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
+    if (!pos || !want || !wsv || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
     if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
-    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; wsr[i] = ws; }
+    for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
     cli_warn_ctx(cmd, m, (long)n);
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n, &so, &ws)) != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
+    for (size_t i = 0; i < n; i++) wsv[i] = ws;
     cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want,
-                   .weight_set = ws ? wsr : NULL};
+                   .weight_set = ws ? wsv : NULL};
     if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     if (write_npy_f32(cmd, outp, logits, n, info.n_vocab)) rc = CLI_EXIT_OK;
 done:
-    free(wsr);
     cmf_kv_free(kv);
     free(pos);
     free(want);
+    free(wsv);
     free(logits);
     free(ids);
     cmf_model_free(m);
@@ -172,6 +179,48 @@ done:
 }
 
 /* ---- cmf ppl ----------------------------------------------------------- */
+
+cmf_status cli_ppl_eval(cmf_model *m, cmf_kv_cache *kv, const int32_t *ids, size_t n_ids, long ctx, long nb,
+                        uint32_t ws, cli_ppl_result *res, cmf_error *err) {
+    cmf_model_info info;
+    cmf_model_get_info(m, &info);
+    memset(res, 0, sizeof *res);
+    int32_t *pos = malloc((size_t)nb * sizeof *pos);
+    int8_t *want = malloc((size_t)nb);
+    uint32_t *wsv = malloc((size_t)nb * sizeof *wsv);
+    float *logits = malloc((size_t)nb * info.n_vocab * sizeof(float));
+    cmf_status st = pos && want && wsv && logits ? CMF_OK : cmf_error_set(err, CMF_ERR_NOMEM, "ppl: out of memory");
+    if (!st) memset(want, 1, (size_t)nb);
+    for (long i = 0; !st && i < nb; i++) wsv[i] = ws;
+    for (size_t w0 = 0; !st && w0 + 2 <= n_ids; w0 += (size_t)ctx) {
+        size_t L = n_ids - w0 < (size_t)ctx ? n_ids - w0 : (size_t)ctx;
+        cmf_kv_seq_truncate(kv, 0, 0, err); /* empty cache per window */
+        for (size_t c0 = 0; !st && c0 < L; c0 += (size_t)nb) {
+            uint32_t cn = (uint32_t)((L - c0) < (size_t)nb ? (L - c0) : (size_t)nb);
+            for (uint32_t i = 0; i < cn; i++) pos[i] = (int32_t)(c0 + i);
+            cmf_batch b = {.n_tokens = cn, .tokens = ids + w0 + c0, .pos = pos, .logits = want,
+                           .weight_set = ws ? wsv : NULL};
+            if ((st = cmf_model_forward(m, kv, &b, logits, err)) != CMF_OK) break;
+            for (uint32_t i = 0; i < cn; i++) {
+                size_t at = c0 + i; /* logits at position at predict token at+1 */
+                if (at + 1 >= L) break;
+                const float *lg = logits + (size_t)i * info.n_vocab;
+                double mx = lg[0], s = 0.0;
+                for (uint32_t j = 1; j < info.n_vocab; j++) mx = lg[j] > mx ? lg[j] : mx;
+                for (uint32_t j = 0; j < info.n_vocab; j++) s += exp((double)lg[j] - mx);
+                int32_t next = ids[w0 + at + 1];
+                res->nll += -(((double)lg[next] - mx) - log(s));
+                res->scored++;
+            }
+        }
+        res->windows++;
+    }
+    free(pos);
+    free(want);
+    free(wsv);
+    free(logits);
+    return st;
+}
 
 static const char ppl_help[] =
     "usage: cmf ppl FILE --file TEXT [-c N] [-b N] [-t N] [--kv-f32]\n"
@@ -193,12 +242,14 @@ int cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *file = NULL, *text = NULL, *v;
     long threads = 0, ctx = 512, nb = 64;
     bool kv_f32 = false, missing = false;
+    cli_skill so;
+    cli_skill_init(&so);
     cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(argv[i])) { printf(ppl_help, cli_lora_help); return CLI_EXIT_OK; }
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (lf > 0) continue;
+        if (cli_is_help(argv[i])) { printf(ppl_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (wf > 0) continue;
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
         else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
@@ -214,6 +265,7 @@ int cmd_ppl(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
     if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_error err = {0};
     char *buf = NULL;
     size_t blen = 0;
@@ -222,53 +274,25 @@ int cmd_ppl(int argc, char **argv) {
     cmf_model *m;
     if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
-    uint32_t ws = 0, *wsr = NULL;
+    uint32_t ws = 0;
     cmf_tokenizer *tok = NULL;
     cmf_kv_cache *kv = NULL;
-    int32_t *ids = NULL, *pos = NULL, *seq = NULL;
-    int8_t *want = NULL;
-    float *logits = NULL;
+    int32_t *ids = NULL;
     size_t n_ids = 0;
     if (!load_tokenizer(cmd, f, &tok)) goto done;
     if (cmf_tokenizer_encode(tok, buf, blen, false, &ids, &n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    cmf_model_info info;
-    cmf_model_get_info(m, &info);
-    pos = malloc((size_t)nb * sizeof *pos);
-    want = malloc((size_t)nb);
-    logits = malloc((size_t)nb * info.n_vocab * sizeof(float));
-    wsr = malloc((size_t)nb * sizeof *wsr);
-    if (!pos || !want || !logits || !wsr) { fprintf(stderr, "cmf ppl: out of memory\n"); goto done; }
     if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
-    for (long i = 0; i < nb; i++) wsr[i] = ws;
-    memset(want, 1, (size_t)nb);
     cli_warn_ctx(cmd, m, ctx);
     cmf_kv_params kp = {.n_ctx = (uint32_t)ctx, .n_seq_max = 1, .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    double nll = 0.0, t0 = now_s();
-    size_t scored = 0, windows = 0;
-    for (size_t w0 = 0; w0 + 2 <= n_ids; w0 += (size_t)ctx) {
-        size_t L = n_ids - w0 < (size_t)ctx ? n_ids - w0 : (size_t)ctx;
-        cmf_kv_seq_truncate(kv, 0, 0, &err); /* empty cache per window */
-        for (size_t c0 = 0; c0 < L; c0 += (size_t)nb) {
-            uint32_t cn = (uint32_t)((L - c0) < (size_t)nb ? (L - c0) : (size_t)nb);
-            for (uint32_t i = 0; i < cn; i++) pos[i] = (int32_t)(c0 + i);
-            cmf_batch b = {.n_tokens = cn, .tokens = ids + w0 + c0, .pos = pos, .logits = want,
-                           .weight_set = ws ? wsr : NULL};
-            if (cmf_model_forward(m, kv, &b, logits, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-            for (uint32_t i = 0; i < cn; i++) {
-                size_t at = c0 + i; /* logits at position at predict token at+1 */
-                if (at + 1 >= L) break;
-                const float *lg = logits + (size_t)i * info.n_vocab;
-                double mx = lg[0], s = 0.0;
-                for (uint32_t j = 1; j < info.n_vocab; j++) mx = lg[j] > mx ? lg[j] : mx;
-                for (uint32_t j = 0; j < info.n_vocab; j++) s += exp((double)lg[j] - mx);
-                int32_t next = ids[w0 + at + 1];
-                nll += -(((double)lg[next] - mx) - log(s));
-                scored++;
-            }
-        }
-        windows++;
-    }
+    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n_ids < (size_t)ctx ? n_ids : (size_t)ctx, &so, &ws)) != CLI_EXIT_OK)
+        goto done;
+    rc = CLI_EXIT_FAIL;
+    double t0 = now_s();
+    cli_ppl_result pr;
+    if (cli_ppl_eval(m, kv, ids, n_ids, ctx, nb, ws, &pr, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
+    double nll = pr.nll;
+    size_t scored = pr.scored, windows = pr.windows;
     if (scored == 0) {
         fprintf(stderr, "cmf ppl: %s: fewer than 2 tokens, nothing to score\n", text);
         goto done;
@@ -282,11 +306,6 @@ done:
     cmf_kv_free(kv);
     cmf_tokenizer_free(tok);
     free(ids);
-    free(pos);
-    free(seq);
-    free(want);
-    free(wsr);
-    free(logits);
     free(buf);
     cmf_model_free(m);
     cmf_file_close(f);
@@ -415,13 +434,15 @@ int cmd_run(int argc, char **argv) {
     size_t n_stops = 0;
     cmf_logit_bias bias[256 + CMF_MODEL_EOS_MAX]; /* --logit-bias, then -inf per EOS id for --ignore-eos */
     size_t n_bias = 0;
+    cli_skill so;
+    cli_skill_init(&so);
     cli_lora lo = {0};
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
-        if (cli_is_help(flag)) { printf(run_help, cli_lora_help); return CLI_EXIT_OK; }
-        int lf = cli_lora_flag(cmd, argc, argv, &i, &lo);
-        if (lf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
-        if (lf > 0) continue;
+        if (cli_is_help(flag)) { printf(run_help, cli_lora_help); fputs(cli_skill_help, stdout); return CLI_EXIT_OK; }
+        int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
+        if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (wf > 0) continue;
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -475,6 +496,7 @@ int cmd_run(int argc, char **argv) {
     if (!file || n_prompts == 0) return cli_usage_error(cmd, "need FILE and -p TEXT, -f FILE or -p - (see --help)");
     if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
+    if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     for (size_t k = 0; k < n_stops; k++) { /* llama.cpp escapes its stop strings (-r) too */
         if (escape) cli_process_escapes((char *)stops[k], strlen(stops[k]));
         if (!*stops[k]) return cli_usage_error(cmd, "--stop: the stop string is empty");
@@ -539,6 +561,8 @@ int cmd_run(int argc, char **argv) {
             if (eos[k] >= 0 && (uint32_t)eos[k] < info.n_vocab) bias[n_bias++] = (cmf_logit_bias){eos[k], -INFINITY};
 
     cmf_session_params sp = {0};
+    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n_ids, &so, &ws)) != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
     sp.n_ctx = (uint32_t)ctx;
     cli_warn_ctx(cmd, m, ctx);
     sp.kv_type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16;

@@ -34,6 +34,7 @@ static const command commands[] = {
     {"logits", cmd_logits, "logits of every position for given tokens (.npy)"},
     {"ppl", cmd_ppl, "perplexity of a text file"},
     {"bench", cmd_bench, "prompt processing and generation throughput"},
+    {"skill", cmd_skill, "skills: add, list, remove, export, apply, fit, route, quality"},
     {"lora", cmd_lora, "import a PEFT LoRA adapter (file or low-rank skill), describe one"},
 };
 

@@ -234,6 +234,36 @@ typedef struct cmf_new_tensor {
 cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size_t n,
                            const struct cJSON *new_header, cmf_error *err);
 
+/* Options of cmf_file_append_ex (zero-initialize; NULL = none). */
+typedef struct cmf_append_opts {
+    /* Existing records whose name drop() accepts leave the new directory
+     * (their payloads become dead bytes; compact reclaims them). A new
+     * tensor may reuse a dropped name. */
+    bool (*drop)(const char *name, void *drop_ctx);
+    void *drop_ctx;
+    /* Called after each write stage, in order: "payloads" (new payloads
+     * written at the tail, not yet synced), "directory" (new directory and
+     * header written and fsync'd; the envelope still points at the old
+     * ones), "envelope" (envelope rewritten and fsync'd: the new file).
+     * A crash at any stage leaves the old file or the new one. */
+    void (*stage)(const char *stage, void *stage_ctx);
+    void *stage_ctx;
+    uint32_t set_features, clear_features; /* required_features bits changed in the new envelope */
+} cmf_append_opts;
+/* cmf_file_append with options. Errors: those of cmf_file_append. Not
+ * thread-safe for one path: callers serialise writers (cmf/skills.h takes
+ * an advisory lock). */
+cmf_status cmf_file_append_ex(const char *path, const cmf_new_tensor *tensors, size_t n,
+                              const struct cJSON *new_header, const cmf_append_opts *opts, cmf_error *err);
+
+/* hash64 of the file's directory bytes (shard 1's, §3) into *hash; with
+ * backbone_only, of the directory the file would have without its
+ * "skill.*" records (same order, offsets, hashes): for a base that got
+ * skills only by append, the directory it had before them — the
+ * base_dir_hash of a standalone skill file (§7). Errors: CMF_ERR_ARG,
+ * CMF_ERR_NOMEM. Thread-safe. */
+cmf_status cmf_file_dir_hash(const cmf_file *f, bool backbone_only, uint64_t *hash, cmf_error *err);
+
 /* Rewrite `in` to `out` without dead bytes (same tensors, header, tokenizer). */
 cmf_status cmf_compact(const char *in, const char *out, cmf_error *err);
 /* Options of cmf_compact_with (zero-initialize; NULL = none). */

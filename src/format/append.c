@@ -8,6 +8,10 @@
  * that last write the file is the old, valid file plus unreferenced tail
  * bytes; the old directory/header become dead bytes.
  *
+ * cmf_file_append_ex also drops directory records (a removed skill: its
+ * payloads become dead bytes) and reports each write stage to a callback
+ * (crash tests kill the process there).
+ *
  * Compact: rewrite through the streaming writer (tensors in directory
  * order, header, tokenizer, masks), which drops dead bytes and the
  * deprecated sparse index. Every payload's hash64 is checked on the way so
@@ -69,6 +73,53 @@ static char *append_header(const cmf_file *f, const cJSON *new_header) {
 
 cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size_t n, const struct cJSON *new_header,
                            cmf_error *err) {
+    return cmf_file_append_ex(path, tensors, n, new_header, NULL, err);
+}
+
+static bool dropped(const cmf_append_opts *o, const char *name) { return o && o->drop && o->drop(name, o->drop_ctx); }
+
+static void stage_done(const cmf_append_opts *o, const char *stage) {
+    if (o && o->stage) o->stage(stage, o->stage_ctx);
+}
+
+cmf_status cmf_file_dir_hash(const cmf_file *f, bool backbone_only, uint64_t *hash, cmf_error *err) {
+    if (!f || !hash) return cmf_error_set(err, CMF_ERR_ARG, "cmf_file_dir_hash: NULL argument");
+    const cmf_shard *s = &f->shards[0];
+    if (!backbone_only) {
+        *hash = cmf_hash64(s->map + s->env.dir_off, (size_t)s->env.dir_len);
+        return CMF_OK;
+    }
+    uint64_t count = 0, pool = 0;
+    for (size_t i = 0; i < f->ntensors; i++)
+        if (strncmp(f->tensors[i].name, "skill.", 6) != 0) count++, pool += strlen(f->tensors[i].name);
+    uint64_t pool_off = CMF_DIR_HEAD_SIZE + count * CMF_DIR_RECORD_SIZE;
+    uint8_t *dir = calloc(1, (size_t)(pool_off + pool));
+    if (!dir) return cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", f->path);
+    cmf_wr64(dir, count);
+    cmf_wr64(dir + 8, pool_off);
+    uint64_t k = 0, np = 0;
+    const uint8_t *blob = s->map + s->env.blob_off;
+    for (size_t i = 0; i < f->ntensors; i++) {
+        const cmf_tensor *t = &f->tensors[i];
+        if (strncmp(t->name, "skill.", 6) == 0) continue;
+        cmf_dir_record r = {0};
+        r.dtype = (uint8_t)t->dtype, r.ndim = (uint8_t)t->ndim;
+        for (uint32_t d = 0; d < t->ndim; d++) r.shape[d] = (uint32_t)t->shape[d];
+        r.off = (uint64_t)((const uint8_t *)t->data - (t->shard ? f->shards[t->shard].map + f->shards[t->shard].env.blob_off : blob));
+        r.nbytes = t->nbytes, r.hash64 = t->hash64;
+        size_t nl = strlen(t->name);
+        r.name_off = (uint32_t)np, r.name_len = (uint16_t)nl;
+        memcpy(dir + pool_off + np, t->name, nl);
+        np += nl;
+        cmf_dir_record_encode(&r, dir + CMF_DIR_HEAD_SIZE + k++ * CMF_DIR_RECORD_SIZE);
+    }
+    *hash = cmf_hash64(dir, (size_t)(pool_off + pool));
+    free(dir);
+    return CMF_OK;
+}
+
+cmf_status cmf_file_append_ex(const char *path, const cmf_new_tensor *tensors, size_t n, const struct cJSON *new_header,
+                              const cmf_append_opts *opts, cmf_error *err) {
     if (!path || (!tensors && n)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_file_append: NULL argument");
     if (new_header && !cJSON_IsObject(new_header))
         return cmf_error_set(err, CMF_ERR_ARG, "%s: append: new header is not a JSON object", path);
@@ -82,8 +133,10 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
     const cmf_shard *s = &f->shards[0];
     cmf_envelope e = s->env;
     /* Validate the new tensors before touching the file. */
-    uint64_t pool = 0, total = f->ntensors + n;
-    for (size_t i = 0; i < f->ntensors; i++) pool += strlen(f->tensors[i].name);
+    uint64_t pool = 0, kept = 0;
+    for (size_t i = 0; i < f->ntensors; i++)
+        if (!dropped(opts, f->tensors[i].name)) pool += strlen(f->tensors[i].name), kept++;
+    uint64_t total = kept + n;
     for (size_t i = 0; i < n; i++) {
         const cmf_new_tensor *t = &tensors[i];
         size_t nl = t->name ? strlen(t->name) : 0;
@@ -105,7 +158,7 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
         }
         for (uint32_t k = 0; !ps && k < t->ndim; k++)
             if (t->shape[k] > UINT32_MAX) ps = CMF_ERR_ARG, snprintf(e2.msg, sizeof e2.msg, "shape[%u] > 2^32-1", k);
-        bool dup = cmf_file_find(f, t->name) != NULL;
+        bool dup = cmf_file_find(f, t->name) != NULL && !dropped(opts, t->name);
         for (size_t j = 0; j < i && !dup; j++) dup = strcmp(tensors[j].name, t->name) == 0;
         if (!ps && dup) ps = CMF_ERR_ARG, snprintf(e2.msg, sizeof e2.msg, "name already exists");
         if (ps) { st = cmf_error_set(err, ps, "%s: append: tensor '%s': %s", path, t->name, e2.msg); goto out; }
@@ -123,9 +176,10 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
     const uint8_t *blob = s->map + e.blob_off;
     fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) { st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno)); goto out; }
-    for (size_t i = 0; i < total; i++) {
+    for (size_t i = 0, slot = 0; i < f->ntensors + n; i++) {
         cmf_dir_record r = {0};
         const char *name;
+        if (i < f->ntensors && dropped(opts, f->tensors[i].name)) continue;
         if (i < f->ntensors) {
             const cmf_tensor *t = &f->tensors[i];
             name = t->name;
@@ -149,8 +203,9 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
         r.name_off = (uint32_t)np, r.name_len = (uint16_t)nl;
         memcpy(dir + pool_off + np, name, nl);
         np += nl;
-        cmf_dir_record_encode(&r, dir + CMF_DIR_HEAD_SIZE + i * CMF_DIR_RECORD_SIZE);
+        cmf_dir_record_encode(&r, dir + CMF_DIR_HEAD_SIZE + slot++ * CMF_DIR_RECORD_SIZE);
     }
+    stage_done(opts, "payloads");
     /* The blob must cover every tensor: extend it to the new tail. */
     if (n) e.blob_len = pos;
     if (!(hdr = append_header(f, new_header))) { st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory (header)", path); goto out; }
@@ -163,10 +218,13 @@ cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size
         (st = pwrite_all(fd, hdr, e.header_len, e.header_off, path, err)))
         goto out;
     if (fsync(fd) != 0) { st = cmf_error_set(err, CMF_ERR_IO, "%s: fsync failed: %s", path, strerror(errno)); goto out; }
+    stage_done(opts, "directory");
+    if (opts) e.features = (e.features | opts->set_features) & ~opts->clear_features;
     uint8_t env[CMF_ENVELOPE_SIZE];
     cmf_envelope_encode(&e, env);
     if ((st = pwrite_all(fd, env, sizeof env, 0, path, err))) goto out;
     if (fsync(fd) != 0) st = cmf_error_set(err, CMF_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (st == CMF_OK) stage_done(opts, "envelope");
 out:
     if (fd >= 0) close(fd);
     free(dir);
