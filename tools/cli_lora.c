@@ -90,12 +90,11 @@ bool cli_lora_open(const char *cmd, cli_lora *l) {
 }
 
 bool cli_lora_apply(const char *cmd, cmf_model *m, cli_lora *l, uint32_t *ws) {
-    *ws = 0;
     if (l->n == 0) return true;
     if (!cli_lora_open(cmd, l)) return false;
-    cmf_model_overlay ov = {.loras = (const cmf_lora *const *)l->lora, .scales = l->scale, .n_lora = (uint32_t)l->n};
     cmf_error err = {0};
-    if (cmf_model_weight_set_overlay(m, &ov, ws, &err) != CMF_OK) {
+    if (cmf_model_weight_set_extend(m, *ws, (const cmf_lora *const *)l->lora, l->scale, (uint32_t)l->n, ws, &err) !=
+        CMF_OK) {
         cli_fail(cmd, &err);
         return false;
     }

@@ -29,9 +29,11 @@ extern const char cli_lora_help[];
  * existing file and the text after the last ':' is a number, that is the
  * scale (default 1). */
 int cli_lora_flag(const char *cmd, int argc, char **argv, int *i, cli_lora *l);
-/* Open every adapter and resolve the weight set of all of them over the
- * backbone (stacked, in flag order) on m: *ws (0 when there are none).
- * Prints the error ("cmf <cmd>: ADAPTER: ...") and returns false. */
+/* Open every adapter and resolve the weight set of all of them (stacked,
+ * in flag order) over the weight set *ws names on entry (0 the backbone,
+ * or the skill/blend --skill/--route/--blend resolved): *ws on return
+ * (unchanged when there are none). Prints the error ("cmf <cmd>: ADAPTER:
+ * ...") and returns false. */
 bool cli_lora_apply(const char *cmd, cmf_model *m, cli_lora *l, uint32_t *ws);
 /* Open the adapters only (cli_lora_apply does it); false after printing. */
 bool cli_lora_open(const char *cmd, cli_lora *l);

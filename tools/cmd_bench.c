@@ -260,9 +260,10 @@ int cmd_bench(int argc, char **argv) {
             if (cmf_model_weight_set_overlay(m, &ov, &ws[k], &err) != CMF_OK) goto fail;
         }
         n_ws = (int)lo.n;
-    } else if (!cli_lora_apply(cmd, m, &lo, &ws[0])) {
-        goto done;
     } else if ((so.skill || so.blend) && (rc = cli_skill_resolve(cmd, m, f, NULL, 0, &so, &ws[0])) != CLI_EXIT_OK) {
+        goto done;
+    } else if (!cli_lora_apply(cmd, m, &lo, &ws[0])) {
+        rc = CLI_EXIT_FAIL;
         goto done;
     }
     rc = CLI_EXIT_FAIL;

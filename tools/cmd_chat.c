@@ -512,8 +512,7 @@ int cmd_chat(int argc, char **argv) {
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
     uint32_t ws = 0;
-    if (!cli_lora_apply("chat", model, &o.lora, &ws)) goto done;
-    if (!o.lora.n) {
+    {
         int32_t *rids = NULL; /* --route: the first message, tokenized as a raw prompt */
         size_t nr = 0;
         if (o.skill.route && cmf_model_encode_prompt(f, tok, first, first_len, false, &rids, &nr, &err) != CMF_OK) {
@@ -524,6 +523,7 @@ int cmd_chat(int argc, char **argv) {
         free(rids);
         if (src != CLI_EXIT_OK) { rc = src; goto done; }
     }
+    if (!cli_lora_apply("chat", model, &o.lora, &ws)) goto done;
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp, .weight_set = ws};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     turn_end_init(te, f, tok);

@@ -152,14 +152,14 @@ int cmd_logits(int argc, char **argv) {
     uint32_t *wsv = malloc(n * sizeof *wsv);
     float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
     if (!pos || !want || !wsv || !logits) { fprintf(stderr, "cmf logits: out of memory\n"); goto done; }
-    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     for (size_t i = 0; i < n; i++) { pos[i] = (int32_t)i; want[i] = 1; }
     cli_warn_ctx(cmd, m, (long)n);
     cmf_kv_params kp = {.n_ctx = (uint32_t)n, .n_seq_max = 1, .page_size = 0,
                         .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n, &so, &ws)) != CLI_EXIT_OK) goto done;
+    if ((rc = cli_skill_resolve(cmd, m, f, ids, n, &so, &ws)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     for (size_t i = 0; i < n; i++) wsv[i] = ws;
     cmf_batch b = {.n_tokens = (uint32_t)n, .tokens = ids, .pos = pos, .seq_id = NULL, .logits = want,
                    .weight_set = ws ? wsv : NULL};
@@ -281,13 +281,13 @@ int cmd_ppl(int argc, char **argv) {
     size_t n_ids = 0;
     if (!load_tokenizer(cmd, f, &tok)) goto done;
     if (cmf_tokenizer_encode(tok, buf, blen, false, &ids, &n_ids, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     cli_warn_ctx(cmd, m, ctx);
     cmf_kv_params kp = {.n_ctx = (uint32_t)ctx, .n_seq_max = 1, .type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16};
     if (cmf_kv_create(m, &kp, &kv, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
-    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n_ids < (size_t)ctx ? n_ids : (size_t)ctx, &so, &ws)) != CLI_EXIT_OK)
+    if ((rc = cli_skill_resolve(cmd, m, f, ids, n_ids < (size_t)ctx ? n_ids : (size_t)ctx, &so, &ws)) != CLI_EXIT_OK)
         goto done;
     rc = CLI_EXIT_FAIL;
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     double t0 = now_s();
     cli_ppl_result pr;
     if (cli_ppl_eval(m, kv, ids, n_ids, ctx, nb, ws, &pr, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
@@ -524,7 +524,7 @@ int cmd_run(int argc, char **argv) {
     size_t n_ids = 0;
     char *rendered = NULL;
     uint32_t ws = 0;
-    if (!load_tokenizer(cmd, f, &tok) || !cli_lora_apply(cmd, m, &lo, &ws)) goto done;
+    if (!load_tokenizer(cmd, f, &tok) || !cli_lora_open(cmd, &lo)) goto done;
     double t_load = now_s() - t0;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -561,8 +561,9 @@ int cmd_run(int argc, char **argv) {
             if (eos[k] >= 0 && (uint32_t)eos[k] < info.n_vocab) bias[n_bias++] = (cmf_logit_bias){eos[k], -INFINITY};
 
     cmf_session_params sp = {0};
-    if (!lo.n && (rc = cli_skill_resolve(cmd, m, f, ids, n_ids, &so, &ws)) != CLI_EXIT_OK) goto done;
+    if ((rc = cli_skill_resolve(cmd, m, f, ids, n_ids, &so, &ws)) != CLI_EXIT_OK) goto done;
     rc = CLI_EXIT_FAIL;
+    if (!cli_lora_apply(cmd, m, &lo, &ws)) goto done;
     sp.n_ctx = (uint32_t)ctx;
     cli_warn_ctx(cmd, m, ctx);
     sp.kv_type = kv_f32 ? CMF_KV_F32 : CMF_KV_F16;

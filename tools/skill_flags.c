@@ -69,7 +69,7 @@ int cli_weights_flag(const char *cmd, int argc, char **argv, int *i, cli_skill *
 int cli_skill_check(const char *cmd, const cli_skill *o, size_t n_lora) {
     int n = (o->skill != NULL) + o->route + (o->blend != NULL);
     if (n > 1) return cli_usage_error(cmd, "give one of --skill, --route and --blend");
-    if (n && n_lora) return cli_usage_error(cmd, "--lora with --skill, --route or --blend: not supported yet");
+    (void)n_lora; /* --lora goes on top of the skill, route or blend (cli_lora_apply) */
     return CLI_EXIT_OK;
 }
 

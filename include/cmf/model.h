@@ -155,6 +155,16 @@ uint32_t cmf_model_weight_set_base(const cmf_model *m, uint32_t ws);
  * no error (false for a bad overlay). Lets a caller skip building a blend
  * it has. */
 bool cmf_model_weight_set_cached(const cmf_model *m, const cmf_model_overlay *ov, uint32_t *ws);
+/* The weight set `on` (any resolved id: the backbone 0, a skill, a blend,
+ * an overlay) with n_lora more adapters after its own: same base, adapter
+ * list on's then these (scales NULL = 1 each); cached like an overlay.
+ * Lets a caller put --lora on top of a skill or blend it resolved by other
+ * means. Errors: CMF_ERR_ARG (on not resolved, more than
+ * CMF_MODEL_MAX_LORA adapters in all, a NULL adapter, a scale not finite),
+ * those of cmf_model_weight_set_overlay for the adapters. Not thread-safe
+ * with other calls on m (like every weight-set call). */
+cmf_status cmf_model_weight_set_extend(cmf_model *m, uint32_t on, const cmf_lora *const *loras, const float *scales,
+                                       uint32_t n_lora, uint32_t *ws, cmf_error *err);
 
 /* ---- KV cache ----------------------------------------------------------
  *

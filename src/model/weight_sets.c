@@ -411,3 +411,32 @@ cmf_status cmf_model_weight_set(cmf_model *m, const char *skill_id, uint32_t *ws
     cmf_model_overlay ov = {.skill = skill_id};
     return cmf_model_weight_set_overlay(m, &ov, ws, err);
 }
+
+cmf_status cmf_model_weight_set_extend(cmf_model *m, uint32_t on, const cmf_lora *const *loras, const float *scales,
+                                       uint32_t n_lora, uint32_t *ws, cmf_error *err) {
+    if (!m || !ws || (n_lora && !loras))
+        return cmf_error_set(err, CMF_ERR_ARG, "cmf_model_weight_set_extend: NULL argument");
+    *ws = 0;
+    if (on >= cmf_model_n_weight_sets(m))
+        return cmf_error_set(err, CMF_ERR_ARG, "weight set %u is not resolved on this model", on);
+    const cmf_wset *o = on ? &m->wsets[on] : NULL;
+    uint32_t have = o && o->base != on ? o->n_lora : 0; /* a base set has no adapters */
+    if (have + n_lora > CMF_MODEL_MAX_LORA)
+        return cmf_error_set(err, CMF_ERR_ARG, "weight set: %u adapters (at most %u)", have + n_lora,
+                             CMF_MODEL_MAX_LORA);
+    const cmf_lora *all[CMF_MODEL_MAX_LORA];
+    float sc[CMF_MODEL_MAX_LORA];
+    for (uint32_t i = 0; i < have; i++) all[i] = o->loras[i], sc[i] = o->scales[i];
+    for (uint32_t i = 0; i < n_lora; i++) {
+        if (!loras[i]) return cmf_error_set(err, CMF_ERR_ARG, "weight set: adapter %u is NULL", i);
+        all[have + i] = loras[i];
+        sc[have + i] = scales ? scales[i] : 1.0f;
+        if (!isfinite(sc[have + i]))
+            return cmf_error_set(err, CMF_ERR_ARG, "weight set: adapter %u: scale %g is not finite", i,
+                                 (double)sc[have + i]);
+    }
+    uint32_t base = cmf_model_wset_base(m, on), n = have + n_lora;
+    if (n == 0) return *ws = on, CMF_OK;
+    if ((*ws = find_overlay(m, base, all, sc, n))) return CMF_OK;
+    return new_overlay(m, base, all, sc, n, NULL, ws, err);
+}

@@ -292,6 +292,28 @@ static int one_arch(const char *data, const char *arch, const char *other_base, 
     } else {
         CHECK(false, "read blend logits");
     }
+    /* --lora on top of a skill: base + skill ft + lora-b is the donor file
+     * + lora-b (the skill's tensors are the donor's, f32), and differs from
+     * the skill alone */
+    char lb[4096], npy_x[4096], npy_y[4096];
+    snprintf(lb, sizeof lb, "%s/%s-lora-b.cmf", dir, arch);
+    snprintf(npy_x, sizeof npy_x, "%s/%s-skill-lora.npy", dir, arch);
+    snprintf(npy_y, sizeof npy_y, "%s/%s-donor-lora.npy", dir, arch);
+    CHECK(sh("'%s' lora import '%s/skills/%s/lora-b' -o '%s' >/dev/null 2>&1", exe, data, arch, lb) == 0, "lora import");
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --kv-f32 --skill ft --lora '%s' 2>/dev/null", exe, base, toks, npy_x, lb) ==
+              0,
+          "logits --skill ft --lora");
+    CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --kv-f32 --lora '%s' 2>/dev/null", exe, dcmf, toks, npy_y, lb) == 0,
+          "logits donor --lora");
+    npy_f32 xl, yl;
+    if (!npy_read_f32(npy_x, &xl) && !npy_read_f32(npy_y, &yl)) {
+        double dl = max_diff(&xl, &yl);
+        CHECK(dl <= 1e-5, "%s: --skill ft --lora B = donor --lora B (max |diff| %g)", arch, dl);
+        CHECK(max_diff(&xl, &s) > 1e-4, "%s: the adapter changes the skill's logits", arch);
+        free(xl.data), free(yl.data);
+    } else {
+        CHECK(false, "read skill+lora logits");
+    }
     CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --blend ft:1,ft:2 2>/dev/null", exe, base, toks, npy_b) == 1, "a skill twice");
     CHECK(sh("'%s' logits '%s' --tokens %s -o '%s' --blend ft 2>/dev/null", exe, base, toks, npy_b) == 2, "no weight");
     CHECK(sh("'%s' skill remove '%s' --id mid >/dev/null", exe, base) == 0, "remove mid");
