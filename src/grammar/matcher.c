@@ -1,0 +1,469 @@
+/*
+ * matcher.c — the grammar matcher (cmf/grammar.h): pushdown stacks over
+ * code points, advanced by bytes with pending partial UTF-8, and the token
+ * mask as a walk over the vocabulary's byte trie (built here by
+ * cmf_grammar_set_vocab). The stack-set design follows llama.cpp's
+ * llama-grammar.cpp (advance_stack / accept / partial-UTF-8 match); the
+ * code is ours.
+ *
+ * Memory: all stack sets live in one LIFO arena per matcher (a pool of
+ * positions and a list of stacks = (offset, length) into it). The
+ * current state is the set at the bottom; the mask walk pushes the set of
+ * each trie depth above it and pops on return, so a mask allocates nothing
+ * once the arena has grown to the grammar's needs.
+ */
+#include "grammar_internal.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { uint32_t off, len; } g_stk;
+
+struct cmf_grammar_matcher {
+    const cmf_grammar *g;
+    uint32_t *pool;  size_t n_pool, cap_pool;
+    g_stk *stks;     size_t n_stks, cap_stks;
+    size_t cur_n;                /* the current set is stks[0..cur_n) */
+    uint32_t acc, need;          /* pending UTF-8: value bits so far, continuation bytes missing */
+    bool eos_done;               /* an EOS was accepted */
+    bool oom;
+    uint32_t tmp[G_MAX_DEPTH + 1];
+    uint32_t *bits;              /* scratch for mask_logits */
+};
+
+/* ---- arena ------------------------------------------------------------- */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+/* Add stack st[0..len) to the set being built (stks[set_from..n_stks)), once. */
+static void add_stack(cmf_grammar_matcher *m, size_t set_from, const uint32_t *st, uint32_t len) {
+    for (size_t i = set_from; i < m->n_stks; i++)
+        if (m->stks[i].len == len && !memcmp(m->pool + m->stks[i].off, st, len * sizeof *st)) return;
+    if (m->n_stks - set_from >= G_MAX_STACKS) return; /* bounded: ambiguity past the limit is dropped */
+    if (!grow((void **)&m->pool, &m->cap_pool, m->n_pool + len, sizeof *m->pool) ||
+        !grow((void **)&m->stks, &m->cap_stks, m->n_stks + 1, sizeof *m->stks)) {
+        m->oom = true;
+        return;
+    }
+    memcpy(m->pool + m->n_pool, st, len * sizeof *st);
+    m->stks[m->n_stks].off = (uint32_t)m->n_pool;
+    m->stks[m->n_stks].len = len;
+    m->n_pool += len;
+    m->n_stks++;
+}
+
+/* Expand st[0..len) (in m->tmp) until every top is a character group;
+ * add the results. st is restored on return. */
+static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len) {
+    uint32_t *st = m->tmp;
+    if (len == 0) { add_stack(m, set_from, st, 0); return; }
+    const cmf_grammar *g = m->g;
+    uint32_t pos = st[len - 1];
+    const g_elem *e = &g->elems[pos];
+    if (e->type != G_REF) { add_stack(m, set_from, st, len); return; }
+    bool has_next = !g_is_end(&g->elems[pos + 1]);
+    uint32_t base = has_next ? len : len - 1;
+    if (base >= G_MAX_DEPTH) return; /* too deep: this parse is dropped */
+    for (uint32_t a = g->rule_start[e->v];;) {
+        if (has_next) st[len - 1] = pos + 1;
+        if (g_is_end(&g->elems[a])) expand(m, set_from, base);
+        else { st[base] = a; expand(m, set_from, base + 1); }
+        while (!g_is_end(&g->elems[a])) a++;
+        if (g->elems[a].type == G_END) break;
+        a++;
+    }
+    st[len - 1] = pos;
+}
+
+static bool class_match(const cmf_grammar *g, uint32_t pos, uint32_t cp) {
+    const g_class *c = &g->cls[g->cls_of[pos]];
+    const uint32_t *r = g->ranges + c->off;
+    bool in = false;
+    for (uint32_t i = 0; i < c->n && !in; i++) {
+        if (cp < r[2 * i]) break;
+        in = cp <= r[2 * i + 1];
+    }
+    return in != c->neg;
+}
+
+/* Could some code point in [lo, hi] match the class at pos? */
+static bool class_match_range(const cmf_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) {
+    const g_class *c = &g->cls[g->cls_of[pos]];
+    const uint32_t *r = g->ranges + c->off;
+    for (uint32_t i = 0; i < c->n; i++) {
+        bool inter = r[2 * i] <= hi && r[2 * i + 1] >= lo;
+        if (!c->neg && inter) return true;
+        if (c->neg && r[2 * i] <= lo && r[2 * i + 1] >= hi) return false; /* all of it excluded */
+    }
+    return c->neg;
+}
+
+/* The set stks[from..from+n) advanced by code point cp, built at the end. */
+static void accept_cp(cmf_grammar_matcher *m, size_t from, size_t n, uint32_t cp) {
+    const cmf_grammar *g = m->g;
+    size_t set_from = m->n_stks;
+    for (size_t i = from; i < from + n; i++) {
+        g_stk s = m->stks[i];
+        if (!s.len) continue;
+        uint32_t top = m->pool[s.off + s.len - 1];
+        if (!class_match(g, top, cp)) continue;
+        memcpy(m->tmp, m->pool + s.off, s.len * sizeof *m->tmp);
+        uint32_t nx = g->cls[g->cls_of[top]].next, len = s.len;
+        if (g_is_end(&g->elems[nx])) len--;
+        else m->tmp[len - 1] = nx;
+        expand(m, set_from, len);
+    }
+}
+
+static bool partial_ok(const cmf_grammar_matcher *m, size_t from, size_t n, uint32_t acc, uint32_t need) {
+    uint32_t lo = acc << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    for (size_t i = from; i < from + n; i++) {
+        g_stk s = m->stks[i];
+        if (s.len && class_match_range(m->g, m->pool[s.off + s.len - 1], lo, hi)) return true;
+    }
+    return false;
+}
+
+/* UTF-8 step: 1 = a code point completed (*cp), 0 = still partial, -1 = invalid. */
+static int utf8_step(uint32_t *acc, uint32_t *need, uint8_t b, uint32_t *cp) {
+    if (*need == 0) {
+        if (b < 0x80) { *cp = b; return 1; }
+        if ((b & 0xE0) == 0xC0) { *acc = b & 0x1F; *need = 1; }
+        else if ((b & 0xF0) == 0xE0) { *acc = b & 0x0F; *need = 2; }
+        else if ((b & 0xF8) == 0xF0) { *acc = b & 0x07; *need = 3; }
+        else return -1;
+        return 0;
+    }
+    if ((b & 0xC0) != 0x80) return -1;
+    *acc = (*acc << 6) | (b & 0x3F);
+    if (--*need) return 0;
+    *cp = *acc;
+    return 1;
+}
+
+/* Move the set stks[from..n_stks) down to be the current state. */
+static void make_current(cmf_grammar_matcher *m, size_t from) {
+    size_t n = m->n_stks - from, np = 0;
+    for (size_t i = 0; i < n; i++) {
+        g_stk s = m->stks[from + i];
+        memmove(m->pool + np, m->pool + s.off, s.len * sizeof *m->pool);
+        m->stks[i].off = (uint32_t)np;
+        m->stks[i].len = s.len;
+        np += s.len;
+    }
+    m->n_stks = m->cur_n = n;
+    m->n_pool = np;
+}
+
+static void truncate_to(cmf_grammar_matcher *m, size_t n_stks) {
+    m->n_stks = n_stks;
+    m->n_pool = n_stks ? m->stks[n_stks - 1].off + m->stks[n_stks - 1].len : 0;
+}
+
+/* ---- public ------------------------------------------------------------- */
+
+void cmf_grammar_matcher_reset(cmf_grammar_matcher *m) {
+    const cmf_grammar *g = m->g;
+    m->n_stks = m->n_pool = 0;
+    m->acc = m->need = 0;
+    m->eos_done = false;
+    for (uint32_t a = g->rule_start[g->root];;) {
+        if (g_is_end(&g->elems[a])) expand(m, 0, 0);
+        else { m->tmp[0] = a; expand(m, 0, 1); }
+        while (!g_is_end(&g->elems[a])) a++;
+        if (g->elems[a].type == G_END) break;
+        a++;
+    }
+    m->cur_n = m->n_stks;
+}
+
+cmf_status cmf_grammar_matcher_new(const cmf_grammar *g, cmf_grammar_matcher **out, cmf_error *err) {
+    if (!g || !out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_matcher_new: NULL argument");
+    cmf_grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m) return cmf_error_set(err, CMF_ERR_NOMEM, "grammar matcher: out of memory");
+    m->g = g;
+    cmf_grammar_matcher_reset(m);
+    if (m->oom) { cmf_grammar_matcher_free(m); return cmf_error_set(err, CMF_ERR_NOMEM, "grammar matcher: out of memory"); }
+    if (m->cur_n == 0) { cmf_grammar_matcher_free(m); return cmf_error_set(err, CMF_ERR_LIMIT, "grammar: the root rule expands past the stack limit"); }
+    *out = m;
+    return CMF_OK;
+}
+
+void cmf_grammar_matcher_free(cmf_grammar_matcher *m) {
+    if (!m) return;
+    free(m->pool);
+    free(m->stks);
+    free(m->bits);
+    free(m);
+}
+
+/* Advance the current state by bytes; false (state unchanged) when rejected. */
+static bool advance_bytes(cmf_grammar_matcher *m, const uint8_t *s, size_t n) {
+    if (m->eos_done) return n == 0;
+    size_t from = 0, cnt = m->cur_n;
+    uint32_t acc = m->acc, need = m->need;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t cp;
+        int r = utf8_step(&acc, &need, s[i], &cp);
+        if (r < 0) { truncate_to(m, m->cur_n); return false; }
+        if (r == 0) continue;
+        size_t nf = m->n_stks;
+        accept_cp(m, from, cnt, cp);
+        if (m->oom || m->n_stks == nf) { m->oom = false; truncate_to(m, m->cur_n); return false; }
+        from = nf;
+        cnt = m->n_stks - nf;
+    }
+    if (need && !partial_ok(m, from, cnt, acc, need)) { truncate_to(m, m->cur_n); return false; }
+    if (from) make_current(m, from);
+    m->acc = acc;
+    m->need = need;
+    return true;
+}
+
+bool cmf_grammar_matcher_accept_bytes(cmf_grammar_matcher *m, const char *s, size_t n) {
+    return m && (s || !n) && advance_bytes(m, (const uint8_t *)s, n);
+}
+
+bool cmf_grammar_matcher_can_end(const cmf_grammar_matcher *m) {
+    if (m->eos_done) return true;
+    if (m->need) return false;
+    for (size_t i = 0; i < m->cur_n; i++)
+        if (m->stks[i].len == 0) return true;
+    return false;
+}
+
+bool cmf_grammar_matcher_done(const cmf_grammar_matcher *m) {
+    if (m->eos_done) return true;
+    if (m->need) return false;
+    for (size_t i = 0; i < m->cur_n; i++)
+        if (m->stks[i].len) return false;
+    return m->cur_n > 0;
+}
+
+static bool is_eos(const cmf_grammar *g, int32_t id) {
+    for (size_t i = 0; i < g->n_eos; i++)
+        if (g->eos[i] == id) return true;
+    return false;
+}
+
+cmf_status cmf_grammar_matcher_accept_token(cmf_grammar_matcher *m, int32_t id, cmf_error *err) {
+    const cmf_grammar *g = m->g;
+    if (!g->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)");
+    if (id < 0 || (uint32_t)id >= g->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "grammar: token %d outside the vocabulary", (int)id);
+    if (is_eos(g, id)) {
+        if (!cmf_grammar_matcher_can_end(m)) return cmf_error_set(err, CMF_ERR_ARG, "grammar: end of sequence before the grammar is complete");
+        m->eos_done = true;
+        return CMF_OK;
+    }
+    if (!g->tok_bytes[id] || !advance_bytes(m, (const uint8_t *)g->tok_bytes[id], g->tok_len[id]))
+        return cmf_error_set(err, CMF_ERR_ARG, "grammar: token %d is not allowed here", (int)id);
+    return CMF_OK;
+}
+
+/* The mask walk: node's children under the set stks[from..from+n) with
+ * pending UTF-8 (acc, need). */
+static size_t walk(cmf_grammar_matcher *m, uint32_t node, size_t from, size_t n, uint32_t acc, uint32_t need,
+                   uint32_t *bits) {
+    const g_trie *t = &m->g->trie;
+    size_t allowed = 0;
+    for (uint32_t k = t->child_off[node]; k < t->child_off[node + 1]; k++) {
+        uint32_t a = acc, nd = need, cp;
+        int r = utf8_step(&a, &nd, t->child_byte[k], &cp);
+        if (r < 0) continue;
+        size_t mark = m->n_stks, cf = from, cn = n;
+        if (r == 1) {
+            accept_cp(m, from, n, cp);
+            if (m->n_stks == mark) continue;
+            cf = mark;
+            cn = m->n_stks - mark;
+        } else if (!partial_ok(m, from, n, a, nd)) {
+            continue;
+        }
+        uint32_t child = t->child_node[k];
+        for (uint32_t j = t->tok_off[child]; j < t->tok_off[child + 1]; j++) {
+            int32_t id = t->toks[j];
+            bits[id >> 5] |= 1u << (id & 31);
+            allowed++;
+        }
+        if (t->child_off[child] < t->child_off[child + 1]) allowed += walk(m, child, cf, cn, a, nd, bits);
+        truncate_to(m, mark);
+    }
+    return allowed;
+}
+
+size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_error *err) {
+    const cmf_grammar *g = m->g;
+    if (!g->n_vocab) { cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)"); return 0; }
+    memset(bits, 0, ((size_t)g->n_vocab + 31) / 32 * sizeof *bits);
+    if (m->eos_done) return 0;
+    size_t allowed = walk(m, 0, 0, m->cur_n, m->acc, m->need, bits);
+    if (m->oom) {
+        m->oom = false;
+        truncate_to(m, m->cur_n);
+        cmf_error_set(err, CMF_ERR_NOMEM, "grammar matcher: out of memory");
+        return 0;
+    }
+    if (cmf_grammar_matcher_can_end(m))
+        for (size_t i = 0; i < g->n_eos; i++) {
+            int32_t id = g->eos[i];
+            if (!(bits[id >> 5] >> (id & 31) & 1)) { bits[id >> 5] |= 1u << (id & 31); allowed++; }
+        }
+    return allowed;
+}
+
+size_t cmf_grammar_matcher_mask_logits(cmf_grammar_matcher *m, float *logits, cmf_error *err) {
+    const uint32_t V = m->g->n_vocab;
+    if (!V) { cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)"); return 0; }
+    if (!m->bits && !(m->bits = malloc(((size_t)V + 31) / 32 * sizeof *m->bits))) {
+        cmf_error_set(err, CMF_ERR_NOMEM, "grammar matcher: out of memory");
+        return 0;
+    }
+    cmf_error e2 = {0};
+    size_t n = cmf_grammar_matcher_allowed(m, m->bits, &e2);
+    if (e2.status) { if (err) *err = e2; return 0; }
+    for (uint32_t i = 0; i < V; i++)
+        if (!(m->bits[i >> 5] >> (i & 31) & 1)) logits[i] = -INFINITY;
+    return n;
+}
+
+/* ---- vocabulary ---------------------------------------------------------- */
+
+typedef struct { const uint8_t *b; uint32_t len; int32_t id; } tokref;
+
+static int cmp_tokref(const void *x, const void *y) {
+    const tokref *a = x, *b = y;
+    uint32_t n = a->len < b->len ? a->len : b->len;
+    int c = memcmp(a->b, b->b, n);
+    if (c) return c;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* Trie from tokens sorted by bytes: nodes in DFS order, children of a node
+ * contiguous (built level by level per node with an explicit stack). */
+static cmf_status build_trie(g_trie *t, tokref *tk, size_t n, cmf_error *err) {
+    size_t total = 1;
+    for (size_t i = 0; i < n; i++) total += tk[i].len;
+    /* Pass 1: nodes as (parent, byte) in sorted order via shared prefixes. */
+    uint32_t *parent = malloc(total * sizeof *parent);
+    uint8_t *byte = malloc(total);
+    uint32_t *node_of_tok = malloc((n + 1) * sizeof *node_of_tok);
+    uint32_t *path = malloc((t->max_depth + 2) * sizeof *path);
+    if (!parent || !byte || !node_of_tok || !path) goto oom;
+    uint32_t nn = 1;
+    parent[0] = UINT32_MAX;
+    byte[0] = 0;
+    path[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t common = 0;
+        if (i) {
+            uint32_t lim = tk[i].len < tk[i - 1].len ? tk[i].len : tk[i - 1].len;
+            while (common < lim && tk[i].b[common] == tk[i - 1].b[common]) common++;
+        }
+        for (uint32_t d = common; d < tk[i].len; d++) {
+            parent[nn] = path[d];
+            byte[nn] = tk[i].b[d];
+            path[d + 1] = nn++;
+        }
+        node_of_tok[i] = path[tk[i].len];
+    }
+    /* Children lists: nodes were created in DFS (sorted) order, so each
+     * node's children appear in byte order; count then fill. */
+    t->n_nodes = nn;
+    t->child_off = calloc((size_t)nn + 1, sizeof *t->child_off);
+    t->child_byte = malloc(nn);
+    t->child_node = malloc((size_t)nn * sizeof *t->child_node);
+    t->tok_off = calloc((size_t)nn + 1, sizeof *t->tok_off);
+    t->toks = malloc((n + 1) * sizeof *t->toks);
+    if (!t->child_off || !t->child_byte || !t->child_node || !t->tok_off || !t->toks) goto oom;
+    for (uint32_t v = 1; v < nn; v++) t->child_off[parent[v] + 1]++;
+    for (uint32_t v = 0; v < nn; v++) t->child_off[v + 1] += t->child_off[v];
+    uint32_t *cur = malloc((size_t)nn * sizeof *cur);
+    if (!cur) goto oom;
+    memcpy(cur, t->child_off, (size_t)nn * sizeof *cur);
+    for (uint32_t v = 1; v < nn; v++) {
+        uint32_t k = cur[parent[v]]++;
+        t->child_byte[k] = byte[v];
+        t->child_node[k] = v;
+    }
+    free(cur);
+    for (size_t i = 0; i < n; i++) t->tok_off[node_of_tok[i] + 1]++;
+    for (uint32_t v = 0; v < nn; v++) t->tok_off[v + 1] += t->tok_off[v];
+    for (size_t i = 0; i < n; i++) t->toks[i] = tk[i].id; /* sorted: a node's tokens are contiguous */
+    free(parent); free(byte); free(node_of_tok); free(path);
+    return CMF_OK;
+oom:
+    free(parent); free(byte); free(node_of_tok); free(path);
+    return cmf_error_set(err, CMF_ERR_NOMEM, "grammar vocabulary: out of memory");
+}
+
+cmf_status cmf_grammar_set_vocab(cmf_grammar *g, const cmf_tokenizer *tok, uint32_t n_vocab, const int32_t *eos_ids,
+                                 size_t n_eos, cmf_error *err) {
+    if (!g || !tok || !n_vocab || (n_eos && !eos_ids)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: NULL argument or n_vocab 0");
+    if (g->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: the vocabulary is already set");
+    for (size_t i = 0; i < n_eos; i++)
+        if (eos_ids[i] < 0 || (uint32_t)eos_ids[i] >= n_vocab)
+            return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: eos_ids[%zu] = %d outside [0, %u)", i, (int)eos_ids[i], n_vocab);
+    cmf_status st = CMF_OK;
+    g->tok_bytes = calloc(n_vocab, sizeof *g->tok_bytes);
+    g->tok_len = calloc(n_vocab, sizeof *g->tok_len);
+    g->eos = malloc((n_eos + 1) * sizeof *g->eos);
+    tokref *tk = malloc((size_t)n_vocab * sizeof *tk);
+    if (!g->tok_bytes || !g->tok_len || !g->eos || !tk) { st = cmf_error_set(err, CMF_ERR_NOMEM, "grammar vocabulary: out of memory"); goto fail; }
+    if (n_eos) memcpy(g->eos, eos_ids, n_eos * sizeof *eos_ids);
+    g->n_eos = n_eos;
+    size_t tv = cmf_tokenizer_vocab_size(tok), nt = 0;
+    for (uint32_t id = 0; id < n_vocab && id < tv; id++) {
+        if (cmf_tokenizer_is_special(tok, (int32_t)id) || is_eos(g, (int32_t)id)) continue;
+        char *b;
+        size_t bl;
+        if ((st = cmf_tokenizer_token_bytes(tok, (int32_t)id, &b, &bl, err))) goto fail;
+        if (!bl || bl > UINT32_MAX / 2) { free(b); continue; }
+        g->tok_bytes[id] = b;
+        g->tok_len[id] = (uint32_t)bl;
+        tk[nt].b = (const uint8_t *)b;
+        tk[nt].len = (uint32_t)bl;
+        tk[nt].id = (int32_t)id;
+        if ((uint32_t)bl > g->trie.max_depth) g->trie.max_depth = (uint32_t)bl;
+        nt++;
+    }
+    qsort(tk, nt, sizeof *tk, cmp_tokref);
+    if ((st = build_trie(&g->trie, tk, nt, err))) goto fail;
+    free(tk);
+    g->n_vocab = n_vocab;
+    return CMF_OK;
+fail:
+    free(tk);
+    if (g->tok_bytes)
+        for (uint32_t i = 0; i < n_vocab; i++) free(g->tok_bytes[i]);
+    free(g->tok_bytes); g->tok_bytes = NULL;
+    free(g->tok_len); g->tok_len = NULL;
+    free(g->eos); g->eos = NULL;
+    g->n_eos = 0;
+    free(g->trie.child_off); free(g->trie.child_byte); free(g->trie.child_node); free(g->trie.tok_off); free(g->trie.toks);
+    memset(&g->trie, 0, sizeof g->trie);
+    return st;
+}
+
+uint32_t cmf_grammar_n_vocab(const cmf_grammar *g) { return g ? g->n_vocab : 0; }
+
+cmf_status cmf_grammar_compile(const char *gbnf, size_t len, const cmf_tokenizer *tok, uint32_t n_vocab,
+                               const int32_t *eos_ids, size_t n_eos, cmf_grammar **out, cmf_error *err) {
+    cmf_grammar *g;
+    cmf_status st = cmf_grammar_parse(gbnf, len, &g, err);
+    if (st) return st;
+    if (tok && (st = cmf_grammar_set_vocab(g, tok, n_vocab, eos_ids, n_eos, err))) { cmf_grammar_free(g); return st; }
+    *out = g;
+    return CMF_OK;
+}
