@@ -126,8 +126,18 @@ static void accept_cp(cmf_grammar_matcher *m, size_t from, size_t n, uint32_t cp
     }
 }
 
+/* The pending UTF-8 state packs the value bits so far (low 21 bits) and
+ * the character's length in bytes (bits 28-30). */
+#define U8_VAL(a) ((a) & 0x1FFFFFu)
+#define U8_LEN(a) ((a) >> 28)
+
+static const uint32_t U8_MIN[5] = {0, 0, 0x80, 0x800, 0x10000}; /* smallest code point per length (no overlongs) */
+
 static bool partial_ok(const cmf_grammar_matcher *m, size_t from, size_t n, uint32_t acc, uint32_t need) {
-    uint32_t lo = acc << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    uint32_t lo = U8_VAL(acc) << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    if (lo < U8_MIN[U8_LEN(acc)]) lo = U8_MIN[U8_LEN(acc)];
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo > hi) return false;
     for (size_t i = from; i < from + n; i++) {
         g_stk s = m->stks[i];
         if (s.len && class_match_range(m->g, m->pool[s.off + s.len - 1], lo, hi)) return true;
@@ -135,20 +145,27 @@ static bool partial_ok(const cmf_grammar_matcher *m, size_t from, size_t n, uint
     return false;
 }
 
-/* UTF-8 step: 1 = a code point completed (*cp), 0 = still partial, -1 = invalid. */
+/* UTF-8 step: 1 = a code point completed (*cp), 0 = still partial, -1 =
+ * invalid (a stray continuation, a bad lead byte C0/C1/F5-FF, an overlong
+ * form, a surrogate, past U+10FFFF). */
 static int utf8_step(uint32_t *acc, uint32_t *need, uint8_t b, uint32_t *cp) {
     if (*need == 0) {
         if (b < 0x80) { *cp = b; return 1; }
-        if ((b & 0xE0) == 0xC0) { *acc = b & 0x1F; *need = 1; }
-        else if ((b & 0xF0) == 0xE0) { *acc = b & 0x0F; *need = 2; }
-        else if ((b & 0xF8) == 0xF0) { *acc = b & 0x07; *need = 3; }
-        else return -1;
+        if (b < 0xC2 || b > 0xF4) return -1;
+        if ((b & 0xE0) == 0xC0) { *acc = (b & 0x1Fu) | 2u << 28; *need = 1; }
+        else if ((b & 0xF0) == 0xE0) { *acc = (b & 0x0Fu) | 3u << 28; *need = 2; }
+        else { *acc = (b & 0x07u) | 4u << 28; *need = 3; }
         return 0;
     }
     if ((b & 0xC0) != 0x80) return -1;
-    *acc = (*acc << 6) | (b & 0x3F);
-    if (--*need) return 0;
-    *cp = *acc;
+    uint32_t len = U8_LEN(*acc), v = U8_VAL(*acc) << 6 | (b & 0x3Fu);
+    *acc = v | len << 28;
+    if (--*need) {
+        if ((v << (6 * *need)) + ((1u << (6 * *need)) - 1) < U8_MIN[len] || (v << (6 * *need)) > 0x10FFFF) return -1;
+        return 0;
+    }
+    if (v < U8_MIN[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return -1;
+    *cp = v;
     return 1;
 }
 

@@ -107,5 +107,20 @@ int main(void) {
     CHECK(cmf_grammar_matcher_accept_bytes(m, "\xc3\xa9" "a", 3) && cmf_grammar_matcher_can_end(m), "after reset");
     cmf_grammar_matcher_free(m);
     cmf_grammar_free(g);
+
+    /* Invalid UTF-8 never matches, not even a class that takes "any
+     * character": overlong forms, a bad lead, a surrogate, a stray
+     * continuation byte, past U+10FFFF; and an overlong lead byte is not
+     * accepted as a partial character. */
+    g = parse("root ::= [^\\\x00-\x1F]* \"{\"?");
+    REQUIRE(g, "parse");
+    static const char *const bad[] = {"\xc1\xbb", "\xc0\x80", "\xe0\x81\xbb", "\xed\xa0\x80", "\x80", "\xf4\x90\x80\x80", "\xf8\x88\x80\x80\x80", "\xc1", "\xe0\x80"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        REQUIRE(cmf_grammar_matcher_new(g, &m, &e) == CMF_OK, "%s", e.msg);
+        CHECK(!cmf_grammar_matcher_accept_bytes(m, bad[k], strlen(bad[k])), "invalid UTF-8 #%zu accepted", k);
+        cmf_grammar_matcher_free(m);
+    }
+    CHECK(full(g, "\xf4\x8f\xbf\xbf{") && full(g, "\xe0\xa0\x80") && full(g, "\xc2\x80"), "the smallest and largest valid forms");
+    cmf_grammar_free(g);
     return test_done();
 }
