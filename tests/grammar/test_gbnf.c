@@ -112,7 +112,7 @@ int main(void) {
      * character": overlong forms, a bad lead, a surrogate, a stray
      * continuation byte, past U+10FFFF; and an overlong lead byte is not
      * accepted as a partial character. */
-    g = parse("root ::= [^\\\x00-\x1F]* \"{\"?");
+    g = parse("root ::= [^\\\\\\x00-\\x1F]* \"{\"?");
     REQUIRE(g, "parse");
     static const char *const bad[] = {"\xc1\xbb", "\xc0\x80", "\xe0\x81\xbb", "\xed\xa0\x80", "\x80", "\xf4\x90\x80\x80", "\xf8\x88\x80\x80\x80", "\xc1", "\xe0\x80"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
