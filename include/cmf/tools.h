@@ -94,9 +94,10 @@ size_t cmf_tool_calls_content_prefix(cmf_tool_family fam, const char *text, size
 /* GBNF that admits exactly a valid call in fam's shape of one of the
  * tools (only == NULL: any of them, "required"; else the one named only)
  * with its arguments matching the function's parameters JSON Schema
- * (cmf_json_schema_to_gbnf's subset; absent = any object). Hermes: one
- * or more <tool_call> blocks; Llama 3: one call object; Mistral:
- * [TOOL_CALLS] and a JSON array of one or more calls. *gbnf malloc'd.
+ * (cmf_json_schema_to_gbnf's subset; absent = any object). One call
+ * (a small model told "one or more" repeats calls until max_tokens):
+ * Hermes: one <tool_call> block; Llama 3: one call object; Mistral:
+ * [TOOL_CALLS] and a JSON array of one call. *gbnf malloc'd.
  * Errors: CMF_ERR_ARG (malformed tools, `only` not among them: "tool_choice:
  * no function named ..."), the schema converter's errors prefixed with
  * "tools[i].function.parameters", CMF_ERR_NOMEM. */

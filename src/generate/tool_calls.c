@@ -380,10 +380,9 @@ cmf_status cmf_tool_call_gbnf(cmf_tool_family fam, const char *tools_json, size_
     if (st) return cmf_error_prefix(err, "tools (function parameters)");
     /* "root ::= X\n..." -> "tool-call ::= X\n..." under the family's root */
     static const char *const roots[] = {
-        [CMF_TOOLS_HERMES] = "root ::= tool-block (\"\\n\"? tool-block)*\n"
-                             "tool-block ::= \"" HERMES_OPEN "\" \"\\n\"? tool-call \"</tool_call>\"\n",
+        [CMF_TOOLS_HERMES] = "root ::= \"" HERMES_OPEN "\" \"\\n\"? tool-call \"</tool_call>\"\n",
         [CMF_TOOLS_LLAMA3] = "root ::= tool-call\n",
-        [CMF_TOOLS_MISTRAL] = "root ::= \"[TOOL_CALLS]\" \"[\" space tool-call (\",\" space tool-call)* \"]\"\n",
+        [CMF_TOOLS_MISTRAL] = "root ::= \"[TOOL_CALLS]\" \"[\" space tool-call \"]\"\n",
     };
     const char *root = roots[fam <= CMF_TOOLS_MISTRAL ? fam : CMF_TOOLS_HERMES];
     assert(!strncmp(calls, "root ::= ", 9));

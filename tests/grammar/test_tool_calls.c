@@ -115,10 +115,11 @@ int main(void) {
     static const struct { cmf_tool_family fam; const char *only; const char *yes[4]; const char *no[5]; } G[] = {
         {CMF_TOOLS_HERMES, NULL,
          {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>",
-          "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":-2}}</tool_call>\n<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>"},
+          "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":-2}}</tool_call>"},
          {"<tool_call>{\"name\":\"mul\",\"arguments\":{}}</tool_call>", "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1}}</tool_call>",
           "Sure <tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>",
-          "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"unit\":\"k\"}}</tool_call>", "{\"name\":\"add\"}"}},
+          "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"unit\":\"k\"}}</tool_call>",
+          "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":-2}}</tool_call>\n<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>"}},
         {CMF_TOOLS_HERMES, "add", {"<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>"},
          {"<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}</tool_call>"}},
         {CMF_TOOLS_LLAMA3, NULL, {"{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}"},
