@@ -108,6 +108,11 @@ void cmf_grammar_matcher_reset(cmf_grammar_matcher *m);
  * given and a finished grammar that is the normal end). Errors
  * (returns 0, *err set): CMF_ERR_ARG (no vocabulary set), CMF_ERR_NOMEM. */
 size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_error *err);
+/* The mask cache (on by default): the matcher remembers the masks of its
+ * last 16 states (keyed by the exact stack set), so a state seen again —
+ * every character inside a JSON string, say — costs a copy. Off: every
+ * mask is walked (for benchmarks of the walk itself). */
+void cmf_grammar_matcher_set_cache(cmf_grammar_matcher *m, bool on);
 /* Set logits [n_vocab] of the ids not allowed to -INFINITY; returns the
  * number allowed (errors as cmf_grammar_matcher_allowed). */
 size_t cmf_grammar_matcher_mask_logits(cmf_grammar_matcher *m, float *logits, cmf_error *err);

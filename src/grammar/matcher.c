@@ -21,6 +21,8 @@
 
 typedef struct { uint32_t off, len; } g_stk;
 
+#define G_CACHE 16 /* masks remembered per matcher */
+
 struct cmf_grammar_matcher {
     const cmf_grammar *g;
     uint32_t *pool;  size_t n_pool, cap_pool;
@@ -31,6 +33,17 @@ struct cmf_grammar_matcher {
     bool oom;
     uint32_t tmp[G_MAX_DEPTH + 1];
     uint32_t *bits;              /* scratch for mask_logits */
+    /* mask cache: the masks of the last states seen (a JSON string's
+     * characters leave the state as it was, so most tokens hit) */
+    struct g_cache_ent {
+        uint64_t hash;
+        uint32_t *key;  size_t key_n, key_cap; /* the serialized state */
+        uint32_t *bits; size_t allowed;
+        uint64_t used;
+    } cache[G_CACHE];
+    uint64_t clock;
+    bool no_cache;
+    uint32_t *key; size_t key_n, key_cap;      /* the current state serialized */
 };
 
 /* ---- arena ------------------------------------------------------------- */
@@ -222,6 +235,8 @@ void cmf_grammar_matcher_free(cmf_grammar_matcher *m) {
     free(m->pool);
     free(m->stks);
     free(m->bits);
+    for (int i = 0; i < G_CACHE; i++) { free(m->cache[i].key); free(m->cache[i].bits); }
+    free(m->key);
     free(m);
 }
 
@@ -319,11 +334,43 @@ static size_t walk(cmf_grammar_matcher *m, uint32_t node, size_t from, size_t n,
     return allowed;
 }
 
+/* The current state as words (pending UTF-8, then each stack's length
+ * and positions) into m->key; its hash. false on OOM. */
+static bool serialize(cmf_grammar_matcher *m, uint64_t *hash) {
+    size_t n = 2 + m->cur_n + m->n_pool;
+    if (!grow((void **)&m->key, &m->key_cap, n, sizeof *m->key)) return false;
+    size_t k = 0;
+    m->key[k++] = m->acc;
+    m->key[k++] = m->need;
+    for (size_t i = 0; i < m->cur_n; i++) {
+        m->key[k++] = m->stks[i].len;
+        memcpy(m->key + k, m->pool + m->stks[i].off, m->stks[i].len * sizeof *m->key);
+        k += m->stks[i].len;
+    }
+    m->key_n = k;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < k; i++) h = (h ^ m->key[i]) * 1099511628211ull;
+    *hash = h;
+    return true;
+}
+
 size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_error *err) {
     const cmf_grammar *g = m->g;
     if (!g->n_vocab) { cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)"); return 0; }
-    memset(bits, 0, ((size_t)g->n_vocab + 31) / 32 * sizeof *bits);
+    const size_t nw = ((size_t)g->n_vocab + 31) / 32;
+    memset(bits, 0, nw * sizeof *bits);
     if (m->eos_done) return 0;
+    uint64_t h = 0;
+    bool keyed = !m->no_cache && serialize(m, &h);
+    if (keyed)
+        for (int i = 0; i < G_CACHE; i++) {
+            struct g_cache_ent *c = &m->cache[i];
+            if (c->bits && c->hash == h && c->key_n == m->key_n && !memcmp(c->key, m->key, m->key_n * sizeof *m->key)) {
+                memcpy(bits, c->bits, nw * sizeof *bits);
+                c->used = ++m->clock;
+                return c->allowed;
+            }
+        }
     size_t allowed = walk(m, 0, 0, m->cur_n, m->acc, m->need, bits);
     if (m->oom) {
         m->oom = false;
@@ -336,6 +383,23 @@ size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_e
             int32_t id = g->eos[i];
             if (!(bits[id >> 5] >> (id & 31) & 1)) { bits[id >> 5] |= 1u << (id & 31); allowed++; }
         }
+    if (keyed) { /* remember it in the least recently used entry (best effort: no memory, no cache) */
+        struct g_cache_ent *c = &m->cache[0];
+        for (int i = 1; i < G_CACHE; i++)
+            if (m->cache[i].used < c->used) c = &m->cache[i];
+        if ((c->bits || (c->bits = malloc(nw * sizeof *c->bits))) && grow((void **)&c->key, &c->key_cap, m->key_n, sizeof *c->key)) {
+            memcpy(c->bits, bits, nw * sizeof *bits);
+            memcpy(c->key, m->key, m->key_n * sizeof *m->key);
+            c->key_n = m->key_n;
+            c->hash = h;
+            c->allowed = allowed;
+            c->used = ++m->clock;
+        } else {
+            c->used = 0;
+            free(c->bits);
+            c->bits = NULL;
+        }
+    }
     return allowed;
 }
 
@@ -472,6 +536,8 @@ fail:
     memset(&g->trie, 0, sizeof g->trie);
     return st;
 }
+
+void cmf_grammar_matcher_set_cache(cmf_grammar_matcher *m, bool on) { m->no_cache = !on; }
 
 uint32_t cmf_grammar_n_vocab(const cmf_grammar *g) { return g ? g->n_vocab : 0; }
 
