@@ -102,6 +102,7 @@ static double gen_once(cmf_model *m, const cmf_tokenizer *tok, const cmf_session
         return -1;
     }
     cmf_session_free(s);
+    if (getenv("GM_DEBUG")) fprintf(stderr, "run: %zu tokens, %.3f ms\n", st.n_generated, st.gen_seconds * 1e3);
     return st.n_generated ? st.gen_seconds / (double)st.n_generated : -1;
 }
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 typedef struct { uint32_t off, len; } g_stk;
+struct g_set;
 
 #define G_CACHE 16 /* masks remembered per matcher */
 
@@ -43,6 +44,12 @@ struct cmf_grammar_matcher {
     } cache[G_CACHE];
     uint64_t clock;
     bool no_cache;
+    /* the walk's interned sets and transition memo (see walk) */
+    struct g_set *sets; size_t n_sets, cap_sets;
+    uint64_t *tr_key; uint32_t *tr_val, *tr_stamp; size_t n_tr;
+    uint32_t *in_id, *in_stamp;
+    size_t tab_cap;
+    uint32_t stamp;
     uint32_t *key; size_t key_n, key_cap;      /* the current state serialized */
 };
 
@@ -236,6 +243,8 @@ void cmf_grammar_matcher_free(cmf_grammar_matcher *m) {
     free(m->stks);
     free(m->bits);
     for (int i = 0; i < G_CACHE; i++) { free(m->cache[i].key); free(m->cache[i].bits); }
+    free(m->sets);
+    free(m->tr_key); free(m->tr_val); free(m->tr_stamp); free(m->in_id); free(m->in_stamp);
     free(m->key);
     free(m);
 }
@@ -303,23 +312,116 @@ cmf_status cmf_grammar_matcher_accept_token(cmf_grammar_matcher *m, int32_t id, 
     return CMF_OK;
 }
 
-/* The mask walk: node's children under the set stks[from..from+n) with
- * pending UTF-8 (acc, need). */
-static size_t walk(cmf_grammar_matcher *m, uint32_t node, size_t from, size_t n, uint32_t acc, uint32_t need,
-                   uint32_t *bits) {
+/* ---- the mask walk ------------------------------------------------------
+ * Within one walk, stack sets are interned (equal sets share an id) and
+ * the transitions (set, code point) -> set are memoized, so a loop state —
+ * the characters of a string, a class repeated — advances once per
+ * distinct character instead of once per trie edge. Interned sets stay in
+ * the arena until the walk ends. */
+
+typedef struct g_set { uint32_t from, n; uint64_t hash; } g_set;
+
+#define G_NONE UINT32_MAX /* no set (the transition kills every stack) */
+
+static uint64_t set_hash(const cmf_grammar_matcher *m, size_t from, size_t n) {
+    uint64_t h = 1469598103934665603ull ^ n;
+    for (size_t i = from; i < from + n; i++) {
+        const uint32_t *p = m->pool + m->stks[i].off;
+        h = (h ^ (0x9E3779B9u + m->stks[i].len)) * 1099511628211ull;
+        for (uint32_t k = 0; k < m->stks[i].len; k++) h = (h ^ p[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static bool set_equal(const cmf_grammar_matcher *m, const g_set *a, size_t from, size_t n) {
+    if (a->n != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        g_stk x = m->stks[a->from + i], y = m->stks[from + i];
+        if (x.len != y.len || memcmp(m->pool + x.off, m->pool + y.off, x.len * sizeof *m->pool)) return false;
+    }
+    return true;
+}
+
+/* Open-addressing tables, cleared per walk by a stamp. */
+static bool tab_grow(cmf_grammar_matcher *m, size_t want) {
+    if (want * 2 <= m->tab_cap) return true;
+    size_t cap = m->tab_cap ? m->tab_cap * 2 : 1024;
+    while (cap < want * 2) cap *= 2;
+    uint64_t *tk = malloc(cap * sizeof *tk);
+    uint32_t *tv = malloc(cap * sizeof *tv), *ts = calloc(cap, sizeof *ts);
+    uint32_t *ik = malloc(cap * sizeof *ik), *is = calloc(cap, sizeof *is);
+    if (!tk || !tv || !ts || !ik || !is) { free(tk); free(tv); free(ts); free(ik); free(is); return false; }
+    /* rehash the live entries of this walk */
+    for (size_t i = 0; i < m->tab_cap; i++) {
+        if (m->tr_stamp[i] == m->stamp) {
+            size_t j = (size_t)(m->tr_key[i] * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+            while (ts[j] == m->stamp) j = (j + 1) & (cap - 1);
+            ts[j] = m->stamp; tk[j] = m->tr_key[i]; tv[j] = m->tr_val[i];
+        }
+        if (m->in_stamp[i] == m->stamp) {
+            size_t j = (size_t)(m->sets[m->in_id[i]].hash >> 17) & (cap - 1);
+            while (is[j] == m->stamp) j = (j + 1) & (cap - 1);
+            is[j] = m->stamp; ik[j] = m->in_id[i];
+        }
+    }
+    free(m->tr_key); free(m->tr_val); free(m->tr_stamp); free(m->in_id); free(m->in_stamp);
+    m->tr_key = tk; m->tr_val = tv; m->tr_stamp = ts; m->in_id = ik; m->in_stamp = is;
+    m->tab_cap = cap;
+    return true;
+}
+
+/* The id of the set stks[from..n_stks): an equal interned set (the copy is
+ * dropped) or a new one. G_NONE for an empty set. */
+static uint32_t intern(cmf_grammar_matcher *m, size_t from) {
+    size_t n = m->n_stks - from;
+    if (!n) return G_NONE;
+    uint64_t h = set_hash(m, from, n);
+    if (!tab_grow(m, m->n_sets + 1) ||
+        !grow((void **)&m->sets, &m->cap_sets, m->n_sets + 1, sizeof *m->sets)) { m->oom = true; return G_NONE; }
+    size_t j = (size_t)(h >> 17) & (m->tab_cap - 1);
+    for (; m->in_stamp[j] == m->stamp; j = (j + 1) & (m->tab_cap - 1)) {
+        const g_set *o = &m->sets[m->in_id[j]];
+        if (o->hash == h && set_equal(m, o, from, n)) { truncate_to(m, from); return m->in_id[j]; }
+    }
+    uint32_t id = (uint32_t)m->n_sets++;
+    m->sets[id] = (g_set){(uint32_t)from, (uint32_t)n, h};
+    m->in_stamp[j] = m->stamp;
+    m->in_id[j] = id;
+    return id;
+}
+
+/* The set after code point cp from set sid (memoized). */
+static uint32_t step_set(cmf_grammar_matcher *m, uint32_t sid, uint32_t cp) {
+    uint64_t key = (uint64_t)sid << 21 | cp;
+    if (!tab_grow(m, m->n_tr + 1)) { m->oom = true; return G_NONE; }
+    size_t j = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & (m->tab_cap - 1);
+    for (; m->tr_stamp[j] == m->stamp; j = (j + 1) & (m->tab_cap - 1))
+        if (m->tr_key[j] == key) return m->tr_val[j];
+    size_t mark = m->n_stks;
+    accept_cp(m, m->sets[sid].from, m->sets[sid].n, cp);
+    uint32_t r = intern(m, mark);
+    if (m->oom) return G_NONE;
+    /* intern may have grown the tables: find the slot again */
+    j = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & (m->tab_cap - 1);
+    while (m->tr_stamp[j] == m->stamp) j = (j + 1) & (m->tab_cap - 1);
+    m->tr_stamp[j] = m->stamp;
+    m->tr_key[j] = key;
+    m->tr_val[j] = r;
+    m->n_tr++;
+    return r;
+}
+
+/* The mask walk: node's children under set sid with pending UTF-8 (acc, need). */
+static size_t walk(cmf_grammar_matcher *m, uint32_t node, uint32_t sid, uint32_t acc, uint32_t need, uint32_t *bits) {
     const g_trie *t = &m->g->trie;
     size_t allowed = 0;
-    for (uint32_t k = t->child_off[node]; k < t->child_off[node + 1]; k++) {
-        uint32_t a = acc, nd = need, cp;
+    for (uint32_t k = t->child_off[node]; k < t->child_off[node + 1] && !m->oom; k++) {
+        uint32_t a = acc, nd = need, cp, cs = sid;
         int r = utf8_step(&a, &nd, t->child_byte[k], &cp);
         if (r < 0) continue;
-        size_t mark = m->n_stks, cf = from, cn = n;
         if (r == 1) {
-            accept_cp(m, from, n, cp);
-            if (m->n_stks == mark) continue;
-            cf = mark;
-            cn = m->n_stks - mark;
-        } else if (!partial_ok(m, from, n, a, nd)) {
+            if ((cs = step_set(m, sid, cp)) == G_NONE) continue;
+        } else if (!partial_ok(m, m->sets[sid].from, m->sets[sid].n, a, nd)) {
             continue;
         }
         uint32_t child = t->child_node[k];
@@ -328,8 +430,7 @@ static size_t walk(cmf_grammar_matcher *m, uint32_t node, size_t from, size_t n,
             bits[id >> 5] |= 1u << (id & 31);
             allowed++;
         }
-        if (t->child_off[child] < t->child_off[child + 1]) allowed += walk(m, child, cf, cn, a, nd, bits);
-        truncate_to(m, mark);
+        if (t->child_off[child] < t->child_off[child + 1]) allowed += walk(m, child, cs, a, nd, bits);
     }
     return allowed;
 }
@@ -371,7 +472,22 @@ size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_e
                 return c->allowed;
             }
         }
-    size_t allowed = walk(m, 0, 0, m->cur_n, m->acc, m->need, bits);
+    /* a new walk: fresh tables (by stamp), set 0 = the current state */
+    if (++m->stamp == 0) { /* wrapped: clear the stamps for real */
+        if (m->tr_stamp) memset(m->tr_stamp, 0, m->tab_cap * sizeof *m->tr_stamp);
+        if (m->in_stamp) memset(m->in_stamp, 0, m->tab_cap * sizeof *m->in_stamp);
+        m->stamp = 1;
+    }
+    m->n_sets = m->n_tr = 0;
+    size_t allowed = 0;
+    if (grow((void **)&m->sets, &m->cap_sets, 1, sizeof *m->sets)) {
+        m->sets[0] = (g_set){0, (uint32_t)m->cur_n, 0};
+        m->n_sets = 1;
+        allowed = walk(m, 0, 0, m->acc, m->need, bits);
+    } else {
+        m->oom = true;
+    }
+    truncate_to(m, m->cur_n);
     if (m->oom) {
         m->oom = false;
         truncate_to(m, m->cur_n);
