@@ -8,6 +8,7 @@
  * was.
  */
 #include "cmf/grammar.h"
+#include "grammar_test.h"
 #include "test.h"
 
 static cmf_grammar *parse(const char *text) {
@@ -17,15 +18,6 @@ static cmf_grammar *parse(const char *text) {
     return g;
 }
 
-/* Does the grammar accept s completely? */
-static bool full(const cmf_grammar *g, const char *s) {
-    cmf_grammar_matcher *m;
-    cmf_error e = {0};
-    if (cmf_grammar_matcher_new(g, &m, &e)) return false;
-    bool ok = cmf_grammar_matcher_accept_bytes(m, s, strlen(s)) && cmf_grammar_matcher_can_end(m);
-    cmf_grammar_matcher_free(m);
-    return ok;
-}
 
 static void expect_error(const char *text, const char *frag) {
     cmf_grammar *g = NULL;

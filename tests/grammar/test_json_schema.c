@@ -7,16 +7,9 @@
  * grammar accepts any object and nothing else.
  */
 #include "cmf/grammar.h"
+#include "grammar_test.h"
 #include "test.h"
 
-static bool full(const cmf_grammar *g, const char *s) {
-    cmf_grammar_matcher *m;
-    cmf_error e = {0};
-    if (cmf_grammar_matcher_new(g, &m, &e)) return false;
-    bool ok = cmf_grammar_matcher_accept_bytes(m, s, strlen(s)) && cmf_grammar_matcher_can_end(m);
-    cmf_grammar_matcher_free(m);
-    return ok;
-}
 
 typedef struct { const char *schema; const char *yes[8]; const char *no[8]; } scase;
 

@@ -9,18 +9,11 @@
  */
 #include "cmf/grammar.h"
 #include "cmf/tools.h"
+#include "grammar_test.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>
 
-static bool full(const cmf_grammar *g, const char *s) {
-    cmf_grammar_matcher *m;
-    cmf_error e = {0};
-    if (cmf_grammar_matcher_new(g, &m, &e)) return false;
-    bool ok = cmf_grammar_matcher_accept_bytes(m, s, strlen(s)) && cmf_grammar_matcher_can_end(m);
-    cmf_grammar_matcher_free(m);
-    return ok;
-}
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
