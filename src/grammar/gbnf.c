@@ -30,6 +30,8 @@ typedef struct {
     size_t n, pos;
     prule *rules;
     size_t n_rules, cap_rules;
+    uint32_t *ht;      /* hash index of the rules named in the text */
+    size_t ht_cap, n_named;
     cmf_error *err;
     cmf_status st;
     int depth;
@@ -91,10 +93,21 @@ static bool is_word(int c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
-/* Rule id of name (added, undefined, when new). UINT32_MAX on OOM. */
-static uint32_t rule_id(parser *p, const char *name, size_t len, size_t ref_pos) {
-    for (size_t i = 0; i < p->n_rules; i++)
-        if (strlen(p->rules[i].name) == len && !memcmp(p->rules[i].name, name, len)) return (uint32_t)i;
+#define G_MAX_RULES 65536u /* rules, generated ones included: a bound on what a text can make us build */
+
+static uint64_t name_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A new rule (undefined) named name[0..len); UINT32_MAX on OOM or past
+ * G_MAX_RULES (p->st set). */
+static uint32_t add_rule(parser *p, const char *name, size_t len, size_t ref_pos) {
+    if (p->n_rules >= G_MAX_RULES) {
+        fail_at(p, p->pos, CMF_ERR_LIMIT, "grammar too large (more than %u rules, repetitions included)", G_MAX_RULES);
+        return UINT32_MAX;
+    }
     if (p->n_rules == p->cap_rules) {
         size_t c = p->cap_rules ? p->cap_rules * 2 : 16;
         prule *r = realloc(p->rules, c * sizeof *r);
@@ -112,16 +125,41 @@ static uint32_t rule_id(parser *p, const char *name, size_t len, size_t ref_pos)
     return (uint32_t)p->n_rules++;
 }
 
-/* A new generated rule named after base. */
+/* Rule id of a name written in the text (added, undefined, when new):
+ * a hash index over those names. UINT32_MAX on OOM / limit. */
+static uint32_t rule_id(parser *p, const char *name, size_t len, size_t ref_pos) {
+    if (p->n_named * 2 >= p->ht_cap) { /* grow and rehash */
+        size_t cap = p->ht_cap ? p->ht_cap * 2 : 64;
+        uint32_t *t = malloc(cap * sizeof *t);
+        if (!t) return UINT32_MAX;
+        for (size_t i = 0; i < cap; i++) t[i] = UINT32_MAX;
+        for (size_t i = 0; i < p->ht_cap; i++)
+            if (p->ht[i] != UINT32_MAX) {
+                const char *nm = p->rules[p->ht[i]].name;
+                size_t j = (size_t)name_hash(nm, strlen(nm)) & (cap - 1);
+                while (t[j] != UINT32_MAX) j = (j + 1) & (cap - 1);
+                t[j] = p->ht[i];
+            }
+        free(p->ht);
+        p->ht = t;
+        p->ht_cap = cap;
+    }
+    size_t j = (size_t)name_hash(name, len) & (p->ht_cap - 1);
+    for (; p->ht[j] != UINT32_MAX; j = (j + 1) & (p->ht_cap - 1)) {
+        const char *nm = p->rules[p->ht[j]].name;
+        if (strlen(nm) == len && !memcmp(nm, name, len)) return p->ht[j];
+    }
+    uint32_t id = add_rule(p, name, len, ref_pos);
+    if (id != UINT32_MAX) { p->ht[j] = id; p->n_named++; }
+    return id;
+}
+
+/* A new generated rule named after base ("base~N": '~' is no name
+ * character, so it never meets a rule of the text). */
 static uint32_t gen_rule(parser *p, uint32_t base) {
     char buf[256];
-    for (unsigned k = (unsigned)p->n_rules;; k++) {
-        snprintf(buf, sizeof buf, "%.200s_%u", p->rules[base].name, k);
-        bool taken = false;
-        for (size_t i = 0; i < p->n_rules && !taken; i++) taken = !strcmp(p->rules[i].name, buf);
-        if (!taken) break;
-    }
-    uint32_t id = rule_id(p, buf, strlen(buf), p->pos);
+    snprintf(buf, sizeof buf, "%.200s~%zu", p->rules[base].name, p->n_rules);
+    uint32_t id = add_rule(p, buf, strlen(buf), p->pos);
     if (id != UINT32_MAX) p->rules[id].defined = true;
     return id;
 }
@@ -541,6 +579,7 @@ cmf_status cmf_grammar_parse(const char *text, size_t len, cmf_grammar **out, cm
     }
     for (size_t i = 0; i < p->n_rules; i++) { free(p->rules[i].name); free(p->rules[i].body.v); }
     free(p->rules);
+    free(p->ht);
     if (!ok) {
         cmf_grammar_free(g);
         return p->st ? p->st : cmf_error_set(err, CMF_ERR_INTERNAL, "grammar: parse failed");

@@ -504,9 +504,29 @@ out:
     return ok;
 }
 
+/* Offset of the first invalid UTF-8 byte of s[0..n), or n. */
+static size_t utf8_invalid_at(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char b = u[i];
+        size_t k = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        if (!k || i + k > n) return i;
+        uint32_t cp = k == 1 ? b : k == 2 ? b & 0x1Fu : k == 3 ? b & 0x0Fu : b & 0x07u;
+        for (size_t j = 1; j < k; j++) {
+            if ((u[i + j] & 0xC0) != 0x80) return i;
+            cp = cp << 6 | (u[i + j] & 0x3Fu);
+        }
+        if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return i;
+        i += k;
+    }
+    return n;
+}
+
 cmf_status cmf_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, cmf_error *err) {
     if (!schema || !gbnf) return cmf_error_set(err, CMF_ERR_ARG, "cmf_json_schema_to_gbnf: NULL argument");
     *gbnf = NULL;
+    size_t bad = utf8_invalid_at(schema, len);
+    if (bad < len) return cmf_error_set(err, CMF_ERR_FORMAT, "JSON schema: invalid UTF-8 at byte %zu", bad);
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(schema, len, &end, 0);
     if (!doc) return cmf_error_set(err, CMF_ERR_FORMAT, "JSON schema: not valid JSON (near byte %td)", (end ? end : schema) - schema);

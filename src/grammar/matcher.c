@@ -23,6 +23,7 @@ typedef struct { uint32_t off, len; } g_stk;
 struct g_set;
 
 #define G_CACHE 16 /* masks remembered per matcher */
+#define G_DEDUP_CAP (2 * G_MAX_STACKS) /* slots of the dedup table (a power of two) */
 
 struct cmf_grammar_matcher {
     const cmf_grammar *g;
@@ -50,6 +51,7 @@ struct cmf_grammar_matcher {
     uint32_t *in_id, *in_stamp;
     size_t tab_cap;
     uint32_t stamp;
+    uint32_t *dd_stamp, *dd_idx, dd_gen;  /* dedup table of a large set being built */
     uint32_t *key; size_t key_n, key_cap;      /* the current state serialized */
 };
 
@@ -66,21 +68,54 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
+static uint64_t stack_hash(const uint32_t *st, uint32_t len) {
+    uint64_t h = 1469598103934665603ull ^ len;
+    for (uint32_t k = 0; k < len; k++) h = (h ^ st[k]) * 1099511628211ull;
+    return h;
+}
+
+#define G_DEDUP_LINEAR 16 /* sets up to this size are deduplicated by a scan, larger ones by hash */
+
+/* Index stack i of the set being built in the dedup table. */
+static void dedup_insert(cmf_grammar_matcher *m, size_t i) {
+    const g_stk *s = &m->stks[i];
+    size_t j = (size_t)stack_hash(m->pool + s->off, s->len) & (G_DEDUP_CAP - 1);
+    while (m->dd_stamp[j] == m->dd_gen) j = (j + 1) & (G_DEDUP_CAP - 1);
+    m->dd_stamp[j] = m->dd_gen;
+    m->dd_idx[j] = (uint32_t)i;
+}
+
 /* Add stack st[0..len) to the set being built (stks[set_from..n_stks)), once. */
 static void add_stack(cmf_grammar_matcher *m, size_t set_from, const uint32_t *st, uint32_t len) {
-    for (size_t i = set_from; i < m->n_stks; i++)
-        if (m->stks[i].len == len && !memcmp(m->pool + m->stks[i].off, st, len * sizeof *st)) return;
-    if (m->n_stks - set_from >= G_MAX_STACKS) return; /* bounded: ambiguity past the limit is dropped */
+    size_t n = m->n_stks - set_from;
+    if (n < G_DEDUP_LINEAR) {
+        for (size_t i = set_from; i < m->n_stks; i++)
+            if (m->stks[i].len == len && (!len || !memcmp(m->pool + m->stks[i].off, st, len * sizeof *st))) return;
+    } else {
+        if (n == G_DEDUP_LINEAR) { /* switch this set to the hash table */
+            if (!m->dd_stamp && (!(m->dd_stamp = calloc(G_DEDUP_CAP, sizeof *m->dd_stamp)) ||
+                                 !(m->dd_idx = malloc(G_DEDUP_CAP * sizeof *m->dd_idx)))) { m->oom = true; return; }
+            if (++m->dd_gen == 0) { memset(m->dd_stamp, 0, G_DEDUP_CAP * sizeof *m->dd_stamp); m->dd_gen = 1; }
+            for (size_t i = set_from; i < m->n_stks; i++) dedup_insert(m, i);
+        }
+        size_t j = (size_t)stack_hash(st, len) & (G_DEDUP_CAP - 1);
+        for (; m->dd_stamp[j] == m->dd_gen; j = (j + 1) & (G_DEDUP_CAP - 1)) {
+            const g_stk *o = &m->stks[m->dd_idx[j]];
+            if (o->len == len && (!len || !memcmp(m->pool + o->off, st, len * sizeof *st))) return;
+        }
+    }
+    if (n >= G_MAX_STACKS) return; /* bounded: ambiguity past the limit is dropped */
     if (!grow((void **)&m->pool, &m->cap_pool, m->n_pool + len, sizeof *m->pool) ||
         !grow((void **)&m->stks, &m->cap_stks, m->n_stks + 1, sizeof *m->stks)) {
         m->oom = true;
         return;
     }
-    memcpy(m->pool + m->n_pool, st, len * sizeof *st);
+    if (len) memcpy(m->pool + m->n_pool, st, len * sizeof *st);
     m->stks[m->n_stks].off = (uint32_t)m->n_pool;
     m->stks[m->n_stks].len = len;
     m->n_pool += len;
     m->n_stks++;
+    if (n >= G_DEDUP_LINEAR) dedup_insert(m, m->n_stks - 1);
 }
 
 /* Expand st[0..len) (in m->tmp) until every top is a character group;
@@ -244,6 +279,8 @@ void cmf_grammar_matcher_free(cmf_grammar_matcher *m) {
     free(m->bits);
     for (int i = 0; i < G_CACHE; i++) { free(m->cache[i].key); free(m->cache[i].bits); }
     free(m->sets);
+    free(m->dd_stamp);
+    free(m->dd_idx);
     free(m->tr_key); free(m->tr_val); free(m->tr_stamp); free(m->in_id); free(m->in_stamp);
     free(m->key);
     free(m);

@@ -48,6 +48,13 @@ int main(void) {
     expect_error("root ::= \"a\" )", "unexpected ')'");
     expect_error("root ::= []", "empty character class");
     expect_error("root ::= \"a\"{x}", "expected a number");
+    expect_error("root ::= \"a\" root_3\nroot_3 ::= \"b\"*\nroot_3 ::= \"c\"", "rule 'root_3' defined twice"); /* no clash with generated rules */
+    {
+        cmf_grammar *g = NULL;
+        cmf_error e = {0};
+        const char *big = "root ::= \"y\"{1,90000}";
+        CHECK(cmf_grammar_parse(big, strlen(big), &g, &e) == CMF_ERR_LIMIT && strstr(e.msg, "grammar too large"), "%s", e.msg);
+    }
 
     static const gcase cases[] = {
         {"root ::= \"abc\"", {"abc"}, {"ab", "abcd", "", "abd"}},
@@ -57,6 +64,7 @@ int main(void) {
         {"root ::= \"x\"? \"y\"{2,3}", {"yy", "xyyy", "yyy"}, {"y", "xyyyy", "xx"}},
         {"root ::= [0-9]{3}", {"123"}, {"12", "1234", "12a"}},
         {"root ::= \"a\"{2,}", {"aa", "aaaaaa"}, {"a", ""}},
+        {"root ::= x_1 x_1*\nx_1 ::= \"q\"", {"q", "qqq"}, {""}},
         {"# a comment\nroot ::= item (\",\" item)*  # trailing\nitem ::= [a-z]+\n", {"a", "ab,c,def"}, {"a,", ",a", "A"}},
         {"root ::=\n  \"(\" (\n   root\n  )* \")\"\n", {"()", "(()())"}, {"(", "())", "(()"}},
         {"root ::= \"a\"\n     | \"b\"\n", {"a", "b"}, {"ab", ""}},

@@ -90,6 +90,7 @@ int main(void) {
     expect_error("{\"type\":\"strin\"}", CMF_ERR_UNSUPPORTED, "unknown type 'strin'");
     expect_error("{\"type\":\"object\"", CMF_ERR_FORMAT, "not valid JSON");
     expect_error("{} x", CMF_ERR_FORMAT, "trailing text");
+    expect_error("{\"const\":\"\xa1\xa1\"}", CMF_ERR_FORMAT, "invalid UTF-8 at byte 10");
     expect_error("false", CMF_ERR_UNSUPPORTED, "matches nothing");
     expect_error("{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"]}", CMF_ERR_UNSUPPORTED, "required property 'a'");
     expect_error("{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", CMF_ERR_UNSUPPORTED, "maxItems below minItems");
