@@ -595,15 +595,6 @@ void cmf_grammar_free(cmf_grammar *g) {
     free(g->cls_of);
     free(g->cls);
     free(g->ranges);
-    free(g->eos);
-    free(g->trie.child_off);
-    free(g->trie.child_byte);
-    free(g->trie.child_node);
-    free(g->trie.tok_off);
-    free(g->trie.toks);
-    if (g->tok_bytes)
-        for (uint32_t i = 0; i < g->n_vocab; i++) free(g->tok_bytes[i]);
-    free(g->tok_bytes);
-    free(g->tok_len);
+    cmf_grammar_vocab_free(g->own_voc);
     free(g);
 }

@@ -42,6 +42,15 @@ typedef struct g_trie {   /* vocabulary trie over token bytes */
     uint32_t max_depth;
 } g_trie;
 
+struct cmf_grammar_vocab { /* per-token data, immutable once built */
+    uint32_t n_vocab;
+    int32_t *eos;
+    size_t n_eos;
+    g_trie trie;
+    char **tok_bytes;     /* [n_vocab] bytes of each token (NULL: never matches) */
+    uint32_t *tok_len;
+};
+
 struct cmf_grammar {
     g_elem *elems;
     uint32_t n_elems;
@@ -52,13 +61,8 @@ struct cmf_grammar {
     g_class *cls;
     uint32_t n_cls;
     uint32_t *ranges;     /* lo, hi pairs */
-    /* vocabulary (cmf_grammar_set_vocab) */
-    uint32_t n_vocab;
-    int32_t *eos;
-    size_t n_eos;
-    g_trie trie;
-    char **tok_bytes;     /* [n_vocab] bytes of each token (NULL: never matches) */
-    uint32_t *tok_len;
+    const cmf_grammar_vocab *voc; /* NULL until a vocabulary is set */
+    cmf_grammar_vocab *own_voc;   /* the one cmf_grammar_set_vocab built (freed with g) */
 };
 
 #define G_MAX_DEPTH 512    /* positions in one stack */

@@ -329,22 +329,22 @@ bool cmf_grammar_matcher_done(const cmf_grammar_matcher *m) {
     return m->cur_n > 0;
 }
 
-static bool is_eos(const cmf_grammar *g, int32_t id) {
-    for (size_t i = 0; i < g->n_eos; i++)
-        if (g->eos[i] == id) return true;
+static bool is_eos(const cmf_grammar_vocab *v, int32_t id) {
+    for (size_t i = 0; i < v->n_eos; i++)
+        if (v->eos[i] == id) return true;
     return false;
 }
 
 cmf_status cmf_grammar_matcher_accept_token(cmf_grammar_matcher *m, int32_t id, cmf_error *err) {
-    const cmf_grammar *g = m->g;
-    if (!g->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)");
-    if (id < 0 || (uint32_t)id >= g->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "grammar: token %d outside the vocabulary", (int)id);
-    if (is_eos(g, id)) {
+    const cmf_grammar_vocab *v = m->g->voc;
+    if (!v) return cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)");
+    if (id < 0 || (uint32_t)id >= v->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "grammar: token %d outside the vocabulary", (int)id);
+    if (is_eos(v, id)) {
         if (!cmf_grammar_matcher_can_end(m)) return cmf_error_set(err, CMF_ERR_ARG, "grammar: end of sequence before the grammar is complete");
         m->eos_done = true;
         return CMF_OK;
     }
-    if (!g->tok_bytes[id] || !advance_bytes(m, (const uint8_t *)g->tok_bytes[id], g->tok_len[id]))
+    if (!v->tok_bytes[id] || !advance_bytes(m, (const uint8_t *)v->tok_bytes[id], v->tok_len[id]))
         return cmf_error_set(err, CMF_ERR_ARG, "grammar: token %d is not allowed here", (int)id);
     return CMF_OK;
 }
@@ -450,7 +450,7 @@ static uint32_t step_set(cmf_grammar_matcher *m, uint32_t sid, uint32_t cp) {
 
 /* The mask walk: node's children under set sid with pending UTF-8 (acc, need). */
 static size_t walk(cmf_grammar_matcher *m, uint32_t node, uint32_t sid, uint32_t acc, uint32_t need, uint32_t *bits) {
-    const g_trie *t = &m->g->trie;
+    const g_trie *t = &m->g->voc->trie;
     size_t allowed = 0;
     for (uint32_t k = t->child_off[node]; k < t->child_off[node + 1] && !m->oom; k++) {
         uint32_t a = acc, nd = need, cp, cs = sid;
@@ -493,9 +493,9 @@ static bool serialize(cmf_grammar_matcher *m, uint64_t *hash) {
 }
 
 size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_error *err) {
-    const cmf_grammar *g = m->g;
-    if (!g->n_vocab) { cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)"); return 0; }
-    const size_t nw = ((size_t)g->n_vocab + 31) / 32;
+    const cmf_grammar_vocab *v = m->g->voc;
+    if (!v) { cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)"); return 0; }
+    const size_t nw = ((size_t)v->n_vocab + 31) / 32;
     memset(bits, 0, nw * sizeof *bits);
     if (m->eos_done) return 0;
     uint64_t h = 0;
@@ -532,8 +532,8 @@ size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_e
         return 0;
     }
     if (cmf_grammar_matcher_can_end(m))
-        for (size_t i = 0; i < g->n_eos; i++) {
-            int32_t id = g->eos[i];
+        for (size_t i = 0; i < v->n_eos; i++) {
+            int32_t id = v->eos[i];
             if (!(bits[id >> 5] >> (id & 31) & 1)) { bits[id >> 5] |= 1u << (id & 31); allowed++; }
         }
     if (keyed) { /* remember it in the least recently used entry (best effort: no memory, no cache) */
@@ -557,7 +557,7 @@ size_t cmf_grammar_matcher_allowed(cmf_grammar_matcher *m, uint32_t *bits, cmf_e
 }
 
 size_t cmf_grammar_matcher_mask_logits(cmf_grammar_matcher *m, float *logits, cmf_error *err) {
-    const uint32_t V = m->g->n_vocab;
+    const uint32_t V = cmf_grammar_n_vocab(m->g);
     if (!V) { cmf_error_set(err, CMF_ERR_ARG, "grammar: no vocabulary set (cmf_grammar_set_vocab)"); return 0; }
     if (!m->bits && !(m->bits = malloc(((size_t)V + 31) / 32 * sizeof *m->bits))) {
         cmf_error_set(err, CMF_ERR_NOMEM, "grammar matcher: out of memory");
@@ -642,57 +642,91 @@ oom:
     return cmf_error_set(err, CMF_ERR_NOMEM, "grammar vocabulary: out of memory");
 }
 
-cmf_status cmf_grammar_set_vocab(cmf_grammar *g, const cmf_tokenizer *tok, uint32_t n_vocab, const int32_t *eos_ids,
-                                 size_t n_eos, cmf_error *err) {
-    if (!g || !tok || !n_vocab || (n_eos && !eos_ids)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: NULL argument or n_vocab 0");
-    if (g->n_vocab) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: the vocabulary is already set");
+void cmf_grammar_vocab_free(cmf_grammar_vocab *v) {
+    if (!v) return;
+    if (v->tok_bytes)
+        for (uint32_t i = 0; i < v->n_vocab; i++) free(v->tok_bytes[i]);
+    free(v->tok_bytes);
+    free(v->tok_len);
+    free(v->eos);
+    free(v->trie.child_off);
+    free(v->trie.child_byte);
+    free(v->trie.child_node);
+    free(v->trie.tok_off);
+    free(v->trie.toks);
+    free(v);
+}
+
+cmf_status cmf_grammar_vocab_new(const cmf_tokenizer *tok, uint32_t n_vocab, const int32_t *eos_ids, size_t n_eos,
+                                 cmf_grammar_vocab **out, cmf_error *err) {
+    if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_vocab_new: out is NULL");
+    *out = NULL;
+    if (!tok || !n_vocab || (n_eos && !eos_ids)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_vocab_new: NULL argument or n_vocab 0");
     for (size_t i = 0; i < n_eos; i++)
         if (eos_ids[i] < 0 || (uint32_t)eos_ids[i] >= n_vocab)
-            return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: eos_ids[%zu] = %d outside [0, %u)", i, (int)eos_ids[i], n_vocab);
+            return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_vocab_new: eos_ids[%zu] = %d outside [0, %u)", i, (int)eos_ids[i], n_vocab);
     cmf_status st = CMF_OK;
-    g->tok_bytes = calloc(n_vocab, sizeof *g->tok_bytes);
-    g->tok_len = calloc(n_vocab, sizeof *g->tok_len);
-    g->eos = malloc((n_eos + 1) * sizeof *g->eos);
+    cmf_grammar_vocab *v = calloc(1, sizeof *v);
     tokref *tk = malloc((size_t)n_vocab * sizeof *tk);
-    if (!g->tok_bytes || !g->tok_len || !g->eos || !tk) { st = cmf_error_set(err, CMF_ERR_NOMEM, "grammar vocabulary: out of memory"); goto fail; }
-    if (n_eos) memcpy(g->eos, eos_ids, n_eos * sizeof *eos_ids);
-    g->n_eos = n_eos;
+    if (v) {
+        v->n_vocab = n_vocab;
+        v->tok_bytes = calloc(n_vocab, sizeof *v->tok_bytes);
+        v->tok_len = calloc(n_vocab, sizeof *v->tok_len);
+        v->eos = malloc((n_eos + 1) * sizeof *v->eos);
+    }
+    if (!v || !v->tok_bytes || !v->tok_len || !v->eos || !tk) { st = cmf_error_set(err, CMF_ERR_NOMEM, "grammar vocabulary: out of memory"); goto fail; }
+    if (n_eos) memcpy(v->eos, eos_ids, n_eos * sizeof *eos_ids);
+    v->n_eos = n_eos;
     size_t tv = cmf_tokenizer_vocab_size(tok), nt = 0;
     for (uint32_t id = 0; id < n_vocab && id < tv; id++) {
-        if (cmf_tokenizer_is_special(tok, (int32_t)id) || is_eos(g, (int32_t)id)) continue;
+        if (cmf_tokenizer_is_special(tok, (int32_t)id) || is_eos(v, (int32_t)id)) continue;
         char *b;
         size_t bl;
         if ((st = cmf_tokenizer_token_bytes(tok, (int32_t)id, &b, &bl, err))) goto fail;
         if (!bl || bl > UINT32_MAX / 2) { free(b); continue; }
-        g->tok_bytes[id] = b;
-        g->tok_len[id] = (uint32_t)bl;
+        v->tok_bytes[id] = b;
+        v->tok_len[id] = (uint32_t)bl;
         tk[nt].b = (const uint8_t *)b;
         tk[nt].len = (uint32_t)bl;
         tk[nt].id = (int32_t)id;
-        if ((uint32_t)bl > g->trie.max_depth) g->trie.max_depth = (uint32_t)bl;
+        if ((uint32_t)bl > v->trie.max_depth) v->trie.max_depth = (uint32_t)bl;
         nt++;
     }
     qsort(tk, nt, sizeof *tk, cmp_tokref);
-    if ((st = build_trie(&g->trie, tk, nt, err))) goto fail;
+    if ((st = build_trie(&v->trie, tk, nt, err))) goto fail;
     free(tk);
-    g->n_vocab = n_vocab;
+    *out = v;
     return CMF_OK;
 fail:
     free(tk);
-    if (g->tok_bytes)
-        for (uint32_t i = 0; i < n_vocab; i++) free(g->tok_bytes[i]);
-    free(g->tok_bytes); g->tok_bytes = NULL;
-    free(g->tok_len); g->tok_len = NULL;
-    free(g->eos); g->eos = NULL;
-    g->n_eos = 0;
-    free(g->trie.child_off); free(g->trie.child_byte); free(g->trie.child_node); free(g->trie.tok_off); free(g->trie.toks);
-    memset(&g->trie, 0, sizeof g->trie);
+    cmf_grammar_vocab_free(v);
     return st;
+}
+
+uint32_t cmf_grammar_vocab_n_vocab(const cmf_grammar_vocab *v) { return v ? v->n_vocab : 0; }
+
+cmf_status cmf_grammar_use_vocab(cmf_grammar *g, const cmf_grammar_vocab *v, cmf_error *err) {
+    if (!g || !v) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_use_vocab: NULL argument");
+    if (g->voc) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_use_vocab: the vocabulary is already set");
+    g->voc = v;
+    return CMF_OK;
+}
+
+cmf_status cmf_grammar_set_vocab(cmf_grammar *g, const cmf_tokenizer *tok, uint32_t n_vocab, const int32_t *eos_ids,
+                                 size_t n_eos, cmf_error *err) {
+    if (!g) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: grammar is NULL");
+    if (g->voc) return cmf_error_set(err, CMF_ERR_ARG, "cmf_grammar_set_vocab: the vocabulary is already set");
+    cmf_grammar_vocab *v;
+    cmf_status st = cmf_grammar_vocab_new(tok, n_vocab, eos_ids, n_eos, &v, err);
+    if (st) return st;
+    g->own_voc = v;
+    g->voc = v;
+    return CMF_OK;
 }
 
 void cmf_grammar_matcher_set_cache(cmf_grammar_matcher *m, bool on) { m->no_cache = !on; }
 
-uint32_t cmf_grammar_n_vocab(const cmf_grammar *g) { return g ? g->n_vocab : 0; }
+uint32_t cmf_grammar_n_vocab(const cmf_grammar *g) { return g && g->voc ? g->voc->n_vocab : 0; }
 
 cmf_status cmf_grammar_compile(const char *gbnf, size_t len, const cmf_tokenizer *tok, uint32_t n_vocab,
                                const int32_t *eos_ids, size_t n_eos, cmf_grammar **out, cmf_error *err) {

@@ -91,6 +91,38 @@ int main(void) {
         free(ok_ids);
         cmf_grammar_free(g);
     }
+    /* a shared vocabulary gives the same masks as an owned one */
+    {
+        cmf_grammar_vocab *v = NULL;
+        REQUIRE(cmf_grammar_vocab_new(tok, V, eos, 2, &v, &e) == CMF_OK, "%s", e.msg);
+        CHECK(cmf_grammar_vocab_n_vocab(v) == V, "vocab size");
+        cmf_grammar *g1 = NULL, *g2 = NULL, *g3 = NULL;
+        REQUIRE(cmf_grammar_compile(schema_gbnf, strlen(schema_gbnf), tok, V, eos, 2, &g1, &e) == CMF_OK, "%s", e.msg);
+        REQUIRE(cmf_grammar_parse(schema_gbnf, strlen(schema_gbnf), &g2, &e) == CMF_OK && cmf_grammar_use_vocab(g2, v, &e) == CMF_OK, "%s", e.msg);
+        REQUIRE(cmf_grammar_parse("root ::= \"x\"", 12, &g3, &e) == CMF_OK && cmf_grammar_use_vocab(g3, v, &e) == CMF_OK, "%s", e.msg);
+        CHECK(cmf_grammar_use_vocab(g3, v, &e) == CMF_ERR_ARG && cmf_grammar_set_vocab(g3, tok, V, NULL, 0, &e) == CMF_ERR_ARG, "set twice");
+        cmf_grammar_matcher *m1, *m2;
+        REQUIRE(cmf_grammar_matcher_new(g1, &m1, &e) == CMF_OK && cmf_grammar_matcher_new(g2, &m2, &e) == CMF_OK, "%s", e.msg);
+        uint32_t *b1 = calloc((V + 31) / 32, sizeof *b1), *b2 = calloc((V + 31) / 32, sizeof *b2);
+        const char *text = "{\"name\": \"Al\", \"tags\": [\"c\"";
+        int32_t *ids = NULL;
+        size_t n = 0;
+        REQUIRE(b1 && b2 && cmf_tokenizer_encode(tok, text, strlen(text), false, &ids, &n, &e) == CMF_OK, "%s", e.msg);
+        for (size_t i = 0; i <= n; i++) {
+            size_t n1 = cmf_grammar_matcher_allowed(m1, b1, &e), n2 = cmf_grammar_matcher_allowed(m2, b2, &e);
+            CHECK(n1 == n2 && n1 > 0 && !memcmp(b1, b2, (V + 31) / 32 * sizeof *b1), "step %zu: masks differ (%zu vs %zu)", i, n1, n2);
+            if (i == n) break;
+            CHECK(cmf_grammar_matcher_accept_token(m1, ids[i], &e) == CMF_OK && cmf_grammar_matcher_accept_token(m2, ids[i], &e) == CMF_OK,
+                  "token %zu: %s", i, e.msg);
+        }
+        free(ids); free(b1); free(b2);
+        cmf_grammar_matcher_free(m1);
+        cmf_grammar_matcher_free(m2);
+        cmf_grammar_free(g1);
+        cmf_grammar_free(g2);
+        cmf_grammar_free(g3);
+        cmf_grammar_vocab_free(v);
+    }
     for (uint32_t i = 0; i < V; i++) free(tb[i]);
     free(tb);
     free(tl);

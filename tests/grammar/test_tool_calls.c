@@ -8,6 +8,7 @@
  * text around the call; tools rendered into a ChatML prompt.
  */
 #include "cmf/grammar.h"
+#include "cmf/format.h"
 #include "cmf/tools.h"
 #include "grammar_test.h"
 #include "test.h"
@@ -149,5 +150,34 @@ int main(void) {
           "one system message, first: %s", out);
     free(out);
     CHECK(cmf_tool_prompt_render(NULL, NULL, msgs, 2, "[1]", NULL, &out, NULL, &e) == CMF_ERR_ARG && strstr(e.msg, "tools[0]"), "%s", e.msg);
+
+    /* a template that renders tools itself (Qwen 2.5, from ../shared/data): in a header-only file */
+    if (data) {
+        char tpath[8192], fpath[4096];
+        snprintf(tpath, sizeof tpath, "%s/chat_templates/llama.cpp/Qwen-Qwen2.5-7B-Instruct.jinja", data);
+        snprintf(fpath, sizeof fpath, "%s/tools_qwen.cmf", CMF_BINARY_DIR);
+        char *src = slurp(tpath);
+        cmf_writer *w = NULL;
+        REQUIRE(src && cmf_writer_open(fpath, NULL, &w, &e) == CMF_OK, "%s", e.msg);
+        cJSON *tc = cJSON_AddObjectToObject(cmf_writer_header(w), "tokenizer_config");
+        REQUIRE(tc && cJSON_AddStringToObject(tc, "chat_template", src) && cJSON_AddStringToObject(tc, "eos_token", "<|im_end|>") &&
+                cJSON_AddStringToObject(tc, "bos_token", ""), "oom");
+        REQUIRE(cmf_writer_finish(w, &e) == CMF_OK, "%s", e.msg);
+        free(src);
+        cmf_file *f = NULL;
+        REQUIRE(cmf_file_open(fpath, &f, &e) == CMF_OK, "%s", e.msg);
+        CHECK(cmf_tool_family_detect(cmf_model_chat_template(f, NULL)) == CMF_TOOLS_HERMES, "qwen file: hermes");
+        REQUIRE(cmf_tool_prompt_render(f, NULL, msgs + 1, 1, TOOLS, NULL, &out, NULL, &e) == CMF_OK, "%s", e.msg);
+        /* Qwen's own tool block: the functions as JSON inside <tools></tools>, its call format */
+        CHECK(strstr(out, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"") &&
+              strstr(out, "</tools>") && strstr(out, "<tool_call>") && !strstr(out, "You can call these functions"), "%s", out);
+        free(out);
+        /* and without tools the same file renders no tool block */
+        REQUIRE(cmf_chat_prompt_render(f, NULL, msgs + 1, 1, NULL, &out, NULL, &e) == CMF_OK, "%s", e.msg);
+        CHECK(!strstr(out, "<tools>"), "%s", out);
+        free(out);
+        cmf_file_close(f);
+        remove(fpath);
+    }
     return test_done();
 }
