@@ -295,7 +295,13 @@ static bool gen_object(conv *c, const cJSON *s, const char *path, char *name) {
             if (!keys) return cfail(c, CMF_ERR_NOMEM, path, "out of memory");
             int k = 0;
             const cJSON *q;
-            cJSON_ArrayForEach(q, props) keys[k++] = q->string;
+            cJSON_ArrayForEach(q, props) {
+                if (strlen(q->string) > 512) { /* the key trie below recurses per byte */
+                    free(keys);
+                    return cfail(c, CMF_ERR_UNSUPPORTED, path, "property name of %zu bytes (512 at most with extra members allowed)", strlen(q->string));
+                }
+                keys[k++] = q->string;
+            }
             qsort(keys, (size_t)n, sizeof *keys, cmp_str);
             char rest[64];
             gen_not_keys_node(c, keys, (size_t)n, 0, rest);

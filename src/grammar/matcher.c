@@ -120,20 +120,21 @@ static void add_stack(cmf_grammar_matcher *m, size_t set_from, const uint32_t *s
 
 /* Expand st[0..len) (in m->tmp) until every top is a character group;
  * add the results. st is restored on return. */
-static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len) {
+static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len, uint32_t depth) {
     uint32_t *st = m->tmp;
     if (len == 0) { add_stack(m, set_from, st, 0); return; }
     const cmf_grammar *g = m->g;
     uint32_t pos = st[len - 1];
     const g_elem *e = &g->elems[pos];
     if (e->type != G_REF) { add_stack(m, set_from, st, len); return; }
+    if (depth >= G_MAX_EXPAND) return; /* a chain of that many nullable rules: this parse is dropped */
     bool has_next = !g_is_end(&g->elems[pos + 1]);
     uint32_t base = has_next ? len : len - 1;
     if (base >= G_MAX_DEPTH) return; /* too deep: this parse is dropped */
     for (uint32_t a = g->rule_start[e->v];;) {
         if (has_next) st[len - 1] = pos + 1;
-        if (g_is_end(&g->elems[a])) expand(m, set_from, base);
-        else { st[base] = a; expand(m, set_from, base + 1); }
+        if (g_is_end(&g->elems[a])) expand(m, set_from, base, depth + 1);
+        else { st[base] = a; expand(m, set_from, base + 1, depth + 1); }
         while (!g_is_end(&g->elems[a])) a++;
         if (g->elems[a].type == G_END) break;
         a++;
@@ -177,7 +178,7 @@ static void accept_cp(cmf_grammar_matcher *m, size_t from, size_t n, uint32_t cp
         uint32_t nx = g->cls[g->cls_of[top]].next, len = s.len;
         if (g_is_end(&g->elems[nx])) len--;
         else m->tmp[len - 1] = nx;
-        expand(m, set_from, len);
+        expand(m, set_from, len, 0);
     }
 }
 
@@ -251,8 +252,8 @@ void cmf_grammar_matcher_reset(cmf_grammar_matcher *m) {
     m->acc = m->need = 0;
     m->eos_done = false;
     for (uint32_t a = g->rule_start[g->root];;) {
-        if (g_is_end(&g->elems[a])) expand(m, 0, 0);
-        else { m->tmp[0] = a; expand(m, 0, 1); }
+        if (g_is_end(&g->elems[a])) expand(m, 0, 0, 0);
+        else { m->tmp[0] = a; expand(m, 0, 1, 0); }
         while (!g_is_end(&g->elems[a])) a++;
         if (g->elems[a].type == G_END) break;
         a++;
