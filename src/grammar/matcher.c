@@ -122,6 +122,7 @@ static void add_stack(cmf_grammar_matcher *m, size_t set_from, const uint32_t *s
  * add the results. st is restored on return. */
 static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len, uint32_t depth) {
     uint32_t *st = m->tmp;
+    assert(len <= G_MAX_DEPTH && set_from <= m->n_stks);
     if (len == 0) { add_stack(m, set_from, st, 0); return; }
     const cmf_grammar *g = m->g;
     uint32_t pos = st[len - 1];
@@ -143,6 +144,7 @@ static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len, uint32
 }
 
 static bool class_match(const cmf_grammar *g, uint32_t pos, uint32_t cp) {
+    assert(g->cls_of[pos] != UINT32_MAX); /* a stack top is always a character group */
     const g_class *c = &g->cls[g->cls_of[pos]];
     const uint32_t *r = g->ranges + c->off;
     bool in = false;
@@ -227,6 +229,7 @@ static int utf8_step(uint32_t *acc, uint32_t *need, uint8_t b, uint32_t *cp) {
 
 /* Move the set stks[from..n_stks) down to be the current state. */
 static void make_current(cmf_grammar_matcher *m, size_t from) {
+    assert(from >= m->cur_n && from <= m->n_stks);
     size_t n = m->n_stks - from, np = 0;
     for (size_t i = 0; i < n; i++) {
         g_stk s = m->stks[from + i];
