@@ -80,6 +80,17 @@ cmf_status cmf_tool_calls_parse(cmf_tool_family fam, const char *text, size_t le
                                 cmf_error *err);
 void cmf_tool_calls_free(cmf_tool_calls *c);
 
+/* The text a model of fam writes for calls[0..n) (name and arguments
+ * used; Hermes: one <tool_call> block per call, joined by newlines; Llama
+ * 3: the call objects joined by "; "; Mistral: [TOOL_CALLS] and the
+ * array). For putting an assistant turn's tool_calls back into the
+ * conversation as its content when the template ignores tool_calls
+ * (ChatML, the demo model); cmf_tool_calls_parse reads it back. An
+ * arguments text that is not JSON is written as a JSON string. *text
+ * malloc'd. Errors: CMF_ERR_ARG (NULL, a call without a name),
+ * CMF_ERR_NOMEM. */
+cmf_status cmf_tool_calls_text(cmf_tool_family fam, const cmf_tool_call *calls, size_t n, char **text, cmf_error *err);
+
 /* Streaming: of the output so far (text, len bytes), the length of the
  * prefix that is content whatever comes next; the rest may still become
  * (or already is) a tool call and must be held back until the output

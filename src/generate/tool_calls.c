@@ -282,6 +282,50 @@ void cmf_tool_calls_free(cmf_tool_calls *c) {
     memset(c, 0, sizeof *c);
 }
 
+cmf_status cmf_tool_calls_text(cmf_tool_family fam, const cmf_tool_call *calls, size_t n, char **text, cmf_error *err) {
+    if (!text || (n && !calls)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_tool_calls_text: NULL argument");
+    *text = NULL;
+    buf b = {0};
+    cJSON *arr = fam == CMF_TOOLS_MISTRAL ? cJSON_CreateArray() : NULL;
+    bool oom = fam == CMF_TOOLS_MISTRAL && !arr;
+    for (size_t i = 0; i < n && !oom; i++) {
+        if (!calls[i].name || !*calls[i].name) {
+            cJSON_Delete(arr);
+            free(b.p);
+            return cmf_error_set(err, CMF_ERR_ARG, "tool call %zu: no name", i);
+        }
+        const char *key = fam == CMF_TOOLS_LLAMA3 ? "parameters" : "arguments";
+        cJSON *o = cJSON_CreateObject();
+        cJSON *args = calls[i].arguments ? cJSON_Parse(calls[i].arguments) : cJSON_CreateObject();
+        if (!args && calls[i].arguments) args = cJSON_CreateString(calls[i].arguments);
+        if (!o || !args || !cJSON_AddStringToObject(o, "name", calls[i].name) || !cJSON_AddItemToObject(o, key, args)) {
+            if (!o || !cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_Delete(args);
+            cJSON_Delete(o);
+            oom = true;
+            break;
+        }
+        if (arr) { if (!cJSON_AddItemToArray(arr, o)) { cJSON_Delete(o); oom = true; } continue; }
+        char *t = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!t) { oom = true; break; }
+        if (i) put(&b, fam == CMF_TOOLS_LLAMA3 ? "; " : "\n", fam == CMF_TOOLS_LLAMA3 ? 2 : 1);
+        if (fam == CMF_TOOLS_HERMES) put(&b, HERMES_OPEN "\n", strlen(HERMES_OPEN) + 1);
+        put(&b, t, strlen(t));
+        if (fam == CMF_TOOLS_HERMES) put(&b, "\n" HERMES_CLOSE, strlen(HERMES_CLOSE) + 1);
+        free(t);
+    }
+    if (arr && !oom) {
+        char *t = cJSON_PrintUnformatted(arr);
+        if (!t) oom = true;
+        else { put(&b, MISTRAL_MARK, strlen(MISTRAL_MARK)); put(&b, t, strlen(t)); free(t); }
+    }
+    cJSON_Delete(arr);
+    if (!oom && !b.oom && !b.p) put(&b, "", 0);
+    if (oom || b.oom) { free(b.p); return cmf_error_set(err, CMF_ERR_NOMEM, "tool calls: out of memory"); }
+    *text = b.p;
+    return CMF_OK;
+}
+
 /* Length of the longest suffix of s[0..n) that is a proper prefix of m. */
 static size_t partial_tail(const char *s, size_t n, const char *m) {
     size_t ml = strlen(m);

@@ -94,6 +94,21 @@ int main(void) {
                 2, "add", "{\"a\":1,\"b\":2}", "Sure.");
     check_parse(CMF_TOOLS_MISTRAL, "[TOOL_CALLS] oops", 0, NULL, NULL, "[TOOL_CALLS] oops");
 
+    /* calls written back as text parse back to the same calls */
+    for (int fam = 0; fam < 3; fam++) {
+        cmf_tool_call in[2] = {{.name = "add", .arguments = "{\"a\":1,\"b\":2}"}, {.name = "get_weather", .arguments = "{\"city\":\"Oslo\"}"}};
+        char *t = NULL;
+        cmf_error e2 = {0};
+        REQUIRE(cmf_tool_calls_text((cmf_tool_family)fam, in, 2, &t, &e2) == CMF_OK, "%s", e2.msg);
+        cmf_tool_calls c;
+        REQUIRE(cmf_tool_calls_parse((cmf_tool_family)fam, t, strlen(t), &c, &e2) == CMF_OK, "%s", e2.msg);
+        CHECK(c.n == 2 && !strcmp(c.calls[0].name, "add") && !strcmp(c.calls[0].arguments, in[0].arguments) &&
+              !strcmp(c.calls[1].name, "get_weather") && !strcmp(c.calls[1].arguments, in[1].arguments) && !*c.content,
+              "%s: round trip of %s", cmf_tool_family_name((cmf_tool_family)fam), t);
+        cmf_tool_calls_free(&c);
+        free(t);
+    }
+
     /* streaming hold-back */
     bool in;
     CHECK(cmf_tool_calls_content_prefix(CMF_TOOLS_HERMES, "Hello <tool", 11, &in) == 6 && !in, "partial marker held");
