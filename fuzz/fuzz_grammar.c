@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (cmf_grammar_parse(s, size, &g, &err) == CMF_OK) {
         cmf_grammar_matcher *m = NULL;
         if (cmf_grammar_matcher_new(g, &m, &err) == CMF_OK) {
-            for (size_t i = 0; i < size && i < 256; i++) cmf_grammar_matcher_accept_bytes(m, s + i, 1);
+            for (size_t i = 0; i < size && i < 64; i++) cmf_grammar_matcher_accept_bytes(m, s + i, 1);
             (void)cmf_grammar_matcher_can_end(m);
             (void)cmf_grammar_matcher_done(m);
             cmf_grammar_matcher_reset(m);

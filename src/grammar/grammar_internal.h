@@ -68,6 +68,7 @@ struct cmf_grammar {
 #define G_MAX_DEPTH 512    /* positions in one stack */
 #define G_MAX_STACKS 4096  /* stacks in one set */
 #define G_MAX_EXPAND 1024  /* rules expanded in a row without a character (nested or nullable) */
+#define G_MAX_EXPANSIONS 32768 /* rule expansions for one character (all stacks together) */
 
 static inline bool g_is_end(const g_elem *e) { return e->type == G_END || e->type == G_ALT; }
 

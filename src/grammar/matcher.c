@@ -52,6 +52,7 @@ struct cmf_grammar_matcher {
     size_t tab_cap;
     uint32_t stamp;
     uint32_t *dd_stamp, *dd_idx, dd_gen;  /* dedup table of a large set being built */
+    uint32_t n_expand;                    /* expansions for the set being built */
     uint32_t *key; size_t key_n, key_cap;      /* the current state serialized */
 };
 
@@ -129,6 +130,7 @@ static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len, uint32
     const g_elem *e = &g->elems[pos];
     if (e->type != G_REF) { add_stack(m, set_from, st, len); return; }
     if (depth >= G_MAX_EXPAND) return; /* a chain of that many nullable rules: this parse is dropped */
+    if (++m->n_expand > G_MAX_EXPANSIONS) return; /* an ambiguous grammar exploding: the rest is dropped */
     bool has_next = !g_is_end(&g->elems[pos + 1]);
     uint32_t base = has_next ? len : len - 1;
     if (base >= G_MAX_DEPTH) return; /* too deep: this parse is dropped */
@@ -170,6 +172,7 @@ static bool class_match_range(const cmf_grammar *g, uint32_t pos, uint32_t lo, u
 /* The set stks[from..from+n) advanced by code point cp, built at the end. */
 static void accept_cp(cmf_grammar_matcher *m, size_t from, size_t n, uint32_t cp) {
     const cmf_grammar *g = m->g;
+    m->n_expand = 0;
     size_t set_from = m->n_stks;
     for (size_t i = from; i < from + n; i++) {
         g_stk s = m->stks[i];
@@ -254,6 +257,7 @@ void cmf_grammar_matcher_reset(cmf_grammar_matcher *m) {
     m->n_stks = m->n_pool = 0;
     m->acc = m->need = 0;
     m->eos_done = false;
+    m->n_expand = 0;
     for (uint32_t a = g->rule_start[g->root];;) {
         if (g_is_end(&g->elems[a])) expand(m, 0, 0, 0);
         else { m->tmp[0] = a; expand(m, 0, 1, 0); }
