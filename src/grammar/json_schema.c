@@ -360,30 +360,68 @@ static bool gen_object(conv *c, const cJSON *s, const char *path, char *name) {
     return ok;
 }
 
+/* A rule matching exactly the texts keys[0..n) (sorted, sharing their
+ * first d bytes) as a trie of their characters: one alternative per
+ * distinct next character, so a large enum costs the matcher one stack
+ * per live prefix instead of one per value. */
+static void gen_trie_node(conv *c, const char **keys, size_t n, size_t d, char *name) {
+    new_name(c, "lit", name);
+    sbuf line = {0};
+    sb_printf(&line, "%s ::= ", name);
+    bool first = true, is_end = false;
+    if (d >= 256) { /* deep shared prefixes: the suffixes as plain alternatives (bounded recursion) */
+        for (size_t i = 0; i < n; i++) {
+            sb_printf(&line, "%s", i ? " | " : "");
+            sb_literal(&line, keys[i] + d);
+        }
+        n = 0;
+    }
+    for (size_t i = 0; i < n;) {
+        if (!keys[i][d]) { is_end = true; i++; continue; }
+        size_t cl = u8len(keys[i] + d), j = i + 1;
+        while (j < n && strlen(keys[j]) >= d + cl && !memcmp(keys[j] + d, keys[i] + d, cl)) j++;
+        char ch[8] = {0}, sub[64];
+        memcpy(ch, keys[i] + d, cl);
+        if (j - i == 1) { /* one key left: the rest of it as a literal */
+            sb_printf(&line, "%s", first ? "" : " | ");
+            sb_literal(&line, keys[i] + d);
+        } else {
+            gen_trie_node(c, keys + i, j - i, d + cl, sub);
+            sb_printf(&line, "%s", first ? "" : " | ");
+            sb_literal(&line, ch);
+            sb_printf(&line, " %s", sub);
+        }
+        first = false;
+        i = j;
+    }
+    if (is_end) sb_printf(&line, first ? "" : " | ");
+    if (line.oom) c->out.oom = true;
+    else sb_printf(&c->out, "%s\n", line.p);
+    free(line.p);
+}
+
 /* One alternative per JSON value of arr (enum). */
 static bool gen_literals(conv *c, const cJSON *vals, bool single, const char *path, char *name) {
-    new_name(c, single ? "const" : "enum", name);
-    prim(c, 0);
-    sb_printf(&c->out, "%s ::= (", name);
+    int n = single ? 1 : cJSON_GetArraySize(vals);
+    if (!n) return cfail(c, CMF_ERR_UNSUPPORTED, path, "enum is empty");
+    char **texts = calloc((size_t)n, sizeof *texts);
+    if (!texts) return cfail(c, CMF_ERR_NOMEM, path, "out of memory");
+    bool ok = true;
     int k = 0;
     const cJSON *v;
-    if (single) {
-        char *t = cJSON_PrintUnformatted(vals);
-        if (!t) return cfail(c, CMF_ERR_NOMEM, path, "out of memory");
-        sb_literal(&c->out, t);
-        free(t);
-    } else {
-        cJSON_ArrayForEach(v, vals) {
-            char *t = cJSON_PrintUnformatted(v);
-            if (!t) return cfail(c, CMF_ERR_NOMEM, path, "out of memory");
-            if (k++) sb_printf(&c->out, " | ");
-            sb_literal(&c->out, t);
-            free(t);
-        }
-        if (!k) return cfail(c, CMF_ERR_UNSUPPORTED, path, "enum is empty");
+    if (single) ok = (texts[k++] = cJSON_PrintUnformatted(vals)) != NULL;
+    else cJSON_ArrayForEach(v, vals) if (ok) ok = (texts[k++] = cJSON_PrintUnformatted(v)) != NULL;
+    if (ok) {
+        qsort(texts, (size_t)n, sizeof *texts, cmp_str);
+        char trie[64];
+        gen_trie_node(c, (const char **)texts, (size_t)n, 0, trie);
+        new_name(c, single ? "const" : "enum", name);
+        prim(c, 0);
+        sb_printf(&c->out, "%s ::= %s space\n", name, trie);
     }
-    sb_printf(&c->out, ") space\n");
-    return true;
+    for (int i = 0; i < n; i++) free(texts[i]);
+    free(texts);
+    return ok ? true : cfail(c, CMF_ERR_NOMEM, path, "out of memory");
 }
 
 static bool gen_type(conv *c, const cJSON *s, const char *t, const char *path, char *name) {

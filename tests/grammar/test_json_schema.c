@@ -96,6 +96,23 @@ int main(void) {
     expect_error("{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", CMF_ERR_UNSUPPORTED, "maxItems below minItems");
     expect_error("{\"allOf\":[{},{}]}", CMF_ERR_UNSUPPORTED, "allOf with more than one");
 
+    /* a large enum (5000 values) stays exact under the matcher's limits */
+    {
+        size_t cap = 5000 * 16 + 64, n = 0;
+        char *sc = malloc(cap);
+        REQUIRE(sc, "oom");
+        n += (size_t)snprintf(sc + n, cap - n, "{\"enum\":[");
+        for (int i = 0; i < 5000; i++) n += (size_t)snprintf(sc + n, cap - n, "%s\"v%d\"", i ? "," : "", i);
+        snprintf(sc + n, cap - n, "]}");
+        char *gb = NULL;
+        cmf_grammar *ge = NULL;
+        cmf_error e1 = {0};
+        REQUIRE(cmf_json_schema_to_gbnf(sc, strlen(sc), &gb, &e1) == CMF_OK && cmf_grammar_parse(gb, strlen(gb), &ge, &e1) == CMF_OK, "%s", e1.msg);
+        CHECK(full(ge, "\"v4999\"") && full(ge, "\"v0\"") && !full(ge, "\"v5000\"") && !full(ge, "\"v\""), "large enum");
+        cmf_grammar_free(ge);
+        free(gb);
+        free(sc);
+    }
     cmf_grammar *g = NULL;
     cmf_error e = {0};
     const char *obj = cmf_json_object_gbnf();
