@@ -99,7 +99,9 @@ typedef struct cmf_seq_params {
                                advances on each sampled token, and ends the turn with
                                CMF_STOP_EOS (no token) when the grammar is complete and no
                                token may follow (an EOS of the grammar's eos_ids is allowed
-                               exactly when it can end); freed at the next turn or
+                               exactly when it can end); when no token can continue an
+                               incomplete output (a grammar the vocabulary cannot spell)
+                               the turn ends with CMF_ERR_LIMIT; freed at the next turn or
                                with the sequence. Stepping thread
                                only, like the sampler. */
     cmf_seq_cb cb;          /* may be NULL */

@@ -554,7 +554,11 @@ static void sample_one(cmf_engine *e, eseq *s, float *logits) {
         cmf_error gerr = {0};
         size_t n_ok = cmf_grammar_matcher_done(s->gm) ? 0 : cmf_grammar_matcher_allowed(s->gm, s->gbits, &gerr);
         if (gerr.status) { finish(e, s, CMF_STOP_CALLBACK, gerr.status, gerr.msg); return; }
-        if (n_ok == 0) { finish(e, s, CMF_STOP_EOS, CMF_OK, NULL); return; } /* complete: nothing may follow */
+        if (n_ok == 0) { /* complete and nothing may follow: the end; incomplete: a dead end for this vocabulary */
+            if (cmf_grammar_matcher_can_end(s->gm)) finish(e, s, CMF_STOP_EOS, CMF_OK, NULL);
+            else finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_LIMIT, "grammar: no token of the vocabulary can continue the output");
+            return;
+        }
     }
     int32_t t = s->want_probs ? cmf_sampler_sample_probs(s->smp, logits, s->probs)
                               : cmf_sampler_sample(s->smp, logits);
