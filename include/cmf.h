@@ -31,6 +31,8 @@
 #include "cmf/engine.h"
 #include "cmf/lora.h"
 #include "cmf/policy.h"
+#include "cmf/grammar.h"
 #include "cmf/skills.h"
+#include "cmf/tools.h"
 
 #endif /* CMF_H */
