@@ -231,9 +231,10 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void sse_free(void *cls) {
     srv_req *r = cls;
-    pthread_mutex_lock(&r->s->mu);
+    srv *s = r->s; /* r may be freed by the unref */
+    pthread_mutex_lock(&s->mu);
     srv_req_unref(r); /* the response's reference */
-    pthread_mutex_unlock(&r->s->mu);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static enum MHD_Result answer_stream(srv_req *r) {
