@@ -29,5 +29,7 @@
 #include "cmf/generate.h"
 #include "cmf/engine.h"
 #include "cmf/policy.h"
+#include "cmf/grammar.h"
+#include "cmf/tools.h"
 
 #endif /* CMF_H */

@@ -8,6 +8,7 @@
  */
 #include "chat_prompt.h"
 #include "cli.h"
+#include "cli_grammar.h"
 
 #include <cjson/cJSON.h>
 
@@ -310,6 +311,7 @@ static const char run_help[] =
     "  --echo                  also print the prompt\n"
     "  --stop STR              stop when STR appears (repeatable)\n"
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
+    "%s"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
     "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS (with --chat\n"
@@ -390,9 +392,12 @@ int cmd_run(int argc, char **argv) {
     size_t n_stops = 0;
     cmf_logit_bias bias[256 + CMF_MODEL_EOS_MAX]; /* --logit-bias, then -inf per EOS id for --ignore-eos */
     size_t n_bias = 0;
+    cli_grammar_opts gopt = {0};
+    cmf_grammar *grammar = NULL;
+    int rc_flag = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
-        if (cli_is_help(flag)) { fputs(run_help, stdout); return CLI_EXIT_OK; }
+        if (cli_is_help(flag)) { printf(run_help, cli_grammar_help); return CLI_EXIT_OK; }
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -430,6 +435,8 @@ int cmd_run(int argc, char **argv) {
         else if (cli_flag_value(argc, argv, &i, "--stop", &v, &missing)) {
             if (v && n_stops == sizeof stops / sizeof stops[0]) return cli_usage_error(cmd, "too many --stop strings");
             if (v) stops[n_stops++] = v;
+        } else if (cli_grammar_flag(argc, argv, &i, &gopt, &missing, &rc_flag)) {
+            if (rc_flag) return rc_flag;
         } else if (strcmp(flag, "--greedy") == 0) greedy = true;
         else if (strcmp(flag, "--chat") == 0) chat = true;
         else if (strcmp(flag, "--raw") == 0) chat = false;
@@ -508,6 +515,8 @@ int cmd_run(int argc, char **argv) {
         for (size_t k = 0; k < n_eos && n_bias < sizeof bias / sizeof bias[0]; k++)
             if (eos[k] >= 0 && (uint32_t)eos[k] < info.n_vocab) bias[n_bias++] = (cmf_logit_bias){eos[k], -INFINITY};
 
+    if ((rc = cli_grammar_load(cmd, &gopt, tok, info.n_vocab, eos, n_eos, &grammar)) != CLI_EXIT_OK) goto done;
+    rc = CLI_EXIT_FAIL;
     cmf_session_params sp = {0};
     sp.n_ctx = (uint32_t)ctx;
     cli_warn_ctx(cmd, m, ctx);
@@ -559,7 +568,7 @@ int cmd_run(int argc, char **argv) {
     }
     cmf_gen_params gp = {.n_predict = (int32_t)n_predict, .eos_ids = eos, .n_eos = ignore_eos ? 0 : n_eos,
                          .stop_strings = stops, .n_stop = n_stops,
-                         .on_token = n_probs > 0 ? probs_cb : NULL, .token_user = &po};
+                         .on_token = n_probs > 0 ? probs_cb : NULL, .token_user = &po, .grammar = grammar};
     cmf_gen_stats st = {0};
     if (!cli_interrupt_poll(NULL) && cmf_session_generate(s, &gp, write_cb, NULL, &st, &err) != CMF_OK) {
         fputc('\n', stdout);
@@ -584,6 +593,7 @@ int cmd_run(int argc, char **argv) {
 done:
     cli_interrupt_end(CLI_EXIT_OK); /* handlers back; the exit code says it all */
     cmf_session_free(s);
+    cmf_grammar_free(grammar);
     free(top);
     free(rendered);
     free(ids);

@@ -34,6 +34,7 @@
 #define CMF_ENGINE_H
 
 #include "cmf/generate.h"
+#include "cmf/grammar.h"
 #include "cmf/model.h"
 #include "cmf/sample.h"
 #include "cmf/tokenizer.h"
@@ -89,6 +90,20 @@ typedef struct cmf_seq_params {
     uint64_t weight_set;    /* 0 = the backbone; a skill's from cmf_model_weight_set */
     bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
     bool want_probs;        /* deliver each token's sampling distribution (costs n_vocab floats) */
+    const cmf_grammar *grammar; /* NULL = none. Constrained sampling (cmf/grammar.h): the grammar,
+                               with cmf_grammar_set_vocab done for this model's n_vocab (else
+                               CMF_ERR_ARG), must outlive the turn and may be shared by many
+                               sequences. The engine owns a matcher per sequence: it starts at
+                               the grammar's start every turn (add, resume, fork), masks the
+                               logits before the sampler chain (cmf_sampler_set_allowed),
+                               advances on each sampled token, and ends the turn with
+                               CMF_STOP_EOS (no token) when the grammar is complete and no
+                               token may follow (an EOS of the grammar's eos_ids is allowed
+                               exactly when it can end); when no token can continue an
+                               incomplete output (a grammar the vocabulary cannot spell)
+                               the turn ends with CMF_ERR_LIMIT; freed at the next turn or
+                               with the sequence. Stepping thread
+                               only, like the sampler. */
     cmf_seq_cb cb;          /* may be NULL */
     void *user;
 } cmf_seq_params;

@@ -92,6 +92,11 @@ typedef struct cmf_gen_params {
     size_t n_stop;
     cmf_token_cb on_token;          /* NULL = none; see cmf_token_cb */
     void *token_user;               /* passed to on_token */
+    const struct cmf_grammar *grammar; /* NULL = none; else constrained sampling as
+                                       cmf_seq_params.grammar (cmf/engine.h): every
+                                       token masked by it, the generation ends with
+                                       CMF_STOP_EOS when it is complete and nothing
+                                       may follow; it restarts at each call */
 } cmf_gen_params;
 
 typedef struct cmf_gen_stats {

@@ -127,6 +127,10 @@ typedef struct cmf_chat_prompt_opts {
     const char *eos_token;        /* NULL (default) = the model's */
     int64_t now;                  /* strftime_now clock, seconds since the epoch (UTC);
                                      < 0 (default -1) = the real clock */
+    const char *tools_json;       /* NULL (default) = tools None; else the text of a JSON
+                                     array (OpenAI's tools: {"type": "function", "function":
+                                     {...}}) the template gets as tools; cmf/tools.h renders
+                                     them for templates that ignore tools */
 } cmf_chat_prompt_opts;
 
 /* The defaults above (add_generation_prompt true, now -1). */
@@ -136,14 +140,14 @@ cmf_chat_prompt_opts cmf_chat_prompt_default_opts(void);
  * (cmf_model_chat_template) the way transformers' apply_chat_template
  * does: the context has messages, tools = None, documents = None,
  * add_generation_prompt, bos_token, eos_token, and enable_thinking unless
- * CMF_THINK_DEFAULT. opts NULL = cmf_chat_prompt_default_opts(). tok is
+ * CMF_THINK_DEFAULT (tools: opts->tools_json, else None). opts NULL = cmf_chat_prompt_default_opts(). tok is
  * used for the special-token strings (NULL: loaded from f when needed).
  * f may be NULL (ChatML, bos/eos ""). Tokenize the result with
  * cmf_model_encode_prompt(chat = true). *out is malloc'd and
  * NUL-terminated, *len (may be NULL) its length in bytes.
  * Errors: CMF_ERR_ARG (out NULL, msgs NULL with n_msgs > 0, a message
  * without role or content, an extra_json that is not a JSON object: named
- * "messages[i]..."), CMF_ERR_NOMEM, CMF_ERR_FORMAT (the template does not
+ * "messages[i]..."; a tools_json that is not a JSON array: "tools"), CMF_ERR_NOMEM, CMF_ERR_FORMAT (the template does not
  * parse), CMF_ERR_RENDER / CMF_ERR_LIMIT (it raises or fails; message
  * "NAME:LINE:COL: ..." with NAME the file's path or "chatml"). */
 cmf_status cmf_chat_prompt_render(const cmf_file *f, const cmf_tokenizer *tok, const cmf_chat_message *msgs,

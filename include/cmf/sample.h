@@ -3,6 +3,8 @@
  * generation stops.
  *
  * Sampler chain, in this order (llama.cpp's default order):
+ *  -1. allowed set (cmf_sampler_set_allowed, e.g. a grammar's mask): every
+ *      id outside it gets -INFINITY, also for greedy;
  *   0. logit bias: each (id, bias) pair adds bias to that id's logit
  *      (-INFINITY bans the token, also for greedy); pairs for the same id
  *      add up (llama.cpp's --logit-bias);
@@ -74,6 +76,14 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits);
  * after logit bias and penalties (NaN counts as -inf); the token is its
  * argmax. When every logit is -inf the token gets probability 1. */
 int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *probs);
+/* The allowed-token set of step -1: bits[(n_vocab + 31) / 32], bit i of
+ * word i / 32 set = id i may be sampled (the layout of
+ * cmf_grammar_matcher_allowed). The sampler keeps the pointer (not a
+ * copy) and reads it in every later sample/candidates call: update the
+ * bits in place before each call; NULL removes the mask. When no id is
+ * allowed the sampler still returns one (as with every logit -inf): check
+ * the count first. Errors: CMF_ERR_NOMEM (its scratch row). */
+cmf_status cmf_sampler_set_allowed(cmf_sampler *s, const uint32_t *bits, cmf_error *err);
 /* Record a token in the penalty history (prompt tokens and sampled ones). */
 void cmf_sampler_accept(cmf_sampler *s, int32_t token);
 void cmf_sampler_reset(cmf_sampler *s);

@@ -47,6 +47,15 @@ cmf_status cmf_tokenizer_decode(const cmf_tokenizer *t, const int32_t *ids, size
 size_t cmf_tokenizer_vocab_size(const cmf_tokenizer *t);   /* incl. added tokens */
 /* Token string as stored in the vocab (e.g. "Ġthe", "▁the"), or NULL. */
 const char *cmf_tokenizer_id_to_token(const cmf_tokenizer *t, int32_t id);
+/* The bytes token id stands for in the middle of a decoded text: the
+ * decoder chain applied to its vocab string without the first-token rules
+ * (Metaspace prepend strip, Strip) and without lossy UTF-8 repair, so a
+ * byte token gives its one raw byte (possibly part of a UTF-8 character);
+ * an added token gives its content. What a grammar matcher checks a token
+ * against. *bytes is malloc'd and NUL-terminated (may hold NULs for a
+ * <0x00> token: use *len). Errors: CMF_ERR_ARG (NULL argument, id out of
+ * range), CMF_ERR_NOMEM. Thread-safe. */
+cmf_status cmf_tokenizer_token_bytes(const cmf_tokenizer *t, int32_t id, char **bytes, size_t *len, cmf_error *err);
 /* Exact vocab/added-token lookup; -1 if absent. */
 int32_t cmf_tokenizer_token_to_id(const cmf_tokenizer *t, const char *token);
 bool cmf_tokenizer_is_special(const cmf_tokenizer *t, int32_t id);

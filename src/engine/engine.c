@@ -62,6 +62,8 @@ typedef struct eseq {
     float *logits;            /* [n_vocab], kept sequences only */
     float *probs;             /* [n_vocab] with want_probs */
     bool want_probs;
+    cmf_grammar_matcher *gm;  /* this turn's grammar state, or NULL */
+    uint32_t *gbits;          /* [(n_vocab+31)/32] its allowed set, read by smp */
     cmf_seq_cb cb;
     void *user;
     struct eseq *next;        /* inbox link */
@@ -108,6 +110,8 @@ static void seq_free(eseq *s) {
     free(s->eos);
     free(s->logits);
     free(s->probs);
+    cmf_grammar_matcher_free(s->gm);
+    free(s->gbits);
     free(s);
 }
 
@@ -181,6 +185,18 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
                 break;
             }
         }
+    }
+    cmf_grammar_matcher_free(s->gm);
+    s->gm = NULL;
+    if ((st = cmf_sampler_set_allowed(s->smp, NULL, err))) return st;
+    if (sp->grammar) {
+        if (cmf_grammar_n_vocab(sp->grammar) != e->n_vocab)
+            return cmf_error_set(err, CMF_ERR_ARG, "engine: the grammar's vocabulary has %u ids, the model %u "
+                                 "(cmf_grammar_set_vocab with the model's n_vocab)", cmf_grammar_n_vocab(sp->grammar), e->n_vocab);
+        if (!s->gbits && !(s->gbits = malloc(((size_t)e->n_vocab + 31) / 32 * sizeof *s->gbits)))
+            return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
+        if ((st = cmf_grammar_matcher_new(sp->grammar, &s->gm, err))) return st;
+        if ((st = cmf_sampler_set_allowed(s->smp, s->gbits, err))) return st;
     }
     s->want_probs = sp->want_probs;
     if (s->want_probs && !s->probs && !(s->probs = malloc((size_t)e->n_vocab * sizeof *s->probs)))
@@ -534,8 +550,22 @@ static void drain(cmf_engine *e) {
  * append it as pending, run the stop checks and deliver it. */
 static void sample_one(cmf_engine *e, eseq *s, float *logits) {
     for (uint32_t i = e->n_sample; i < e->n_vocab; i++) logits[i] = -INFINITY;
+    if (s->gm) { /* the grammar's allowed set, read by the sampler's step -1 */
+        cmf_error gerr = {0};
+        size_t n_ok = cmf_grammar_matcher_done(s->gm) ? 0 : cmf_grammar_matcher_allowed(s->gm, s->gbits, &gerr);
+        if (gerr.status) { finish(e, s, CMF_STOP_CALLBACK, gerr.status, gerr.msg); return; }
+        if (n_ok == 0) { /* complete and nothing may follow: the end; incomplete: a dead end for this vocabulary */
+            if (cmf_grammar_matcher_can_end(s->gm)) finish(e, s, CMF_STOP_EOS, CMF_OK, NULL);
+            else finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_LIMIT, "grammar: no token of the vocabulary can continue the output");
+            return;
+        }
+    }
     int32_t t = s->want_probs ? cmf_sampler_sample_probs(s->smp, logits, s->probs)
                               : cmf_sampler_sample(s->smp, logits);
+    if (s->gm) {
+        cmf_error gerr = {0};
+        if (cmf_grammar_matcher_accept_token(s->gm, t, &gerr)) { finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_INTERNAL, gerr.msg); return; }
+    }
     cmf_sampler_accept(s->smp, t);
     if (!seq_reserve(s, s->n_tok + 1)) {
         finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for a sampled token");

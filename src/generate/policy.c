@@ -256,6 +256,14 @@ cmf_status cmf_chat_prompt_render(const cmf_file *f, const cmf_tokenizer *tok, c
         return cmf_error_set(err, CMF_ERR_NOMEM, "chat prompt: out of memory");
     }
     cmf_status st = build_messages(msgs, n_msgs, arr, err);
+    if (st == CMF_OK && o.tools_json) {
+        cJSON *tools = cJSON_Parse(o.tools_json);
+        if (!cJSON_IsArray(tools) || !cJSON_ReplaceItemInObjectCaseSensitive(ctx, "tools", tools)) {
+            st = tools ? (cJSON_IsArray(tools) ? CMF_ERR_NOMEM : CMF_ERR_ARG) : CMF_ERR_ARG;
+            cJSON_Delete(tools);
+            st = cmf_error_set(err, st, st == CMF_ERR_NOMEM ? "chat prompt: out of memory" : "tools: not a JSON array");
+        }
+    }
     char *bos = NULL, *eos = NULL;
     if (st == CMF_OK && (!o.bos_token || !o.eos_token))
         st = cmf_model_special_tokens(f, tok, o.bos_token ? NULL : &bos, o.eos_token ? NULL : &eos, err);

@@ -135,6 +135,7 @@ static cmf_status run_turn(cmf_session *s, const int32_t *ids, size_t n, const c
         sp.n_eos = gp->n_eos;
         sp.stop_strings = gp->stop_strings;
         sp.n_stop = gp->n_stop;
+        sp.grammar = gp->grammar;
     }
     cmf_status st = s->seq ? cmf_engine_resume(s->eng, s->seq, &sp, err)
                            : cmf_engine_add(s->eng, &sp, &s->seq, err);

@@ -51,7 +51,8 @@ struct cmf_sampler {
     cand *cand;          /* [n_vocab] working candidates */
     cmf_logit_bias *bias; /* [n_bias] copy of p.logit_bias */
     size_t n_bias;
-    float *biased;       /* [n_vocab] logits + bias (allocated when n_bias > 0) */
+    float *biased;       /* [n_vocab] logits + bias (allocated when n_bias > 0 or a mask is set) */
+    const uint32_t *allowed; /* [(n_vocab+31)/32] allowed-token bits (cmf_sampler_set_allowed) or NULL */
     /* penalties (allocated only when a penalty is active) */
     bool penalize;
     uint32_t *count;     /* [n_vocab] occurrences in the window */
@@ -146,6 +147,13 @@ cmf_status cmf_sampler_new(const cmf_sampler_params *p, uint32_t n_vocab, cmf_sa
 nomem:
     cmf_sampler_free(s);
     return cmf_error_set(err, CMF_ERR_NOMEM, "sampler: out of memory (n_vocab %u)", n_vocab);
+}
+
+cmf_status cmf_sampler_set_allowed(cmf_sampler *s, const uint32_t *bits, cmf_error *err) {
+    if (bits && !s->biased && !(s->biased = malloc((size_t)s->n_vocab * sizeof *s->biased)))
+        return cmf_error_set(err, CMF_ERR_NOMEM, "sampler: out of memory");
+    s->allowed = bits;
+    return CMF_OK;
 }
 
 void cmf_sampler_free(cmf_sampler *s) {
@@ -246,11 +254,14 @@ static void select_top(cand *c, size_t n, size_t m) {
 
 static bool is_greedy(const cmf_sampler *s) { return s->p.greedy || !(s->p.temp > 0.0f); }
 
-/* Step 0: the logits with the biases added (in s->biased), or logits
- * itself when there are none. */
+/* Steps -1 and 0: the logits masked by the allowed set and with the
+ * biases added (in s->biased), or logits itself when there are neither. */
 static const float *apply_bias(cmf_sampler *s, const float *logits) {
-    if (!s->n_bias) return logits;
+    if (!s->n_bias && !s->allowed) return logits;
     memcpy(s->biased, logits, (size_t)s->n_vocab * sizeof *logits);
+    if (s->allowed) /* step -1: the grammar's mask */
+        for (uint32_t i = 0; i < s->n_vocab; i++)
+            if (!(s->allowed[i >> 5] >> (i & 31) & 1)) s->biased[i] = -INFINITY;
     for (size_t i = 0; i < s->n_bias; i++) s->biased[s->bias[i].id] += s->bias[i].bias;
     return s->biased;
 }

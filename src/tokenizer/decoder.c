@@ -320,3 +320,62 @@ done:
     tk_pieces_free(&res);
     return st;
 }
+
+/* ---- one token's raw bytes (cmf_tokenizer_token_bytes) ------------------ */
+
+/* The decoder chain applied to one token string as it reads in the middle
+ * of a text: no first-token rules (Metaspace's prepend strip, Strip of
+ * the fused text), no lossy UTF-8 repair (ByteLevel and ByteFallback give
+ * the raw bytes, possibly part of a character), WordPiece and BPE as a
+ * non-first, non-last piece. s/n in, result in *io (replaced). */
+static bool raw_step(const tk_decoder *d, tk_buf *io) {
+    tk_buf t = {0};
+    const char *p = io->p ? io->p : "";
+    size_t n = io->n;
+    bool ok = true;
+    switch (d->type) {
+    case D_SEQ:
+        for (size_t k = 0; k < d->n_kids && ok; k++) ok = raw_step(d->kids[k], io);
+        return ok;
+    case D_BYTELEVEL:
+        for (size_t k = 0; k < n && ok;) {
+            int32_t c;
+            size_t m = tk_utf8_next(p + k, n - k, &c);
+            int b = tk_cp_to_byte(c);
+            ok = b >= 0 ? tk_buf_putc(&t, (char)b) : tk_buf_put(&t, p + k, m);
+            k += m;
+        }
+        break;
+    case D_METASPACE:
+        for (size_t k = 0; k < n && ok;)
+            if (d->al && n - k >= d->al && !memcmp(p + k, d->a, d->al)) { ok = tk_buf_putc(&t, ' '); k += d->al; }
+            else ok = tk_buf_putc(&t, p[k++]);
+        break;
+    case D_BYTEFALLBACK:
+        if (n == 6 && !memcmp(p, "<0x", 3) && p[5] == '>' && hexv(p[3]) >= 0 && hexv(p[4]) >= 0)
+            ok = tk_buf_putc(&t, (char)(hexv(p[3]) * 16 + hexv(p[4])));
+        else ok = tk_buf_put(&t, p, n);
+        break;
+    case D_REPLACE:
+        if (d->a) { ok = replace_all(&t, p, n, d->a, d->al, d->b, d->bl); break; }
+        return true; /* a regex Replace: left as it is (rare in decoders) */
+    case D_WORDPIECE:
+        if (n >= d->al && !memcmp(p, d->a, d->al)) ok = tk_buf_put(&t, p + d->al, n - d->al);
+        else ok = tk_buf_putc(&t, ' ') && tk_buf_put(&t, p, n);
+        break;
+    case D_BPE:
+        ok = replace_all(&t, p, n, d->a, d->al, " ", 1);
+        break;
+    default: /* Fuse, Strip: identity in the middle of a text */
+        return true;
+    }
+    if (ok) { tk_buf_free(io); *io = t; } else tk_buf_free(&t);
+    return ok;
+}
+
+cmf_status tk_decoder_token_bytes(const tk_decoder *d, const char *s, size_t n, tk_buf *out, cmf_error *err) {
+    out->n = 0;
+    if (!tk_buf_put(out, s, n) || (d && !raw_step(d, out)) || !tk_buf_nul(out))
+        return cmf_error_set(err, CMF_ERR_NOMEM, "decoder: out of memory");
+    return CMF_OK;
+}

@@ -205,6 +205,9 @@ void tk_post_free(tk_post *p);
 typedef struct tk_decoder tk_decoder;
 cmf_status tk_decoder_load(const struct cJSON *j, tk_decoder **out, cmf_error *err);
 /* Decode a list of token strings into out (HF decode_chain then concat). */
+/* One token string's raw bytes in the middle of a text (no first-token
+ * rules, no lossy UTF-8 repair); *out replaced, NUL-terminated. */
+cmf_status tk_decoder_token_bytes(const tk_decoder *d, const char *s, size_t n, tk_buf *out, cmf_error *err);
 cmf_status tk_decoder_run(const tk_decoder *d, char **toks, size_t *lens, size_t n, tk_buf *out,
                           cmf_error *err);
 void tk_decoder_free(tk_decoder *d);

@@ -293,3 +293,22 @@ done:
     tk_buf_free(&out);
     return st;
 }
+
+cmf_status cmf_tokenizer_token_bytes(const cmf_tokenizer *t, int32_t id, char **bytes, size_t *len, cmf_error *err) {
+    if (!t || !bytes || !len) return cmf_error_set(err, CMF_ERR_ARG, "cmf_tokenizer_token_bytes: NULL argument");
+    *bytes = NULL;
+    *len = 0;
+    if (id < 0 || (size_t)id >= t->vocab_size)
+        return cmf_error_set(err, CMF_ERR_ARG, "token id %d out of range (vocab size %zu)", (int)id, t->vocab_size);
+    const tk_added *a = added_by_id(t, id);
+    const char *s = a ? a->content : (size_t)id < t->model.n_ids ? t->model.id_to_tok[id] : NULL;
+    tk_buf out = {0};
+    cmf_status st;
+    if (!s) st = tk_buf_nul(&out) ? CMF_OK : cmf_error_set(err, CMF_ERR_NOMEM, "tokenizer: out of memory");
+    else if (a) st = tk_buf_put(&out, s, strlen(s)) && tk_buf_nul(&out) ? CMF_OK : cmf_error_set(err, CMF_ERR_NOMEM, "tokenizer: out of memory");
+    else st = tk_decoder_token_bytes(t->dec, s, strlen(s), &out, err);
+    if (st) { tk_buf_free(&out); return st; }
+    *bytes = out.p;
+    *len = out.n;
+    return CMF_OK;
+}
