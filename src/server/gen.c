@@ -141,6 +141,36 @@ static void merge_lp(srv_choice *c) {
     cJSON_Delete(lp);
 }
 
+/* ---- tool calls -------------------------------------------------------------- */
+
+/* The calls in a choice's whole output as OpenAI's tool_calls array (with
+ * "index" for stream deltas), or NULL for a plain answer; *content gets
+ * the rest of the text (malloc'd). */
+static cJSON *tool_calls_json(srv_choice *c, bool with_index, char **content) {
+    srv *s = c->req->s;
+    cmf_tool_calls tc = {0};
+    cmf_error err;
+    *content = NULL;
+    if (cmf_tool_calls_parse(s->fam, c->text ? c->text : "", c->len, &tc, &err) != CMF_OK || tc.n == 0) {
+        cmf_tool_calls_free(&tc);
+        return NULL;
+    }
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < tc.n; i++) {
+        cJSON *o = cJSON_CreateObject(), *fn;
+        if (with_index) cJSON_AddNumberToObject(o, "index", (double)i);
+        cJSON_AddStringToObject(o, "id", tc.calls[i].id);
+        cJSON_AddStringToObject(o, "type", "function");
+        fn = cJSON_AddObjectToObject(o, "function");
+        cJSON_AddStringToObject(fn, "name", tc.calls[i].name);
+        cJSON_AddStringToObject(fn, "arguments", tc.calls[i].arguments);
+        cJSON_AddItemToArray(a, o);
+    }
+    *content = tc.content ? strdup(tc.content) : NULL;
+    cmf_tool_calls_free(&tc);
+    return a;
+}
+
 /* ---- answers ------------------------------------------------------------- */
 
 static const char *finish_reason(const srv_choice *c) {
@@ -202,6 +232,33 @@ static void stream_chunk(srv_choice *c, const char *text, size_t len, const char
     send_event(r, o);
 }
 
+/* The end of a streamed choice with tools: the calls as deltas (each with
+ * its index) and finish_reason "tool_calls", or the held-back text. */
+static void stream_tools_end(srv_choice *c) {
+    srv_req *r = c->req;
+    char *content = NULL;
+    cJSON *calls = tool_calls_json(c, true, &content);
+    free(content);
+    if (!calls) {
+        stream_chunk(c, c->text ? c->text + c->emitted : "", c->len - c->emitted, finish_reason(c), false);
+        return;
+    }
+    cJSON *e;
+    while ((e = cJSON_DetachItemFromArray(calls, 0))) {
+        cJSON *o = chunk_base(r), *chs = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", c->index);
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta"), *tc = cJSON_AddArrayToObject(d, "tool_calls");
+        cJSON_AddItemToArray(tc, e);
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddNullToObject(ch, "finish_reason");
+        cJSON_AddItemToArray(chs, ch);
+        if (r->gen->include_usage) cJSON_AddNullToObject(o, "usage");
+        send_event(r, o);
+    }
+    cJSON_Delete(calls);
+    stream_chunk(c, "", 0, "tool_calls", false);
+}
+
 static void stream_error(srv_req *r, unsigned status, const char *msg) {
     char *e = srv_error_json(status, NULL, msg);
     if (e) {
@@ -247,10 +304,15 @@ static void finish_request(srv_req *r) {
         srv_choice *c = &r->choices[i];
         cJSON *ch = cJSON_CreateObject();
         cJSON_AddNumberToObject(ch, "index", c->index);
+        char *content = NULL;
+        cJSON *calls = r->gen->tools ? tool_calls_json(c, false, &content) : NULL;
         if (r->gen->chat) {
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", c->text ? c->text : "");
+            if (calls && (!content || !content[0])) cJSON_AddNullToObject(m, "content");
+            else cJSON_AddStringToObject(m, "content", calls ? content : c->text ? c->text : "");
+            if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
+            free(content);
         } else {
             cJSON_AddStringToObject(ch, "text", c->text ? c->text : "");
         }
@@ -266,7 +328,7 @@ static void finish_request(srv_req *r) {
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
         }
-        cJSON_AddStringToObject(ch, "finish_reason", finish_reason(c));
+        cJSON_AddStringToObject(ch, "finish_reason", calls ? "tool_calls" : finish_reason(c));
         cJSON_AddItemToArray(chs, ch);
     }
     usage_obj(r, o);
@@ -320,7 +382,14 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
             c->text[c->len] = 0;
         }
     }
-    if (stream && talk && !ev->done && (ev->len || c->lp_chunk)) stream_chunk(c, ev->text, ev->len, NULL, false);
+    if (stream && talk && !ev->done && r->gen->tools) { /* hold back what may become a call */
+        size_t pre = cmf_tool_calls_content_prefix(s->fam, c->text ? c->text : "", c->len, NULL);
+        if (pre < c->emitted) pre = c->emitted;
+        if (pre > c->emitted || c->lp_chunk) stream_chunk(c, c->text + c->emitted, pre - c->emitted, NULL, false);
+        c->emitted = pre;
+    } else if (stream && talk && !ev->done && (ev->len || c->lp_chunk)) {
+        stream_chunk(c, ev->text, ev->len, NULL, false);
+    }
     if (!stream) merge_lp(c);
     if (ev->done) {
         c->done = true;
@@ -334,6 +403,7 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
         if (stream && talk) {
             if (c->status != CMF_OK) stream_error(r, 500, c->errmsg ? c->errmsg : "generation failed");
             else if (c->stop == CMF_STOP_CALLBACK) stream_error(r, 503, "the request was cancelled (server shutting down)");
+            else if (r->gen->tools) stream_tools_end(c);
             else stream_chunk(c, ev->text, ev->len, finish_reason(c), false);
         }
         if (r->n_done == r->n_choices) {
@@ -385,7 +455,7 @@ unsigned srv_gen_submit(srv_req *r, char *msg, size_t cap) {
             cmf_seq_params sp = {.prompt = g->prompts[p], .n_prompt = g->n_prompt[p], .sampler = g->sampler,
                                  .n_predict = g->max_tokens, .eos_ids = g->eos, .n_eos = g->n_eos,
                                  .stop_strings = (const char *const *)g->stops, .n_stop = g->n_stop,
-                                 .weight_set = g->weight_set, .cb = on_event, .user = c};
+                                 .weight_set = g->weight_set, .grammar = g->grammar, .cb = on_event, .user = c};
             if (g->sampler.has_seed) sp.sampler.seed = g->sampler.seed + j; /* choice j of n: its own draw */
             cmf_error err = {0};
             c->live = true;

@@ -129,8 +129,47 @@ unsigned srv_prompt_ids(srv *s, const cJSON *item, const char *fld, int32_t **id
 }
 
 /* messages[] -> the rendered, encoded chat prompt. */
-static unsigned chat_prompt(srv *s, const cJSON *msgs, int32_t **ids, size_t *n, char *msg, size_t cap,
-                            const char **param) {
+/* An assistant turn's tool_calls as the text the model writes (for a
+ * template that ignores tool_calls): appended to its content. */
+static char *calls_as_text(srv *s, const char *content, const cJSON *tc) {
+    size_t k = cJSON_IsArray(tc) ? (size_t)cJSON_GetArraySize(tc) : 0;
+    cmf_tool_call *calls = calloc(k ? k : 1, sizeof *calls);
+    char **args = calloc(k ? k : 1, sizeof *args);
+    char *text = NULL, *out = NULL;
+    size_t n = 0;
+    const cJSON *c;
+    if (!calls || !args) goto done;
+    cJSON_ArrayForEach(c, tc) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(name)) continue;
+        calls[n].name = name->valuestring;
+        if (cJSON_IsString(a)) calls[n].arguments = a->valuestring;
+        else if (a && (args[n] = cJSON_PrintUnformatted(a))) calls[n].arguments = args[n];
+        else calls[n].arguments = "{}";
+        n++;
+    }
+    cmf_error err;
+    if (n && cmf_tool_calls_text(s->fam, calls, n, &text, &err) == CMF_OK) {
+        size_t lc = strlen(content), lt = strlen(text);
+        if ((out = malloc(lc + lt + 2))) {
+            memcpy(out, content, lc);
+            size_t w = lc;
+            if (lc) out[w++] = '\n';
+            memcpy(out + w, text, lt + 1);
+        }
+    }
+done:
+    for (size_t i = 0; args && i < k; i++) cJSON_free(args[i]);
+    free(args);
+    free(calls);
+    free(text);
+    return out;
+}
+
+static unsigned chat_prompt(srv *s, const cJSON *msgs, const char *tools_json, int32_t **ids, size_t *n, char *msg,
+                            size_t cap, const char **param) {
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) FAIL(400, "messages", "'messages' must be a non-empty array");
     size_t k = (size_t)cJSON_GetArraySize(msgs);
     cmf_chat_message *cm = calloc(k, sizeof *cm);
@@ -196,6 +235,15 @@ static unsigned chat_prompt(srv *s, const cJSON *msgs, int32_t **ids, size_t *n,
             if (!extra && !(extra = cJSON_CreateObject())) break;
             cJSON_AddItemToObject(extra, keys[j], cJSON_Duplicate(v, true));
         }
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (!s->tmpl_tool_calls && cJSON_IsArray(tc) && cJSON_GetArraySize(tc) > 0) {
+            char *t = calls_as_text(s, cm[i].content, tc);
+            if (t) {
+                free(owned[2 * i]);
+                owned[2 * i] = t;
+                cm[i].content = t;
+            }
+        }
         if (extra) {
             owned[2 * i + 1] = cJSON_PrintUnformatted(extra);
             cm[i].extra_json = owned[2 * i + 1];
@@ -207,7 +255,13 @@ static unsigned chat_prompt(srv *s, const cJSON *msgs, int32_t **ids, size_t *n,
     size_t tl = 0;
     if (!st) {
         cmf_error err = {0};
-        if (cmf_chat_prompt_render(s->file, s->tok, cm, k, NULL, &text, &tl, &err) != CMF_OK) {
+        cmf_status rs = tools_json ? cmf_tool_prompt_render(s->file, s->tok, cm, k, tools_json, NULL, &text, &tl, &err)
+                                   : cmf_chat_prompt_render(s->file, s->tok, cm, k, NULL, &text, &tl, &err);
+        if (rs != CMF_OK && err.status == CMF_ERR_ARG && strncmp(err.msg, "tools", 5) == 0) {
+            snprintf(msg, cap, "%s", err.msg);
+            *param = "tools";
+            st = 400;
+        } else if (rs != CMF_OK) {
             snprintf(msg, cap, "messages: the chat template failed: %s", err.msg);
             *param = "messages";
             st = 400;
@@ -218,7 +272,7 @@ static unsigned chat_prompt(srv *s, const cJSON *msgs, int32_t **ids, size_t *n,
         }
     }
     free(text);
-    for (size_t j = 0; j < 2 * k; j++) free(owned[j]);
+    for (size_t j = 0; j < 2 * k; j++) free(owned[j]); /* cJSON_free = free here (default hooks) */
     free(owned);
     free(cm);
     return st;
@@ -231,6 +285,7 @@ void srv_gen_free(srv_gen *g) {
     free(g->bias);
     for (size_t i = 0; i < g->n_stop; i++) free(g->stops[i]);
     free(g->model);
+    cmf_grammar_free(g->grammar);
     memset(g, 0, sizeof *g);
 }
 
@@ -259,26 +314,83 @@ unsigned srv_gen_parse(srv *s, const cJSON *b, bool chat, srv_gen *g, char *msg,
         if (st) { *param = "model"; return st; }
         if (!(g->model = strdup(model->valuestring))) FAIL(500, NULL, "out of memory");
     } else if (!(g->model = strdup(s->model_id))) FAIL(500, NULL, "out of memory");
-    /* structured output and tools: the grammar engine is not in yet */
+    /* structured output: a grammar over the output */
+    char *gbnf = NULL;
+    const char *gbnf_static = NULL;
     const cJSON *rf = field(b, "response_format");
     if (rf) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
         if (!cJSON_IsObject(rf) || !cJSON_IsString(ty)) FAIL(400, "response_format", "'response_format' must be an object with a string 'type'");
-        if (strcmp(ty->valuestring, "text") != 0) {
-            if (strcmp(ty->valuestring, "json_object") == 0 || strcmp(ty->valuestring, "json_schema") == 0)
-                FAIL(400, "response_format", "response_format '%s' is not supported yet by this server", ty->valuestring);
+        if (strcmp(ty->valuestring, "json_object") == 0) {
+            gbnf_static = cmf_json_object_gbnf();
+        } else if (strcmp(ty->valuestring, "json_schema") == 0) {
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
+            if (!cJSON_IsObject(js) || !(cJSON_IsObject(sc) || cJSON_IsBool(sc)))
+                FAIL(400, "response_format", "response_format.json_schema.schema must be a JSON Schema object");
+            char *txt = cJSON_PrintUnformatted(sc);
+            cmf_error err = {0};
+            cmf_status cs = txt ? cmf_json_schema_to_gbnf(txt, strlen(txt), &gbnf, &err) : CMF_ERR_NOMEM;
+            cJSON_free(txt);
+            if (cs != CMF_OK) FAIL(400, "response_format", "response_format.json_schema.schema: %s", txt ? err.msg : "out of memory");
+        } else if (strcmp(ty->valuestring, "text") != 0) {
             FAIL(400, "response_format", "response_format.type must be 'text', 'json_object' or 'json_schema'");
         }
     }
-    const cJSON *tools = field(b, "tools");
-    if (tools && (!cJSON_IsArray(tools))) FAIL(400, "tools", "'tools' must be an array");
-    if (tools && cJSON_GetArraySize(tools) > 0) FAIL(400, "tools", "'tools' (function calling) is not supported yet by this server");
+    /* tools and tool_choice */
+    const cJSON *tools = field(b, "tools"), *tch = field(b, "tool_choice");
+    char *tools_json = NULL;
+    if (tools && !cJSON_IsArray(tools)) { free(gbnf); FAIL(400, "tools", "'tools' must be an array"); }
+    if (tools && !chat) { free(gbnf); FAIL(400, "tools", "'tools' needs /v1/chat/completions"); }
+    const char *only = NULL;
+    bool forced = false, none = false;
+    if (tch) {
+        if (cJSON_IsString(tch)) {
+            none = strcmp(tch->valuestring, "none") == 0;
+            forced = strcmp(tch->valuestring, "required") == 0;
+            if (!none && !forced && strcmp(tch->valuestring, "auto") != 0) {
+                free(gbnf);
+                FAIL(400, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            }
+        } else {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tch, "function");
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            if (!cJSON_IsObject(tch) || !cJSON_IsString(nm)) {
+                free(gbnf);
+                FAIL(400, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            }
+            only = nm->valuestring;
+            forced = true;
+        }
+        if (forced && (!tools || cJSON_GetArraySize(tools) == 0)) { free(gbnf); FAIL(400, "tool_choice", "'tool_choice' forces a call but 'tools' is empty"); }
+    }
+    if (tools && cJSON_GetArraySize(tools) > 0 && !none) {
+        if (gbnf || gbnf_static) { free(gbnf); FAIL(400, "response_format", "response_format and tools cannot be combined"); }
+        if (!(tools_json = cJSON_PrintUnformatted(tools))) FAIL(500, NULL, "out of memory");
+        g->tools = true;
+        if (forced) {
+            cmf_error err = {0};
+            if (cmf_tool_call_gbnf(s->fam, tools_json, strlen(tools_json), only, &gbnf, &err) != CMF_OK) {
+                cJSON_free(tools_json);
+                FAIL(400, only ? "tool_choice" : "tools", "%s", err.msg);
+            }
+        }
+    }
+    if (gbnf || gbnf_static) {
+        const char *t = gbnf ? gbnf : gbnf_static;
+        cmf_error err = {0};
+        cmf_status gs = cmf_grammar_parse(t, strlen(t), &g->grammar, &err);
+        if (gs == CMF_OK) gs = cmf_grammar_use_vocab(g->grammar, s->gvocab, &err);
+        free(gbnf);
+        if (gs != CMF_OK) { cJSON_free(tools_json); FAIL(400, g->tools ? "tools" : "response_format", "the output grammar: %s", err.msg); }
+    }
     /* prompt */
     size_t max_prompt = s->o.max_prompt ? s->o.max_prompt : s->n_seq_ctx;
     if (chat) {
         int32_t *ids = NULL;
         size_t n = 0;
-        unsigned st = chat_prompt(s, field(b, "messages"), &ids, &n, msg, cap, param);
+        unsigned st = chat_prompt(s, field(b, "messages"), tools_json, &ids, &n, msg, cap, param);
+        cJSON_free(tools_json);
         if (st) return st;
         if (!add_prompt(g, ids, n)) { free(ids); FAIL(500, NULL, "out of memory"); }
     } else {

@@ -82,6 +82,13 @@ cmf_status srv_load(srv *s, cmf_error *err) {
                             .prefix_cache = o->prefix_cache, .batch_invariant = o->batch_invariant};
     if ((st = cmf_engine_new(s->model, s->tok, &ep, &s->eng, err)) != CMF_OK) return st;
     s->n_seq_ctx = cmf_engine_n_seq_ctx(s->eng);
+    int32_t eos[CMF_MODEL_EOS_MAX];
+    size_t n_eos = cmf_model_eos_ids(s->file, s->tok, true, eos, CMF_MODEL_EOS_MAX);
+    if (n_eos > CMF_MODEL_EOS_MAX) n_eos = CMF_MODEL_EOS_MAX;
+    if ((st = cmf_grammar_vocab_new(s->tok, s->info.n_vocab, eos, n_eos, &s->gvocab, err)) != CMF_OK) return st;
+    const char *tmpl = cmf_model_chat_template(s->file, NULL);
+    s->fam = cmf_tool_family_detect(tmpl);
+    s->tmpl_tool_calls = tmpl && strstr(tmpl, "tool_calls");
     s->per_key = calloc(o->n_api_keys ? o->n_api_keys : 1, sizeof *s->per_key);
     if (!s->per_key) return cmf_error_set(err, CMF_ERR_NOMEM, "serve: out of memory");
     return CMF_OK;
@@ -90,6 +97,7 @@ cmf_status srv_load(srv *s, cmf_error *err) {
 void srv_unload(srv *s) {
     cmf_kv_free(s->embed_kv);
     cmf_engine_free(s->eng);
+    cmf_grammar_vocab_free(s->gvocab);
     cmf_model_free(s->model);
     cmf_device_free(s->dev);
     cmf_tokenizer_free(s->tok);

@@ -26,7 +26,9 @@
 #define CMF_SERVER_H
 
 #include "cmf/engine.h"
+#include "cmf/grammar.h"
 #include "cmf/policy.h"
+#include "cmf/tools.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -114,6 +116,7 @@ typedef struct srv_choice {
     cJSON *logprobs;        /* chat: content[]; completions: the 4 arrays object */
     cJSON *lp_chunk;        /* stream: entries since the last chunk */
     size_t text_offset;     /* completions logprobs */
+    size_t emitted;         /* stream with tools: bytes of text sent as content */
     double t_last;          /* time of the last token (ITL) */
 } srv_choice;
 
@@ -140,6 +143,8 @@ typedef struct srv_gen {
     bool logprobs;          /* chat: logprobs; completions: logprobs >= 0 given */
     uint32_t top_logprobs;
     char *model;            /* as the request named it */
+    cmf_grammar *grammar;   /* response_format or a forced tool call (NULL: none) */
+    bool tools;             /* parse tool calls from the output (tool_choice not "none") */
 } srv_gen;
 
 struct srv_req {
@@ -207,6 +212,9 @@ struct srv {
     uint16_t port;
     char **skills;          /* skill ids of header.skills */
     uint64_t *skill_ws;     /* their weight sets (resolved at load) */
+    cmf_grammar_vocab *gvocab; /* the tokens' bytes for grammars (built at load) */
+    cmf_tool_family fam;    /* the chat template's tool-call shape */
+    bool tmpl_tool_calls;   /* the template renders an assistant turn's tool_calls */
     size_t n_skills;
     /* under mu */
     srv_req *live;          /* requests with live sequences */

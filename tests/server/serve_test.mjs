@@ -312,6 +312,48 @@ async function openaiTests(port, skillPort) {
   // embeddings through the client (base64 by default)
   const em = await c.embeddings.create({ model: "demo-base", input: "Once upon a time" });
   check(em.data[0].embedding.length === 384 && Math.abs(Math.hypot(...em.data[0].embedding) - 1) < 1e-4, "openai embeddings");
+  // structured output: json_schema and json_object parse (and validate)
+  stage("structured output and tools");
+  const schema = { type: "object", properties: { name: { type: "string", maxLength: 16 }, age: { type: "integer" },
+    pet: { enum: ["cat", "dog"] } }, required: ["name", "age", "pet"], additionalProperties: false };
+  for (const seed of [1, 2]) {
+    const js = await c.chat.completions.create({ model: "demo-base", messages: [{ role: "user", content: "A person as JSON." }],
+      max_tokens: 300, seed, response_format: { type: "json_schema", json_schema: { name: "person", schema } } });
+    let v = null;
+    try { v = JSON.parse(js.choices[0].message.content); } catch { }
+    check(v && typeof v.name === "string" && v.name.length <= 16 && Number.isInteger(v.age) && ["cat", "dog"].includes(v.pet) &&
+      Object.keys(v).sort().join() === "age,name,pet", "json_schema output parses and validates: " + js.choices[0].message.content);
+  }
+  const jo = await c.chat.completions.create({ model: "demo-base", messages: [{ role: "user", content: "JSON please." }],
+    max_tokens: 300, seed: 4, response_format: { type: "json_object" } });
+  let jv = null;
+  try { jv = JSON.parse(jo.choices[0].message.content); } catch { }
+  check(jo.choices[0].finish_reason === "length" || (jv && typeof jv === "object" && !Array.isArray(jv)), "json_object output is an object: " + jo.choices[0].message.content);
+  // a tool-call round trip: forced call, then the tool's answer back
+  const tools = [{ type: "function", function: { name: "get_weather", description: "the weather of a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"], additionalProperties: false } } }];
+  const ask = [{ role: "user", content: "What is the weather in Paris?" }];
+  const t1 = await c.chat.completions.create({ model: "demo-base", messages: ask, tools, tool_choice: "required", max_tokens: 300, seed: 1 });
+  const call = t1.choices[0].message.tool_calls && t1.choices[0].message.tool_calls[0];
+  check(call && call.function.name === "get_weather" && typeof JSON.parse(call.function.arguments).city === "string" && t1.choices[0].finish_reason === "tool_calls",
+    "tool_choice required: a valid call: " + JSON.stringify(t1.choices[0]));
+  if (call) {
+    const t2 = await c.chat.completions.create({ model: "demo-base", tools, max_tokens: 24, seed: 1,
+      messages: [...ask, t1.choices[0].message, { role: "tool", tool_call_id: call.id, content: "sunny, 21 C" }], tool_choice: "none" });
+    check(typeof t2.choices[0].message.content === "string" && !t2.choices[0].message.tool_calls, "tool result round trip answered");
+  }
+  const ts = await c.chat.completions.create({ model: "demo-base", messages: ask, tools, max_tokens: 300, seed: 1, stream: true,
+    tool_choice: { type: "function", function: { name: "get_weather" } } });
+  const deltas = [];
+  let fin = [];
+  for await (const ch of ts) {
+    for (const x of ch.choices) { if (x.delta && x.delta.tool_calls) deltas.push(...x.delta.tool_calls); if (x.finish_reason) fin.push(x.finish_reason); }
+  }
+  check(deltas.length === 1 && deltas[0].index === 0 && deltas[0].function.name === "get_weather", "streamed tool call delta carries index: " + JSON.stringify(deltas));
+  eq(fin, ["tool_calls"], "streamed tool call: finish_reason tool_calls once");
+  let e400 = null;
+  try { await c.chat.completions.create({ model: "demo-base", messages: ask, tools, tool_choice: { type: "function", function: { name: "nope" } } }); } catch (e) { e400 = e; }
+  check(e400 && e400.status === 400, "a named tool_choice not in tools: 400");
   // a skill per request, mixed in one batch
   if (skillPort) {
     const cs = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${skillPort}/v1`, maxRetries: 0 });
