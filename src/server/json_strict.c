@@ -9,37 +9,10 @@
  * the OpenAI error body every 4xx/5xx answer carries.
  */
 #include "server/server.h"
+#include "format/format_internal.h" /* cmf_utf8_valid */
 
 #include <stdlib.h>
 #include <string.h>
-
-bool srv_utf8_valid(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            if (c == 0) return false;
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned cp;
-        if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
-        else return false;
-        if (len - i <= n) return false;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF))) return false;
-        if (cp >= 0xD800 && cp <= 0xDFFF) return false;
-        i += n + 1;
-    }
-    return true;
-}
 
 static int cmp_name(const void *a, const void *b) {
     const char *x = *(const char *const *)a, *y = *(const char *const *)b;
@@ -79,7 +52,7 @@ cJSON *srv_json_parse(const char *body, size_t len, char *msg, size_t cap) {
         snprintf(msg, cap, "the request body is empty; send a JSON object");
         return NULL;
     }
-    if (memchr(body, 0, len) || !srv_utf8_valid(body, len)) {
+    if (memchr(body, 0, len) || !cmf_utf8_valid(body, len)) {
         snprintf(msg, cap, "the request body is not valid UTF-8");
         return NULL;
     }

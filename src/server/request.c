@@ -490,6 +490,10 @@ unsigned srv_gen_parse(srv *s, const cJSON *b, bool chat, srv_gen *g, char *msg,
     }
     g->n_eos = cmf_model_eos_ids(s->file, s->tok, chat, g->eos, CMF_MODEL_EOS_MAX);
     if (g->n_eos > CMF_MODEL_EOS_MAX) g->n_eos = CMF_MODEL_EOS_MAX;
+    bool ignore_eos = false; /* vLLM's extension: EOS ids are ordinary tokens (benchmarks) */
+    if (!bool_field(b, "ignore_eos", &ignore_eos, msg, cap)) { *param = "ignore_eos"; return 400; }
+    if (ignore_eos && g->grammar) FAIL(400, "ignore_eos", "'ignore_eos' cannot be combined with a grammar");
+    if (ignore_eos) g->n_eos = 0;
     /* logit_bias {"id": bias} */
     const cJSON *lb = field(b, "logit_bias");
     if (lb) {

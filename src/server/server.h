@@ -230,7 +230,6 @@ struct srv {
 /* Strict parse of a request body: valid UTF-8, no NUL, one JSON value with
  * nothing after it, no duplicate keys in any object. NULL with msg set. */
 cJSON *srv_json_parse(const char *body, size_t len, char *msg, size_t msg_cap);
-bool srv_utf8_valid(const char *s, size_t len);
 /* {"error": {"message", "type", "param", "code"}} as text (malloc'd). */
 char *srv_error_json(unsigned status, const char *param, const char *msg);
 const char *srv_error_type(unsigned status);
