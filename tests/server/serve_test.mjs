@@ -373,11 +373,11 @@ async function openaiTests(port, skillPort) {
 async function pageTest(port) {
   const chromium = ["chromium", "chromium-browser", "google-chrome"].find((b) => spawnSync("which", [b]).status === 0);
   if (!chromium) { console.log("SKIP (part): chromium is not installed: the chat page is checked by HTTP only"); return; }
-  const p = spawnSync(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom",
-    `http://127.0.0.1:${port}/#say=Tell%20me%20a%20story.`], { encoding: "utf8", timeout: 60000 });
+  const p = spawnSync(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000", "--dump-dom",
+    `http://127.0.0.1:${port}/#max=12&stream=0&say=Tell%20me%20a%20story.`], { encoding: "utf8", timeout: 60000 });
   check(/<option[^>]*>demo-base<\/option>/.test(p.stdout) && /<span id="status">ready<\/span>/.test(p.stdout), "chat page in headless Chromium lists the model");
   const m = /<div class="msg assistant">([^<]+)<\/div>/.exec(p.stdout);
-  check(/<div class="msg user">Tell me a story.<\/div>/.test(p.stdout) && m && m[1].trim().length > 0, "chat page: a message sent and its answer streamed in: " + (m ? m[1] : p.stdout.slice(-300)));
+  check(/<div class="msg user">Tell me a story.<\/div>/.test(p.stdout) && m && m[1].trim().length > 0, "chat page: a message sent and answered (headless Chromium dumps the DOM before a stream ends, so stream=0): " + (m ? m[1] : p.stdout.slice(-300)));
 }
 
 try {
