@@ -409,7 +409,7 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
         if (r->n_done == r->n_choices) {
             if (talk) finish_request(r);
             else r->finished = true;
-            if (r->key >= 0 && s->per_key && s->per_key[r->key] > 0) s->per_key[r->key]--;
+            if (r->counted && r->key >= 0 && s->o.per_key && s->per_key[r->key] > 0) s->per_key[r->key]--;
             unlink_live(r);
             srv_hist_add(&s->m.e2e, now - r->t0);
         }

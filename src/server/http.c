@@ -307,8 +307,8 @@ static enum MHD_Result handle_final(srv_req *r) {
         pthread_mutex_lock(&s->mu);
         st = srv_gen_submit(r, msg, sizeof msg);
         if (st) {
+            if (st == 429) s->m.rejected_429++;
             pthread_mutex_unlock(&s->mu);
-            if (st == 429) s->m.rejected_429++; /* racy count is fine: metrics */
             return answer_error(r, st, NULL, msg);
         }
         enum MHD_Result ok;

@@ -250,6 +250,11 @@ async function limitTests() {
   const r429 = rs.filter((r) => r.status === 429);
   check(r429.length >= 2 && r429.every((r) => isErr(r, 429) && Number(r.headers["retry-after"]) > 0), "429 with Retry-After past the queue");
   eq(rs.filter((r) => r.status === 200).length, 4 - r429.length, "the others answered 200");
+  // concurrent requests per key
+  const pk = await startServer([model, "-np", "4", "--max-per-key", "1", "--api-key", KEY, "--api-key", "other-key"]);
+  const two = await Promise.all([KEY, KEY, "other-key"].map((k) => req(pk.port, "POST", "/v1/completions", { body: long, key: k })));
+  eq(two.map((r) => r.status).sort(), [200, 200, 429], "--max-per-key 1: the second request of one key is 429, another key is served");
+  pk.proc.kill("SIGTERM");
   // a non-loopback bind without a key is refused
   const p = spawnSync(cmf, ["serve", model, "--host", "0.0.0.0", "--port", "0"], { encoding: "utf8", timeout: 20000 });
   check(p.status === 2 && /api-key/.test(p.stderr), "non-loopback bind without a key refused: " + p.status + " " + p.stderr);
