@@ -43,7 +43,9 @@ static const char serve_help[] =
     "  --max-n N              ceiling of n (default 16)\n"
     "  --queue N              sequences that may wait beyond --parallel (default 64;\n"
     "                         more: 429 with Retry-After)\n"
-    "  --max-per-key N        concurrent requests per API key (default 0 = no limit)\n";
+    "  --max-per-key N        concurrent requests per API key (default 0 = no limit)\n"
+    "  --sse-ping S           a \": ping\" SSE comment every S seconds while a stream\n"
+    "                         waits for its first token (default 5)\n";
 
 static bool read_keys(const char *path, char ***keys, size_t *n) {
     char *buf = NULL;
@@ -103,6 +105,11 @@ int cmd_serve(int argc, char **argv) {
         LONGFLAG("--queue", NULL, 0, 1 << 20, o.queue)
         LONGFLAG("--max-per-key", NULL, 0, 1 << 20, o.per_key)
 #undef LONGFLAG
+        if (cli_flag_value(argc, argv, &i, "--sse-ping", &v, &missing)) {
+            if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
+            if (!cli_parse_double(cmd, flag, v, 0.001, 3600, &o.ping_s)) goto out;
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--host", &v, &missing)) o.host = v;
         else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) o.cors_origin = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;

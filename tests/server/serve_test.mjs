@@ -250,6 +250,13 @@ async function limitTests() {
   const r429 = rs.filter((r) => r.status === 429);
   check(r429.length >= 2 && r429.every((r) => isErr(r, 429) && Number(r.headers["retry-after"]) > 0), "429 with Retry-After past the queue");
   eq(rs.filter((r) => r.status === 200).length, 4 - r429.length, "the others answered 200");
+  // SSE pings while a stream waits (queued behind a long one)
+  const pg = await startServer([model, "-np", "1", "--sse-ping", "0.01", "--api-key", KEY]);
+  const [, waiting] = await Promise.all([stream(pg.port, "/v1/completions", long),
+    new Promise((r) => setTimeout(r, 20)).then(() => stream(pg.port, "/v1/completions", { prompt: "Hi", max_tokens: 4 }))]);
+  const firstText = waiting.events.findIndex((e) => !e.ping);
+  check(waiting.events.slice(0, firstText).some((e) => e.ping) && waiting.done, "': ping' comments before the first token of a waiting stream");
+  pg.proc.kill("SIGTERM");
   // concurrent requests per key
   const pk = await startServer([model, "-np", "4", "--max-per-key", "1", "--api-key", KEY, "--api-key", "other-key"]);
   const two = await Promise.all([KEY, KEY, "other-key"].map((k) => req(pk.port, "POST", "/v1/completions", { body: long, key: k })));
