@@ -36,6 +36,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "prompt processing and generation throughput"},
     {"skill", cmd_skill, "skills: add, list, remove, export, apply, fit, route, quality"},
     {"lora", cmd_lora, "import a PEFT LoRA adapter (file or low-rank skill), describe one"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (many requests at once)"},
 };
 
 static void usage(FILE *out) {

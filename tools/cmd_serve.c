@@ -1,0 +1,156 @@
+/*
+ * cmd_serve.c — `cmf serve FILE`: the OpenAI-compatible server
+ * (src/server/, issue 21). Parses llama-server's flag names where one
+ * exists, reads API keys (--api-key, repeatable, and --api-key-file: one
+ * key per line, blank lines and # comments skipped), and runs the server
+ * until SIGINT/SIGTERM.
+ */
+#include "cli.h"
+#include "server/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char serve_help[] =
+    "usage: cmf serve FILE [options]\n"
+    "  An OpenAI-compatible HTTP server over one model, many requests at once\n"
+    "  (continuous batching): POST /v1/chat/completions, /v1/completions,\n"
+    "  /v1/embeddings, /tokenize, /detokenize; GET /v1/models, /v1/status,\n"
+    "  /health, /metrics, and a chat page at /. One log line per request on stderr.\n"
+    "  --host H               address to bind (default 127.0.0.1; a non-loopback\n"
+    "                         address needs --api-key or --api-key-file, or --insecure)\n"
+    "  --port P               port (default 8080; 0 = any free port, printed)\n"
+    "  --api-key KEY          require KEY (Authorization: Bearer KEY, or a Basic\n"
+    "                         password) on every route but /health (repeatable)\n"
+    "  --api-key-file F       keys, one per line (# comments)\n"
+    "  --insecure             allow a non-loopback bind without a key\n"
+    "  --cors ORIGIN          answer CORS for ORIGIN (or *); default: no CORS headers\n"
+    "  -np, --parallel N      sequences decoding at once (default 16)\n"
+    "  -c, --ctx-size N       KV cache tokens shared by all sequences (default\n"
+    "                         min(4096, training context) x --parallel, at most 65536)\n"
+    "  -b, --batch-size N     token budget of one engine step (default 512)\n"
+    "  -t, --threads N        threads (default: physical cores)\n"
+    "  --device D             run on device D (\"cpu\", \"cpu:t=N\")\n"
+    "  -a, --alias NAME       the model's id in the API (default: FILE's base name)\n"
+    "  --no-batch-invariant   the engine's fast mode: a sequence's numerics may depend\n"
+    "                         on its batch-mates (default: exact mode, same seed = same\n"
+    "                         text whatever else runs)\n"
+    "  --no-prefix-cache      do not reuse the KV pages of prompts already seen\n"
+    "  --max-body BYTES       request body limit (default 4194304; larger: 413)\n"
+    "  --max-prompt N         prompt tokens per request (default: the sequence context)\n"
+    "  --max-tokens N         ceiling of max_tokens (default: the sequence context)\n"
+    "  --max-n N              ceiling of n (default 16)\n"
+    "  --queue N              sequences that may wait beyond --parallel (default 64;\n"
+    "                         more: 429 with Retry-After)\n"
+    "  --max-per-key N        concurrent requests per API key (default 0 = no limit)\n"
+    "  --sse-ping S           a \": ping\" SSE comment every S seconds while a stream\n"
+    "                         waits for its first token (default 5)\n";
+
+static bool read_keys(const char *path, char ***keys, size_t *n) {
+    char *buf = NULL;
+    size_t len = 0;
+    if (cli_read_input("serve", path, &buf, &len) != CLI_EXIT_OK) return false;
+    for (char *line = strtok(buf, "\r\n"); line; line = strtok(NULL, "\r\n")) {
+        while (*line == ' ' || *line == '\t') line++;
+        size_t l = strlen(line);
+        while (l && (line[l - 1] == ' ' || line[l - 1] == '\t')) line[--l] = 0;
+        if (!l || line[0] == '#') continue;
+        char **k = realloc(*keys, (*n + 1) * sizeof *k);
+        if (!k || !(k[*n] = strdup(line))) {
+            if (k) *keys = k;
+            free(buf);
+            fprintf(stderr, "cmf serve: out of memory\n");
+            return false;
+        }
+        *keys = k;
+        (*n)++;
+    }
+    free(buf);
+    if (*n == 0) {
+        fprintf(stderr, "cmf serve: --api-key-file %s: no key in it\n", path);
+        return false;
+    }
+    return true;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve", *v;
+    cmf_server_opts o;
+    cmf_server_default_opts(&o);
+    char **keys = NULL;
+    size_t n_keys = 0;
+    bool missing = false;
+    int rc = CLI_EXIT_USAGE;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        long x;
+        if (cli_is_help(flag)) { fputs(serve_help, stdout); rc = CLI_EXIT_OK; goto out; }
+#define LONGFLAG(a, b, lo, hi, dst)                                                                  \
+    if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
+        if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }                   \
+        if (!cli_parse_long(cmd, flag, v, lo, hi, &x)) goto out;                                     \
+        dst = x;                                                                                     \
+        continue;                                                                                    \
+    }
+        LONGFLAG("--port", NULL, 0, 65535, o.port)
+        LONGFLAG("-np", "--parallel", 1, 1024, o.parallel)
+        LONGFLAG("-c", "--ctx-size", 0, 65536, o.n_ctx)
+        LONGFLAG("-b", "--batch-size", 1, 1 << 16, o.n_batch)
+        LONGFLAG("-t", "--threads", 1, 256, o.n_threads)
+        LONGFLAG("--max-body", NULL, 1024, 1L << 30, o.max_body)
+        LONGFLAG("--max-prompt", NULL, 1, 1 << 24, o.max_prompt)
+        LONGFLAG("--max-tokens", NULL, 1, 1 << 24, o.max_tokens)
+        LONGFLAG("--max-n", NULL, 1, 128, o.max_n)
+        LONGFLAG("--queue", NULL, 0, 1 << 20, o.queue)
+        LONGFLAG("--max-per-key", NULL, 0, 1 << 20, o.per_key)
+#undef LONGFLAG
+        if (cli_flag_value(argc, argv, &i, "--sse-ping", &v, &missing)) {
+            if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
+            if (!cli_parse_double(cmd, flag, v, 0.001, 3600, &o.ping_s)) goto out;
+            continue;
+        }
+        if (cli_flag_value(argc, argv, &i, "--host", &v, &missing)) o.host = v;
+        else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) o.cors_origin = v;
+        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;
+        else if (cli_flag_value(argc, argv, &i, "-a", &v, &missing) || cli_flag_value(argc, argv, &i, "--alias", &v, &missing)) o.alias = v;
+        else if (cli_flag_value(argc, argv, &i, "--api-key", &v, &missing)) {
+            if (v && !*v) { cli_usage_error(cmd, "--api-key: the key is empty"); goto out; }
+            char **k = v ? realloc(keys, (n_keys + 1) * sizeof *k) : keys;
+            if (!k || (v && !(k[n_keys] = strdup(v)))) { fprintf(stderr, "cmf serve: out of memory\n"); rc = CLI_EXIT_FAIL; goto out; }
+            keys = k;
+            if (v) n_keys++;
+        } else if (cli_flag_value(argc, argv, &i, "--api-key-file", &v, &missing)) {
+            if (v && !read_keys(v, &keys, &n_keys)) { rc = CLI_EXIT_FAIL; goto out; }
+        } else if (strcmp(flag, "--insecure") == 0) o.insecure = true;
+        else if (strcmp(flag, "--no-batch-invariant") == 0) o.batch_invariant = false;
+        else if (strcmp(flag, "--no-prefix-cache") == 0) o.prefix_cache = false;
+        else if (strcmp(flag, "--draft") == 0) {
+            cli_usage_error(cmd, "--draft: speculative decoding is not implemented yet");
+            goto out;
+        } else if (flag[0] == '-') { cli_usage_error(cmd, "unknown option %s (see --help)", flag); goto out; }
+        else if (!o.model_path) o.model_path = flag;
+        else { cli_usage_error(cmd, "unexpected argument %s", flag); goto out; }
+        if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
+    }
+    if (!o.model_path) { cli_usage_error(cmd, "need FILE (see --help)"); goto out; }
+    rc = CLI_EXIT_FAIL;
+    if (cli_refuse_foreign(cmd, o.model_path)) goto out;
+    o.api_keys = (const char *const *)keys;
+    o.n_api_keys = n_keys;
+    o.should_stop = cli_interrupt_poll;
+    cli_interrupt_begin(false);
+    cmf_error err = {0};
+    cmf_status st = cmf_server_run(&o, &err);
+    cli_interrupt_end(CLI_EXIT_OK);
+    if (st != CMF_OK) {
+        rc = st == CMF_ERR_ARG ? cli_usage_error(cmd, "%s", err.msg) : cli_fail(cmd, &err);
+        goto out;
+    }
+    fprintf(stderr, "cmf serve: stopped\n");
+    rc = CLI_EXIT_OK;
+out:
+    for (size_t i = 0; i < n_keys; i++) free(keys[i]);
+    free(keys);
+    return rc;
+}
