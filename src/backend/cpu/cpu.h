@@ -34,11 +34,18 @@ extern "C" {
 #define CMF_CPU_F_DOTPROD (1u << 5)   /* arm64 sdot/udot */
 #define CMF_CPU_F_FP16 (1u << 6)      /* arm64 half-precision arithmetic */
 #define CMF_CPU_F_GFNI (1u << 7)      /* x86 GF2P8AFFINEQB and friends */
+/* x86 AMX-TILE + AMX-INT8, the OS saves tile state (XCR0 bits 17, 18) and
+ * granted this process XTILEDATA (arch_prctl ARCH_REQ_XCOMP_PERM, asked by
+ * cmf_cpu_detect_features; refused: the bit stays clear) */
+#define CMF_CPU_F_AMXINT8 (1u << 8)
+#define CMF_CPU_F_AMXBF16 (1u << 9)   /* AMX-BF16 (with CMF_CPU_F_AMXINT8) */
 
 /* Kernel levels, in increasing capability. A pool uses the best one the
  * CPU supports, unless the environment variable CMF_CPU names one:
  * CMF_CPU=ref (plain C reference), avx2, avx512, avx512vnni, avx512gfni
- * (avx512vnni + GFNI), neon, neondot.
+ * (avx512vnni + GFNI), amx (avx512gfni + AMX int8 tiles for the prompt
+ * GEMM of int8 products), neon, neondot. amx is listed last (its enum
+ * value is the highest) but sits above avx512gfni on x86.
  * Asking for a level the CPU lacks falls back to the best supported level
  * below it; an unknown name is ignored (tools/cmf.c warns about it). */
 typedef enum cmf_cpu_level {
@@ -48,7 +55,8 @@ typedef enum cmf_cpu_level {
     CMF_CPU_AVX512VNNI,
     CMF_CPU_AVX512GFNI, /* avx512vnni + GFNI */
     CMF_CPU_NEON,
-    CMF_CPU_NEONDOT
+    CMF_CPU_NEONDOT,
+    CMF_CPU_AMX /* avx512gfni + AMX-INT8 (x86; above avx512gfni) */
 } cmf_cpu_level;
 
 /* CMF_CPU_F_* bits of this CPU, detected on every call (CPUID + XGETBV on
@@ -65,9 +73,10 @@ cmf_cpu_level cmf_cpu_level_choose(unsigned features, const char *env_cmf_cpu);
  * the level a pool created now records (re-detected on every call; the
  * level code runs at is its pool's, cmf_cpu_pool_level). */
 cmf_cpu_level cmf_cpu_level_detect(void);
-/* true for the x86 levels with AVX-512 kernels (avx512, avx512vnni, avx512gfni) */
+/* true for the x86 levels with AVX-512 kernels (avx512, avx512vnni, avx512gfni, amx) */
 static inline bool cmf_cpu_level_is_avx512(cmf_cpu_level l) {
-    return l == CMF_CPU_AVX512 || l == CMF_CPU_AVX512VNNI || l == CMF_CPU_AVX512GFNI;
+    return l == CMF_CPU_AVX512 || l == CMF_CPU_AVX512VNNI || l == CMF_CPU_AVX512GFNI ||
+           l == CMF_CPU_AMX;
 }
 const char *cmf_cpu_level_name(cmf_cpu_level l); /* "ref", "avx2", ... */
 /* Physical cores available (distinct core ids among online CPUs, from

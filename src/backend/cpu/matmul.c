@@ -352,6 +352,7 @@ static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
     case CMF_CPU_AVX512VNNI:
         return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512vnni;
     case CMF_CPU_AVX512GFNI:
+    case CMF_CPU_AMX: /* decode rows: the avx512gfni kernels; prompts: gemm_avx512.c's AMX path */
         return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512gfni;
 #endif
 #if defined(__aarch64__)
@@ -513,6 +514,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         if (in > (1u << 30))
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool q4 = fam == FAM_Q4;
+        act.gamx = lv == CMF_CPU_AMX; /* tiles of 16 tokens for the AMX path */
         size_t bytes = mm_gemm_act_bytes(&act, q4);
         void *buf = act_buffer(p, bytes, &heap);
         if (!buf)
