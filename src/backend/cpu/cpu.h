@@ -83,6 +83,11 @@ const char *cmf_cpu_level_name(cmf_cpu_level l); /* "ref", "avx2", ... */
  * /sys/devices/system/cpu, else /proc/cpuinfo, else sysconf; read on every
  * call); >= 1. */
 int cmf_cpu_physical_cores(void);
+/* One logical CPU per physical core (the lowest-numbered SMT sibling)
+ * among the CPUs this thread may run on, in increasing order, into
+ * cpus[0 .. max); returns how many (0: no sysfs topology, or max < 1).
+ * Read on every call. */
+int cmf_cpu_core_cpus(int *cpus, int max);
 
 /* ---- vector primitives (vec.c) ------------------------------------------ */
 
@@ -129,6 +134,11 @@ typedef struct cmf_cpu_pool cmf_cpu_pool;
  * exp2f over all f16 values (q4tp ladders), built here (~1 ms), and the
  * kernel level of everything run on it: cmf_cpu_level_detect() (CPU
  * features and CMF_CPU), read here once.
+ * Thread placement: by default the scheduler places the threads. With
+ * CMF_PIN=1 in the environment worker k (1 .. n_threads-1) is pinned to
+ * the k-th physical core of cmf_cpu_core_cpus (one SMT sibling per core;
+ * modulo their count), and the driving thread (the caller, never pinned
+ * here) is left core 0's sibling set by the scheduler.
  * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
  * (pthread_create failed). */
 cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);

@@ -162,24 +162,21 @@ static long read_long(const char *path) {
     return v;
 }
 
-int cmf_cpu_physical_cores(void) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu < 1) ncpu = 1;
+/* One logical CPU per physical core among the CPUs this thread may run on
+ * (the lowest-numbered sibling of each (package, core) pair, from sysfs),
+ * in increasing CPU order into cpus[0 .. max); returns the count, 0 when
+ * sysfs has no topology. */
+static int core_cpus(int *cpus, int max) {
     cpu_set_t set;
     bool have_aff = sched_getaffinity(0, sizeof set, &set) == 0;
-    /* Distinct (package, core) pairs among CPUs we may run on. */
     enum { MAXC = 1024 };
     long keys[MAXC];
     int nkeys = 0;
-    bool sys_ok = true;
-    for (int cpu = 0; cpu < MAXC && sys_ok; cpu++) {
+    for (int cpu = 0; cpu < MAXC; cpu++) {
         char path[128];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
         long core = read_long(path);
-        if (core < 0) {
-            if (cpu == 0) sys_ok = false;
-            break;
-        }
+        if (core < 0) break;
         if (have_aff && !CPU_ISSET(cpu, &set)) continue;
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
                  cpu);
@@ -187,9 +184,23 @@ int cmf_cpu_physical_cores(void) {
         long key = (pkg < 0 ? 0 : pkg) * 1000000 + core;
         bool seen = false;
         for (int k = 0; k < nkeys; k++) seen |= keys[k] == key;
-        if (!seen && nkeys < MAXC) keys[nkeys++] = key;
+        if (seen || nkeys >= MAXC) continue;
+        if (nkeys < max) cpus[nkeys] = cpu;
+        keys[nkeys++] = key;
     }
-    if (sys_ok && nkeys > 0) return nkeys;
+    return nkeys < max ? nkeys : max;
+}
+
+int cmf_cpu_core_cpus(int *cpus, int max) { return max > 0 && cpus ? core_cpus(cpus, max) : 0; }
+
+int cmf_cpu_physical_cores(void) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    enum { MAXC = 1024 };
+    int cpus[MAXC];
+    int nkeys = core_cpus(cpus, MAXC);
+    if (nkeys > 0) return nkeys;
+    long keys[MAXC];
     /* /proc/cpuinfo: count distinct "physical id"/"core id" pairs. */
     FILE *fp = fopen("/proc/cpuinfo", "r");
     if (fp) {

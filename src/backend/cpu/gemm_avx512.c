@@ -456,48 +456,51 @@ AI void amx_store_acc(float (*acc)[GEMM_MR], int T, float *y, size_t ldy, __mmas
     }
 }
 
+/* Blocks per group: the tile products of a group's blocks are stored
+ * first, then its epilogue reads them, so the vector loads never wait on a
+ * TILESTORED just issued (no store forwarding from tile stores) and each
+ * token's accumulators stay in registers across the group. */
+#define AMX_G 4
+
 /* q4: T <= 16 tokens of one packed tile (xq: its block 0 of the chunk) x
- * 32 rows over nblk blocks; the int32 sums start at sx like ukern_q4's and
- * C tiles alternate (0,1 / 2,3) so a block's epilogue overlaps the next
- * block's tile products. */
+ * 32 rows over nblk blocks; the int32 sums start at sx as in ukern_q4. */
 static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32_t *xq,
                    const float *dx, const int32_t *sx, int T, float *y, size_t ldy, __mmask16 m0,
                    __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
-    int32_t cb[2][2][AMX_T][16] __attribute__((aligned(64)));
+    int32_t cb[AMX_G][2][AMX_T][16] __attribute__((aligned(64)));
     memset(acc, 0, sizeof acc);
-    for (uint64_t b = 0; b < nblk; b++) {
-        const int32_t *pb = pan + b * 8 * GEMM_MR;
-        const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 32;
-        AMX_LOAD(4, xb, 32);
-        AMX_LOAD(6, pb, GEMM_MR * 4);
-        AMX_LOAD(7, pb + 16, GEMM_MR * 4);
-        if (b & 1) {
-            AMX_ZERO(2);
-            AMX_ZERO(3);
-            AMX_DPBSUD(2, 4, 6);
-            AMX_DPBSUD(3, 4, 7);
-            AMX_STORE(2, cb[1][0], 64);
-            AMX_STORE(3, cb[1][1], 64);
-        } else {
+    for (uint64_t g = 0; g < nblk; g += AMX_G) {
+        const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
+        for (uint64_t i = 0; i < ng; i++) {
+            const uint64_t b = g + i;
+            const int32_t *pb = pan + b * 8 * GEMM_MR;
+            AMX_LOAD(4, (const int8_t *)xq + b * (uint64_t)T * 32, 32);
+            AMX_LOAD(6, pb, GEMM_MR * 4);
+            AMX_LOAD(7, pb + 16, GEMM_MR * 4);
             AMX_ZERO(0);
             AMX_ZERO(1);
             AMX_DPBSUD(0, 4, 6);
             AMX_DPBSUD(1, 4, 7);
-            AMX_STORE(0, cb[0][0], 64);
-            AMX_STORE(1, cb[0][1], 64);
+            AMX_STORE(0, cb[i][0], 64);
+            AMX_STORE(1, cb[i][1], 64);
         }
-        int32_t(*c)[AMX_T][16] = cb[b & 1];
-        __m512 s0 = _mm512_load_ps(sc + b * GEMM_MR), s1 = _mm512_load_ps(sc + b * GEMM_MR + 16);
+#if AMX_DIAG == 1
+        continue;
+#endif
         for (int t = 0; t < T; t++) {
-            __m512 d = _mm512_set1_ps(dx[b * (uint64_t)T + (uint64_t)t]);
-            __m512i z = _mm512_set1_epi32(sx[b * (uint64_t)T + (uint64_t)t]);
-            __m512i i0 = _mm512_add_epi32(z, _mm512_load_si512(c[0][t]));
-            __m512i i1 = _mm512_add_epi32(z, _mm512_load_si512(c[1][t]));
-            _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(s0, d),
-                                                    _mm512_load_ps(acc[t])));
-            _mm512_store_ps(acc[t] + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(s1, d),
-                                                         _mm512_load_ps(acc[t] + 16)));
+            __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
+            for (uint64_t i = 0; i < ng; i++) {
+                const uint64_t b = g + i, cell = b * (uint64_t)T + (uint64_t)t;
+                __m512 d = _mm512_set1_ps(dx[cell]);
+                __m512i z = _mm512_set1_epi32(sx[cell]);
+                __m512i i0 = _mm512_add_epi32(z, _mm512_load_si512(cb[i][0][t]));
+                __m512i i1 = _mm512_add_epi32(z, _mm512_load_si512(cb[i][1][t]));
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(_mm512_load_ps(sc + b * GEMM_MR), d), a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(_mm512_load_ps(sc + b * GEMM_MR + 16), d), a1);
+            }
+            _mm512_store_ps(acc[t], a0);
+            _mm512_store_ps(acc[t] + 16, a1);
         }
     }
     amx_store_acc(acc, T, y, ldy, m0, m1, first);
@@ -509,36 +512,47 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
 static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const float *dx, __m512 ws0,
                    __m512 ws1, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
-    int32_t cb[4][AMX_T][16] __attribute__((aligned(64)));
+    int32_t cb[AMX_G][4][AMX_T][16] __attribute__((aligned(64)));
     memset(acc, 0, sizeof acc);
-    for (uint64_t b = 0; b < nblk; b++) {
-        const int32_t *pb = pan + b * 8 * GEMM_MR;
-        const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 64;
-        AMX_LOAD(4, xb, 64);
-        AMX_LOAD(5, xb + 32, 64);
-        AMX_LOAD(6, pb, GEMM_MR * 4);
-        AMX_LOAD(7, pb + 16, GEMM_MR * 4);
-        AMX_ZERO(0);
-        AMX_ZERO(1);
-        AMX_ZERO(2);
-        AMX_ZERO(3);
-        AMX_DPBSSD(0, 4, 6);
-        AMX_DPBSSD(1, 4, 7);
-        AMX_DPBUSD(2, 5, 6);
-        AMX_DPBUSD(3, 5, 7);
-        AMX_STORE(0, cb[0], 64);
-        AMX_STORE(1, cb[1], 64);
-        AMX_STORE(2, cb[2], 64);
-        AMX_STORE(3, cb[3], 64);
+    for (uint64_t g = 0; g < nblk; g += AMX_G) {
+        const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
+        for (uint64_t i = 0; i < ng; i++) {
+            const uint64_t b = g + i;
+            const int32_t *pb = pan + b * 8 * GEMM_MR;
+            const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 64;
+            AMX_LOAD(4, xb, 64);
+            AMX_LOAD(5, xb + 32, 64);
+            AMX_LOAD(6, pb, GEMM_MR * 4);
+            AMX_LOAD(7, pb + 16, GEMM_MR * 4);
+            AMX_ZERO(0);
+            AMX_ZERO(1);
+            AMX_ZERO(2);
+            AMX_ZERO(3);
+            AMX_DPBSSD(0, 4, 6);
+            AMX_DPBSSD(1, 4, 7);
+            AMX_DPBUSD(2, 5, 6);
+            AMX_DPBUSD(3, 5, 7);
+            AMX_STORE(0, cb[i][0], 64);
+            AMX_STORE(1, cb[i][1], 64);
+            AMX_STORE(2, cb[i][2], 64);
+            AMX_STORE(3, cb[i][3], 64);
+        }
+#if AMX_DIAG == 1
+        continue;
+#endif
         for (int t = 0; t < T; t++) {
-            __m512 d = _mm512_set1_ps(dx[b * (uint64_t)T + (uint64_t)t]);
-            __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[0][t]), 8),
-                                          _mm512_load_si512(cb[2][t]));
-            __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[1][t]), 8),
-                                          _mm512_load_si512(cb[3][t]));
-            _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), d, _mm512_load_ps(acc[t])));
-            _mm512_store_ps(acc[t] + 16,
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), d, _mm512_load_ps(acc[t] + 16)));
+            __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
+            for (uint64_t i = 0; i < ng; i++) {
+                __m512 d = _mm512_set1_ps(dx[(g + i) * (uint64_t)T + (uint64_t)t]);
+                __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][0][t]), 8),
+                                              _mm512_load_si512(cb[i][2][t]));
+                __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][1][t]), 8),
+                                              _mm512_load_si512(cb[i][3][t]));
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), d, a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), d, a1);
+            }
+            _mm512_store_ps(acc[t], a0);
+            _mm512_store_ps(acc[t] + 16, a1);
         }
     }
     for (int t = 0; t < T; t++) { /* the rows' q8 scales */
