@@ -194,7 +194,9 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * the reference level (CMF_CPU=ref) uses float X and dequantized W. At the
  * AVX-512 levels from n >= 6 (q8 weights), 9 (q4 weights) or 16 (float
  * weights) tokens a blocked GEMM runs instead: float X for f32/f16/bf16, X
- * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights.
+ * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights;
+ * at level amx that GEMM's integer products run on AMX tiles, same X, same
+ * results bit for bit as avx512gfni.
  * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
  * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
  * CMF_ERR_NOMEM. Kernels of the pool's level (cmf_cpu_pool_level). The pool

@@ -47,6 +47,17 @@
  * (6 tokens x 32 rows = 12 int32 + 12 f32 zmm).
  * The order of operations depends only on the shape, never on the thread
  * count (threaded results are bit-identical).
+ *
+ * Level amx (AMX-INT8, "AMX tiles" below): the same tasks, K chunks,
+ * panels (q4: the same nibble panel; q8: int8 k-quads instead of int16
+ * pairs) and the same quantized X, packed in tiles of 16 tokens (q8: the
+ * int16 as high and low bytes); each 32-block's int32 sums come from tile
+ * products (TDPBSUD for q4, TDPBSSD + TDPBUSD for q8) instead of
+ * vpdpbusd / vpdpwssd and are scaled in the VNNI micro-kernels' float
+ * order, so results are bit-identical to avx512vnni/avx512gfni. Nothing is
+ * repacked at load (the panels are decoded per call as at the VNNI level):
+ * no memory beyond the VNNI path's, 1 KiB of zero slack after the packed X
+ * and 10 KiB (q4) / 18 KiB (q8) more stack per thread.
  */
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/avx512_util.h"
@@ -214,7 +225,12 @@ static void panel_fp(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr) {
  *         x[32b + 8(c & 3) + 2m + (c >> 2)], c = 0..7: the order in which
  *         the nibble panel holds the weights (decode_panel4);
  *     sxg int32 cell = -8 * sum of the block's q;
- *   dxg float cell = dx of the block. */
+ *   dxg float cell = dx of the block.
+ * At the AMX level (a->gamx) tiles hold AMX_T = 16 tokens, the last one the
+ * remainder (no merging; a tile load reads 16 rows, the rows past the tile
+ * land in the next block's cells or the zero slack and are not used), and
+ * a q8 cell is the block's 32 high bytes (int16 >> 8, signed) then its 32
+ * low bytes (int16 & 255, unsigned), natural order. */
 
 static int tile_count(int n) { return (n + GEMM_TT - 1) / GEMM_TT; }
 
@@ -368,51 +384,53 @@ typedef struct amx_cfg {
 
 #if defined(CMF_AMX_EMULATE)
 /* Developer build only (-DCMF_AMX_EMULATE, never in CI or a release): the
- * tile instructions in plain C on a thread's own tile file, so the AMX
- * path's layouts can be checked on a CPU without AMX (tests/cpu/test_amx
- * against the VNNI path). */
+ * tile instructions in plain C on a tile file local to each micro-kernel
+ * call (AMX_TILES; every call loads what it uses, the shapes are fixed), so
+ * the AMX path's layouts can be checked on a CPU without AMX
+ * (tests/cpu/test_amx against the VNNI path). */
 typedef struct amx_emu {
     uint8_t rows[8];
     uint16_t colsb[8];
     uint8_t t[8][16][64];
 } amx_emu;
-static __thread amx_emu amx_tiles;
-static void amx_begin(void) {
-    memset(&amx_tiles, 0, sizeof amx_tiles);
+static void amx_begin(void) {}
+static void amx_end(void) {}
+static void emu_init(amx_emu *e) {
+    memset(e, 0, sizeof *e);
     for (int i = 0; i < 8; i++) {
-        amx_tiles.rows[i] = i < 6 ? 16 : 8;
-        amx_tiles.colsb[i] = i == 4 || i == 5 ? 32 : 64;
+        e->rows[i] = i < 6 ? 16 : 8;
+        e->colsb[i] = i == 4 || i == 5 ? 32 : 64;
     }
 }
-static void amx_end(void) {}
-static void emu_load(int t, const void *base, long stride) {
-    for (int r = 0; r < amx_tiles.rows[t]; r++)
-        memcpy(amx_tiles.t[t][r], (const uint8_t *)base + r * stride, amx_tiles.colsb[t]);
+static void emu_load(amx_emu *e, int t, const void *base, long stride) {
+    for (int r = 0; r < e->rows[t]; r++) memcpy(e->t[t][r], (const uint8_t *)base + r * stride, e->colsb[t]);
 }
-static void emu_store(int t, void *base, long stride) {
-    for (int r = 0; r < amx_tiles.rows[t]; r++)
-        memcpy((uint8_t *)base + r * stride, amx_tiles.t[t][r], amx_tiles.colsb[t]);
+static void emu_store(amx_emu *e, int t, void *base, long stride) {
+    for (int r = 0; r < e->rows[t]; r++) memcpy((uint8_t *)base + r * stride, e->t[t][r], e->colsb[t]);
 }
-static void emu_dp(int c, int a, int b, int sa, int sb) {
-    for (int m = 0; m < amx_tiles.rows[c]; m++)
-        for (int nn = 0; nn < amx_tiles.colsb[c] / 4; nn++) {
+static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
+    for (int m = 0; m < e->rows[c]; m++)
+        for (int nn = 0; nn < e->colsb[c] / 4; nn++) {
             int32_t acc;
-            memcpy(&acc, &amx_tiles.t[c][m][4 * nn], 4);
-            for (int k = 0; k < amx_tiles.colsb[a] / 4; k++)
+            memcpy(&acc, &e->t[c][m][4 * nn], 4);
+            for (int k = 0; k < e->colsb[a] / 4; k++)
                 for (int i = 0; i < 4; i++) {
-                    uint8_t x = amx_tiles.t[a][m][4 * k + i], w = amx_tiles.t[b][k][4 * nn + i];
+                    uint8_t x = e->t[a][m][4 * k + i], w = e->t[b][k][4 * nn + i];
                     int32_t xv = sa ? (int8_t)x : x, wv = sb ? (int8_t)w : w;
                     acc += xv * wv;
                 }
-            memcpy(&amx_tiles.t[c][m][4 * nn], &acc, 4);
+            memcpy(&e->t[c][m][4 * nn], &acc, 4);
         }
 }
-#define AMX_LOAD(tmm, base, stride) emu_load(tmm, base, (long)(stride))
-#define AMX_STORE(tmm, base, stride) emu_store(tmm, base, (long)(stride))
+#define AMX_TILES                                                                       \
+    amx_emu amx_tiles;                                                                  \
+    emu_init(&amx_tiles)
+#define AMX_LOAD(tmm, base, stride) emu_load(&amx_tiles, tmm, base, (long)(stride))
+#define AMX_STORE(tmm, base, stride) emu_store(&amx_tiles, tmm, base, (long)(stride))
 #define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
-#define AMX_DPBSSD(c, a, b) emu_dp(c, a, b, 1, 1)
-#define AMX_DPBSUD(c, a, b) emu_dp(c, a, b, 1, 0)
-#define AMX_DPBUSD(c, a, b) emu_dp(c, a, b, 0, 1)
+#define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
+#define AMX_DPBSUD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 0)
+#define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
 #else
 static void amx_begin(void) {
     amx_cfg c;
@@ -434,6 +452,7 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
                      "r"((long)(stride))                                                \
                      : "memory")
 #define AMX_ZERO(tmm) __asm__ volatile("tilezero %%tmm" #tmm ::: "memory")
+#define AMX_TILES (void)0 /* the tile registers (configured by amx_begin) */
 /* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
 #define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
@@ -469,6 +488,7 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
                    __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
     int32_t cb[AMX_G][2][AMX_T][16] __attribute__((aligned(64)));
+    AMX_TILES;
     memset(acc, 0, sizeof acc);
     for (uint64_t g = 0; g < nblk; g += AMX_G) {
         const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
@@ -485,9 +505,6 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
             AMX_STORE(0, cb[i][0], 64);
             AMX_STORE(1, cb[i][1], 64);
         }
-#if AMX_DIAG == 1
-        continue;
-#endif
         for (int t = 0; t < T; t++) {
             __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
             for (uint64_t i = 0; i < ng; i++) {
@@ -513,6 +530,7 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
                    __m512 ws1, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
     int32_t cb[AMX_G][4][AMX_T][16] __attribute__((aligned(64)));
+    AMX_TILES;
     memset(acc, 0, sizeof acc);
     for (uint64_t g = 0; g < nblk; g += AMX_G) {
         const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
@@ -537,9 +555,6 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
             AMX_STORE(2, cb[i][2], 64);
             AMX_STORE(3, cb[i][3], 64);
         }
-#if AMX_DIAG == 1
-        continue;
-#endif
         for (int t = 0; t < T; t++) {
             __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
             for (uint64_t i = 0; i < ng; i++) {

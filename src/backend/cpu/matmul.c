@@ -19,7 +19,10 @@
  * the blocked GEMM of gemm_avx512.c instead, tasks of whole 32-row panels
  * (up to MM_GEMM_ROWS rows, at least 4 tasks per thread); its q8 weights
  * get int16 and q4 weights int8 activations, packed in token tiles by
- * mm_gemm_quant_avx512 (one tile per task).
+ * mm_gemm_quant_avx512 (one tile per task). At the amx level the same GEMM
+ * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
+ * bit-identical to avx512gfni; rows below the GEMM threshold keep the
+ * decode kernels of avx512gfni.
  */
 #include "backend/cpu/matmul_int.h"
 
