@@ -36,7 +36,11 @@
 #   env: THREADS (default: physical cores; a list such as "1 2" runs each),
 #        PP (128), TG (64), REPS (3), SEGMENTS (24),
 #        LLAMACPP (0; 1 = measure llama.cpp in this run, needs node >= 20 and npm),
-#        NODE_LLAMA_CPP_VERSION (3.22.1)
+#        NODE_LLAMA_CPP_VERSION (3.22.1),
+#        LLAMA_BENCH (path of a llama-bench built from source: measured
+#          instead of node-llama-cpp, through bench/llamacpp_native.py; for
+#          hosts without node such as the H200 machine),
+#        PYTHON (/usr/bin/python3; an interpreter with numpy)
 # Needs ~4.5 GB of disk in WORK_DIR (+1.8 GB GGUF and 90 MB npm with
 # LLAMACPP=1) and /usr/bin/python3 with numpy (Debian).
 set -euo pipefail
@@ -45,6 +49,8 @@ build=${1:-$src/build}
 work=${2:-/tmp/cmf_llama_1b}
 pp=${PP:-128}; tg=${TG:-64}; reps=${REPS:-3}; segments=${SEGMENTS:-24}
 llamacpp=${LLAMACPP:-0}
+py=${PYTHON:-/usr/bin/python3}
+llama_bench=${LLAMA_BENCH:-}
 nlc_version=${NODE_LLAMA_CPP_VERSION:-3.22.1}
 cmf=$build/tools/cmf
 membw=$build/bench/membw
@@ -55,7 +61,7 @@ done
 threads=${THREADS:-0}   # 0: cmf's default (physical cores)
 mkdir -p "$work"
 if [ ! -f "$work/hf/model.safetensors" ]; then
-  /usr/bin/python3 "$src/bench/gen_llama_hf.py" "$work/hf"
+  "$py" "$src/bench/gen_llama_hf.py" "$work/hf"
 fi
 for q in q8 q4tp; do
   if [ ! -f "$work/$q.cmf" ]; then
@@ -68,7 +74,13 @@ done
 # MB) and no install scripts (the postinstall step may try to build
 # llama.cpp from source when it thinks the binaries do not fit).
 llamacpp_ok=0
-if [ "$llamacpp" = 1 ]; then
+if [ -n "$llama_bench" ]; then
+  [ -x "$llama_bench" ] || { echo "llama_1b.sh: LLAMA_BENCH=$llama_bench is not executable" >&2; exit 1; }
+  llamacpp_ok=1
+  for t in q8_0 q4_0; do
+    [ -f "$work/$t.gguf" ] || "$py" "$src/bench/gguf_write.py" "$work/hf" "$work/$t.gguf" --type "$t"
+  done
+elif [ "$llamacpp" = 1 ]; then
   npm_dir=$work/npm
   if [ ! -f "$npm_dir/node_modules/node-llama-cpp/package.json" ]; then
     plat=$(node -p 'process.platform + "-" + process.arch' 2>/dev/null || echo unknown)
@@ -91,7 +103,7 @@ if [ "$llamacpp" = 1 ]; then
   if [ -f "$npm_dir/node_modules/node-llama-cpp/package.json" ]; then
     llamacpp_ok=1
     for t in q8_0 q4_0; do
-      [ -f "$work/$t.gguf" ] || /usr/bin/python3 "$src/bench/gguf_write.py" "$work/hf" "$work/$t.gguf" --type "$t"
+      [ -f "$work/$t.gguf" ] || "$py" "$src/bench/gguf_write.py" "$work/hf" "$work/$t.gguf" --type "$t"
     done
   else
     echo "llama_1b.sh: llama.cpp unavailable; ratios use the figures quoted in issue 4" >&2
@@ -118,11 +130,16 @@ for t in $threads; do
     ll=-
     if [ "$llamacpp_ok" = 1 ]; then
       # the thread count cmf used (its default is the physical core count)
-      nt=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["threads"])' "$work/$q.t$t.json")
+      nt=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["threads"])' "$work/$q.t$t.json")
       g=q8_0; [ "$q" = q4tp ] && g=q4_0
       ll=$work/llamacpp_$g.t$t.json
-      if ! node "$src/bench/llamacpp_bench.mjs" "$work/$g.gguf" --npm "$npm_dir" -t "$nt" \
-             -p "$pp" -n "$tg" -r "$reps" > "$ll"; then
+      if [ -n "$llama_bench" ]; then
+        runll=("$py" "$src/bench/llamacpp_native.py" "$llama_bench" "$work/$g.gguf" "$nt" "$pp" "$tg" "$reps")
+      else
+        runll=(node "$src/bench/llamacpp_bench.mjs" "$work/$g.gguf" --npm "$npm_dir" -t "$nt"
+               -p "$pp" -n "$tg" -r "$reps")
+      fi
+      if ! "${runll[@]}" > "$ll"; then
         echo "llama_1b.sh: llama.cpp run on $g.gguf failed; using the quoted figures" >&2
         ll=-
       fi
@@ -142,7 +159,7 @@ for t in $threads; do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 - "${bws[*]}" "${roofs[*]}" "${jsons[@]}" <<'PY'
+"$py" - "${bws[*]}" "${roofs[*]}" "${jsons[@]}" <<'PY'
 import json, sys
 probes = [float(v) for v in sys.argv[1].split()]
 roofs = [p.split(":", 1) for p in sys.argv[2].split()]

@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
         if (strcmp(want, got) != 0)
             fprintf(stderr,
                     "cmf: warning: CMF_CPU=%s is not a kernel level this CPU runs (the level names: "
-                    "ref, avx2, avx512, avx512vnni, avx512gfni, neon, neondot, lower case); using %s\n",
+                    "ref, avx2, avx512, avx512vnni, avx512gfni, amx, neon, neondot, lower case); using %s\n",
                     want, got);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -81,6 +81,17 @@ static void test_levels(void) {
           "CMF_CPU beyond the CPU falls back below");
     CHECK(cmf_cpu_level_choose(0, NULL) == CMF_CPU_REF, "no features: ref");
     CHECK(cmf_cpu_level_cap(all, CMF_CPU_REF) == CMF_CPU_REF, "cap at ref");
+#if !defined(__aarch64__)
+    /* AMX sits above avx512gfni; CMF_CPU=avx512vnni forces the VNNI path */
+    const unsigned amx = all | CMF_CPU_F_AMXINT8;
+    CHECK(cmf_cpu_level_choose(amx, NULL) == CMF_CPU_AMX, "AMX: the best level");
+    CHECK(cmf_cpu_level_choose(amx, "avx512vnni") == CMF_CPU_AVX512VNNI, "CMF_CPU=avx512vnni on AMX");
+    CHECK(cmf_cpu_level_choose(amx, "avx512gfni") == CMF_CPU_AVX512GFNI, "CMF_CPU=avx512gfni on AMX");
+    CHECK(cmf_cpu_level_choose(all, "amx") == CMF_CPU_AVX512GFNI, "CMF_CPU=amx without AMX");
+    CHECK(cmf_cpu_level_choose(amx & ~CMF_CPU_F_GFNI, NULL) == CMF_CPU_AVX512VNNI,
+          "AMX without GFNI: avx512vnni");
+    CHECK(strcmp(cmf_cpu_level_name(CMF_CPU_AMX), "amx") == 0, "amx name");
+#endif
 
     unsigned f = cmf_cpu_detect_features();
     CHECK(cmf_cpu_detect_features() == f, "detection is stable");
@@ -117,8 +128,8 @@ static void test_levels(void) {
     cmf_cpu_pool_set_level(a, CMF_CPU_REF);
     CHECK(cmf_cpu_pool_level(a) == CMF_CPU_REF, "forcing ref");
     CHECK(cmf_cpu_pool_level(c) == dflt, "forcing one pool leaves the others");
-    cmf_cpu_pool_set_level(b, CMF_CPU_NEONDOT);
-    CHECK(cmf_cpu_pool_level(b) == cmf_cpu_level_cap(f, CMF_CPU_NEONDOT) &&
+    cmf_cpu_pool_set_level(b, CMF_CPU_AMX); /* the highest enum value */
+    CHECK(cmf_cpu_pool_level(b) == cmf_cpu_level_cap(f, CMF_CPU_AMX) &&
               cmf_cpu_pool_level(b) == dflt,
           "forcing the top level gives the CPU's best: %s", cmf_cpu_level_name(cmf_cpu_pool_level(b)));
     cmf_cpu_pool_set_level(NULL, CMF_CPU_REF); /* no-op */

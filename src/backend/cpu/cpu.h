@@ -34,11 +34,18 @@ extern "C" {
 #define CMF_CPU_F_DOTPROD (1u << 5)   /* arm64 sdot/udot */
 #define CMF_CPU_F_FP16 (1u << 6)      /* arm64 half-precision arithmetic */
 #define CMF_CPU_F_GFNI (1u << 7)      /* x86 GF2P8AFFINEQB and friends */
+/* x86 AMX-TILE + AMX-INT8, the OS saves tile state (XCR0 bits 17, 18) and
+ * granted this process XTILEDATA (arch_prctl ARCH_REQ_XCOMP_PERM, asked by
+ * cmf_cpu_detect_features; refused: the bit stays clear) */
+#define CMF_CPU_F_AMXINT8 (1u << 8)
+#define CMF_CPU_F_AMXBF16 (1u << 9)   /* AMX-BF16 (with CMF_CPU_F_AMXINT8) */
 
 /* Kernel levels, in increasing capability. A pool uses the best one the
  * CPU supports, unless the environment variable CMF_CPU names one:
  * CMF_CPU=ref (plain C reference), avx2, avx512, avx512vnni, avx512gfni
- * (avx512vnni + GFNI), neon, neondot.
+ * (avx512vnni + GFNI), amx (avx512gfni + AMX int8 tiles for the prompt
+ * GEMM of int8 products), neon, neondot. amx is listed last (its enum
+ * value is the highest) but sits above avx512gfni on x86.
  * Asking for a level the CPU lacks falls back to the best supported level
  * below it; an unknown name is ignored (tools/cmf.c warns about it). */
 typedef enum cmf_cpu_level {
@@ -48,7 +55,8 @@ typedef enum cmf_cpu_level {
     CMF_CPU_AVX512VNNI,
     CMF_CPU_AVX512GFNI, /* avx512vnni + GFNI */
     CMF_CPU_NEON,
-    CMF_CPU_NEONDOT
+    CMF_CPU_NEONDOT,
+    CMF_CPU_AMX /* avx512gfni + AMX-INT8 (x86; above avx512gfni) */
 } cmf_cpu_level;
 
 /* CMF_CPU_F_* bits of this CPU, detected on every call (CPUID + XGETBV on
@@ -65,15 +73,21 @@ cmf_cpu_level cmf_cpu_level_choose(unsigned features, const char *env_cmf_cpu);
  * the level a pool created now records (re-detected on every call; the
  * level code runs at is its pool's, cmf_cpu_pool_level). */
 cmf_cpu_level cmf_cpu_level_detect(void);
-/* true for the x86 levels with AVX-512 kernels (avx512, avx512vnni, avx512gfni) */
+/* true for the x86 levels with AVX-512 kernels (avx512, avx512vnni, avx512gfni, amx) */
 static inline bool cmf_cpu_level_is_avx512(cmf_cpu_level l) {
-    return l == CMF_CPU_AVX512 || l == CMF_CPU_AVX512VNNI || l == CMF_CPU_AVX512GFNI;
+    return l == CMF_CPU_AVX512 || l == CMF_CPU_AVX512VNNI || l == CMF_CPU_AVX512GFNI ||
+           l == CMF_CPU_AMX;
 }
 const char *cmf_cpu_level_name(cmf_cpu_level l); /* "ref", "avx2", ... */
 /* Physical cores available (distinct core ids among online CPUs, from
  * /sys/devices/system/cpu, else /proc/cpuinfo, else sysconf; read on every
  * call); >= 1. */
 int cmf_cpu_physical_cores(void);
+/* One logical CPU per physical core (the lowest-numbered SMT sibling)
+ * among the CPUs this thread may run on, in increasing order, into
+ * cpus[0 .. max); returns how many (0: no sysfs topology, or max < 1).
+ * Read on every call. */
+int cmf_cpu_core_cpus(int *cpus, int max);
 
 /* ---- vector primitives (vec.c) ------------------------------------------ */
 
@@ -120,6 +134,11 @@ typedef struct cmf_cpu_pool cmf_cpu_pool;
  * exp2f over all f16 values (q4tp ladders), built here (~1 ms), and the
  * kernel level of everything run on it: cmf_cpu_level_detect() (CPU
  * features and CMF_CPU), read here once.
+ * Thread placement: by default the scheduler places the threads. With
+ * CMF_PIN=1 in the environment worker k (1 .. n_threads-1) is pinned to
+ * the k-th physical core of cmf_cpu_core_cpus (one SMT sibling per core;
+ * modulo their count), and the driving thread (the caller, never pinned
+ * here) is left core 0's sibling set by the scheduler.
  * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
  * (pthread_create failed). */
 cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);
@@ -175,7 +194,9 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * the reference level (CMF_CPU=ref) uses float X and dequantized W. At the
  * AVX-512 levels from n >= 6 (q8 weights), 9 (q4 weights) or 16 (float
  * weights) tokens a blocked GEMM runs instead: float X for f32/f16/bf16, X
- * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights.
+ * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights;
+ * at level amx that GEMM's integer products run on AMX tiles, same X, same
+ * results bit for bit as avx512gfni.
  * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
  * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
  * CMF_ERR_NOMEM. Kernels of the pool's level (cmf_cpu_pool_level). The pool

@@ -10,6 +10,15 @@
  * Each call of cmf_cpu_detect_features asks the CPU again; a thread pool
  * (pool.c) reads features and CMF_CPU once at creation and keeps its
  * level, so a device's kernels see one level for its whole life.
+ * AMX (Intel SDM vol. 1, ch. 18 "Intel AMX"; Linux
+ * Documentation/arch/x86/xstate.rst): CPUID.(7,0):EDX bits 22 (AMX-BF16),
+ * 24 (AMX-TILE), 25 (AMX-INT8), XCR0 bits 17/18 (the OS saves XTILECFG /
+ * XTILEDATA), and since Linux 5.16 a process must ask for the tile data
+ * state with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before
+ * its first tile instruction (else SIGILL). Detection asks (idempotent,
+ * process-wide: a permission, not state of ours); a refusal (older kernel,
+ * a sandbox that does not pass it on) leaves the AMX bits clear, so the
+ * level falls back to avx512gfni/avx512vnni.
  * CMF_CPU=<level name> forces a level (capped by what the CPU has). Also
  * counts physical cores for the default thread count.
  */
@@ -20,6 +29,9 @@
 
 #include <sched.h>
 #include <stdio.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,6 +50,19 @@ static unsigned long long xgetbv0(void) {
     return ((unsigned long long)hi << 32) | lo;
 }
 
+/* Ask Linux for the AMX tile data state (ARCH_REQ_XCOMP_PERM = 0x1023,
+ * XFEATURE_XTILEDATA = 18; granted once per process, asking again is a
+ * no-op); false where it is refused or not Linux. */
+static bool amx_permit(void) {
+#if defined(CMF_AMX_EMULATE)
+    return true; /* gemm_avx512.c emulates the tiles (developer build) */
+#elif defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return false;
+#endif
+}
+
 static unsigned detect(void) {
     unsigned a, b, c, d, f = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
@@ -51,6 +76,8 @@ static unsigned detect(void) {
     bool avx2 = (b >> 5) & 1;
     bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
     bool vnni = (c >> 11) & 1, gfni = (c >> 8) & 1;
+    bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
+    bool tile_ok = (xcr0 & 0x60000) == 0x60000;
     unsigned a1, b1, c1, d1;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     bool bf16 = (a1 >> 5) & 1;
@@ -61,6 +88,13 @@ static unsigned detect(void) {
         if (vnni) f |= CMF_CPU_F_AVX512VNNI;
         if (bf16) f |= CMF_CPU_F_AVX512BF16;
         if (gfni) f |= CMF_CPU_F_GFNI;
+#if defined(CMF_AMX_EMULATE)
+        amx_tile = amx_int8 = tile_ok = true;
+#endif
+        if (amx_tile && amx_int8 && tile_ok && amx_permit()) {
+            f |= CMF_CPU_F_AMXINT8;
+            if (amx_bf16) f |= CMF_CPU_F_AMXBF16;
+        }
     }
     return f;
 }
@@ -85,6 +119,9 @@ cmf_cpu_level cmf_cpu_level_cap(unsigned f, cmf_cpu_level cap) {
     if (cap >= CMF_CPU_NEONDOT && (f & CMF_CPU_F_DOTPROD)) return CMF_CPU_NEONDOT;
     if (cap >= CMF_CPU_NEON && (f & CMF_CPU_F_NEON)) return CMF_CPU_NEON;
 #else
+    if (cap == CMF_CPU_AMX && (f & CMF_CPU_F_AMXINT8) && (f & CMF_CPU_F_AVX512VNNI) &&
+        (f & CMF_CPU_F_GFNI))
+        return CMF_CPU_AMX;
     if (cap > CMF_CPU_AVX512GFNI) cap = CMF_CPU_AVX512GFNI;
     if (cap >= CMF_CPU_AVX512GFNI && (f & CMF_CPU_F_AVX512VNNI) && (f & CMF_CPU_F_GFNI))
         return CMF_CPU_AVX512GFNI;
@@ -95,10 +132,10 @@ cmf_cpu_level cmf_cpu_level_cap(unsigned f, cmf_cpu_level cap) {
     return CMF_CPU_REF;
 }
 
-static const char *const k_names[] = {"ref", "avx2", "avx512", "avx512vnni", "avx512gfni", "neon", "neondot"};
+static const char *const k_names[] = {"ref", "avx2", "avx512", "avx512vnni", "avx512gfni", "neon", "neondot", "amx"};
 
 cmf_cpu_level cmf_cpu_level_choose(unsigned features, const char *env_cmf_cpu) {
-    cmf_cpu_level cap = CMF_CPU_NEONDOT; /* unset, empty or unknown: the best */
+    cmf_cpu_level cap = CMF_CPU_AMX; /* unset, empty or unknown: the best */
     if (env_cmf_cpu && *env_cmf_cpu) {
         for (int i = 0; i < (int)(sizeof k_names / sizeof k_names[0]); i++)
             if (strcmp(env_cmf_cpu, k_names[i]) == 0) cap = (cmf_cpu_level)i;
@@ -125,24 +162,21 @@ static long read_long(const char *path) {
     return v;
 }
 
-int cmf_cpu_physical_cores(void) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu < 1) ncpu = 1;
+/* One logical CPU per physical core among the CPUs this thread may run on
+ * (the lowest-numbered sibling of each (package, core) pair, from sysfs),
+ * in increasing CPU order into cpus[0 .. max); returns the count, 0 when
+ * sysfs has no topology. */
+static int core_cpus(int *cpus, int max) {
     cpu_set_t set;
     bool have_aff = sched_getaffinity(0, sizeof set, &set) == 0;
-    /* Distinct (package, core) pairs among CPUs we may run on. */
     enum { MAXC = 1024 };
     long keys[MAXC];
     int nkeys = 0;
-    bool sys_ok = true;
-    for (int cpu = 0; cpu < MAXC && sys_ok; cpu++) {
+    for (int cpu = 0; cpu < MAXC; cpu++) {
         char path[128];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
         long core = read_long(path);
-        if (core < 0) {
-            if (cpu == 0) sys_ok = false;
-            break;
-        }
+        if (core < 0) break;
         if (have_aff && !CPU_ISSET(cpu, &set)) continue;
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
                  cpu);
@@ -150,9 +184,23 @@ int cmf_cpu_physical_cores(void) {
         long key = (pkg < 0 ? 0 : pkg) * 1000000 + core;
         bool seen = false;
         for (int k = 0; k < nkeys; k++) seen |= keys[k] == key;
-        if (!seen && nkeys < MAXC) keys[nkeys++] = key;
+        if (seen || nkeys >= MAXC) continue;
+        if (nkeys < max) cpus[nkeys] = cpu;
+        keys[nkeys++] = key;
     }
-    if (sys_ok && nkeys > 0) return nkeys;
+    return nkeys < max ? nkeys : max;
+}
+
+int cmf_cpu_core_cpus(int *cpus, int max) { return max > 0 && cpus ? core_cpus(cpus, max) : 0; }
+
+int cmf_cpu_physical_cores(void) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    enum { MAXC = 1024 };
+    int cpus[MAXC];
+    int nkeys = core_cpus(cpus, MAXC);
+    if (nkeys > 0) return nkeys;
+    long keys[MAXC];
     /* /proc/cpuinfo: count distinct "physical id"/"core id" pairs. */
     FILE *fp = fopen("/proc/cpuinfo", "r");
     if (fp) {

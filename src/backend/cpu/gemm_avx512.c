@@ -47,11 +47,23 @@
  * (6 tokens x 32 rows = 12 int32 + 12 f32 zmm).
  * The order of operations depends only on the shape, never on the thread
  * count (threaded results are bit-identical).
+ *
+ * Level amx (AMX-INT8, "AMX tiles" below): the same tasks, K chunks,
+ * panels (q4: the same nibble panel; q8: int8 k-quads instead of int16
+ * pairs) and the same quantized X, packed in tiles of 16 tokens (q8: the
+ * int16 as high and low bytes); each 32-block's int32 sums come from tile
+ * products (TDPBSUD for q4, TDPBSSD + TDPBUSD for q8) instead of
+ * vpdpbusd / vpdpwssd and are scaled in the VNNI micro-kernels' float
+ * order, so results are bit-identical to avx512vnni/avx512gfni. Nothing is
+ * repacked at load (the panels are decoded per call as at the VNNI level):
+ * no memory beyond the VNNI path's, 1 KiB of zero slack after the packed X
+ * and 10 KiB (q4) / 18 KiB (q8) more stack per thread.
  */
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/avx512_util.h"
 #include "backend/cpu/matmul_x86.h"
 
+#include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -68,6 +80,7 @@
 #define GEMM_NT 12   /* tokens per fp micro-kernel tile */
 #define GEMM_TT 6    /* tokens per tile of packed X and per integer micro-kernel */
 #define GEMM_GP (MM_GEMM_ROWS / GEMM_MR) /* panels run together (K chunk outer) */
+#define AMX_T 16     /* tokens per token tile at the AMX level (tile rows) */
 
 /* Per-row decode state of the panel (rows past the range are "dead": 0). */
 typedef struct prow {
@@ -212,7 +225,12 @@ static void panel_fp(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr) {
  *         x[32b + 8(c & 3) + 2m + (c >> 2)], c = 0..7: the order in which
  *         the nibble panel holds the weights (decode_panel4);
  *     sxg int32 cell = -8 * sum of the block's q;
- *   dxg float cell = dx of the block. */
+ *   dxg float cell = dx of the block.
+ * At the AMX level (a->gamx) tiles hold AMX_T = 16 tokens, the last one the
+ * remainder (no merging; a tile load reads 16 rows, the rows past the tile
+ * land in the next block's cells or the zero slack and are not used), and
+ * a q8 cell is the block's 32 high bytes (int16 >> 8, signed) then its 32
+ * low bytes (int16 & 255, unsigned), natural order. */
 
 static int tile_count(int n) { return (n + GEMM_TT - 1) / GEMM_TT; }
 
@@ -231,9 +249,26 @@ static void tile_at(int n, int g, int *s, int *T) {
     }
 }
 
+/* The tiles of a's packing: GEMM_TT tokens (merged remainder, tile_at), or
+ * at the AMX level (a->gamx) AMX_T tokens with the remainder in a last
+ * smaller tile. */
+static int act_tiles(const mm_act *a) { return a->gamx ? (a->n + AMX_T - 1) / AMX_T : tile_count(a->n); }
+static void act_tile_at(const mm_act *a, int g, int *s, int *T) {
+    if (!a->gamx) {
+        tile_at(a->n, g, s, T);
+        return;
+    }
+    *s = g * AMX_T;
+    *T = a->n - *s < AMX_T ? a->n - *s : AMX_T;
+}
+
+/* An AMX tile load reads AMX_T rows of a token tile even where it holds
+ * fewer tokens: up to AMX_T cells past the plane, kept as zero slack. */
+#define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 64))
+
 size_t mm_gemm_act_bytes(const mm_act *a, bool q4) {
     size_t per_blk = (q4 ? 32 + 4 : 64) + 4; /* x, (sx), dx per token and block */
-    return (size_t)a->n * a->nb * per_blk;
+    return (size_t)a->n * a->nb * per_blk + (a->gamx ? AMX_SLACK(q4) : 0);
 }
 
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
@@ -241,17 +276,21 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     uint8_t *p = buf;
     a->xg = (int32_t *)p;
     p += cells * (q4 ? 32 : 64);
+    if (a->gamx) {
+        memset(p, 0, AMX_SLACK(q4));
+        p += AMX_SLACK(q4);
+    }
     a->dxg = (float *)p;
     p += cells * 4;
     a->sxg = q4 ? (int32_t *)p : NULL;
-    return tile_count(a->n);
+    return act_tiles(a);
 }
 
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g) {
     const uint64_t in = a->in, nb = a->nb;
     const int steps = q4 ? 8 : 16; /* dwords per token and block */
     int s0, T;
-    tile_at(a->n, g, &s0, &T);
+    act_tile_at(a, g, &s0, &T);
     int32_t *xg = a->xg + (size_t)s0 * nb * (size_t)steps;
     float *dg = a->dxg + (size_t)s0 * nb;
     int32_t *sg = q4 ? a->sxg + (size_t)s0 * nb : NULL;
@@ -279,6 +318,9 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
                 __m256i q8 = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
                 _mm256_store_si256((__m256i *)xb, q8);
                 sg[cell] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            } else if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned) */
+                _mm256_store_si256((__m256i *)xb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
+                _mm256_store_si256((__m256i *)xb + 1, _mm512_cvtepi16_epi8(q16));
             } else {
                 _mm512_store_si512(xb, q16);
             }
@@ -315,6 +357,244 @@ static void decode_panel8(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan
             mm_tr16(v);
             for (int i = 0; i < 16; i++)
                 _mm512_store_si512(pan + (kk / 2 + (uint64_t)i) * GEMM_MR + 16 * h, _mm512_castps_si512(v[i]));
+        }
+    }
+}
+
+/* ---- AMX tiles (level amx) ----------------------------------------------
+ * Intel SDM vol. 1 ch. 18 / vol. 2 (LDTILECFG, TILELOADD, TDPBSSD..):
+ * eight tile registers of up to 16 rows x 64 bytes, shapes set by a 64-byte
+ * configuration. A token tile (AMX_T = 16 tokens) x a 32-row panel runs
+ * as C[t][r] = sum_k A[t][k] B[k/4][4r + k%4]: A = X of one 32-block
+ * (16 rows x 32 bytes, the packed X below with AMX_T tokens per tile), B =
+ * the panel's 8 k-quads x 16 rows (the VNNI panels' dword layout, so q4
+ * reuses decode_panel4), C int32 16 x 16: exactly the int32 block sums of
+ * the VNNI micro-kernels, which the epilogue then scales in the same float
+ * order, so results are bit-identical to level avx512gfni/avx512vnni.
+ * Tiles: tmm0-3 C (16 x 64 B), tmm4-5 A (16 x 32 B), tmm6-7 B (8 x 64 B).
+ * The tile asm below names the memory it touches ("memory" clobbers):
+ * gcc's own macros do not for loads, and gcc 12's _tile_loadconfig
+ * declares an 8-byte read, so the compiler may drop the stores of the rest
+ * of the configuration and LDTILECFG faults (issue 23). */
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+#if defined(CMF_AMX_EMULATE)
+/* Developer build only (-DCMF_AMX_EMULATE, never in CI or a release): the
+ * tile instructions in plain C on a tile file local to each micro-kernel
+ * call (AMX_TILES; every call loads what it uses, the shapes are fixed), so
+ * the AMX path's layouts can be checked on a CPU without AMX
+ * (tests/cpu/test_amx against the VNNI path). */
+typedef struct amx_emu {
+    uint8_t rows[8];
+    uint16_t colsb[8];
+    uint8_t t[8][16][64];
+} amx_emu;
+static void amx_begin(void) {}
+static void amx_end(void) {}
+static void emu_init(amx_emu *e) {
+    memset(e, 0, sizeof *e);
+    for (int i = 0; i < 8; i++) {
+        e->rows[i] = i < 6 ? 16 : 8;
+        e->colsb[i] = i == 4 || i == 5 ? 32 : 64;
+    }
+}
+static void emu_load(amx_emu *e, int t, const void *base, long stride) {
+    for (int r = 0; r < e->rows[t]; r++) memcpy(e->t[t][r], (const uint8_t *)base + r * stride, e->colsb[t]);
+}
+static void emu_store(amx_emu *e, int t, void *base, long stride) {
+    for (int r = 0; r < e->rows[t]; r++) memcpy((uint8_t *)base + r * stride, e->t[t][r], e->colsb[t]);
+}
+static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
+    for (int m = 0; m < e->rows[c]; m++)
+        for (int nn = 0; nn < e->colsb[c] / 4; nn++) {
+            int32_t acc;
+            memcpy(&acc, &e->t[c][m][4 * nn], 4);
+            for (int k = 0; k < e->colsb[a] / 4; k++)
+                for (int i = 0; i < 4; i++) {
+                    uint8_t x = e->t[a][m][4 * k + i], w = e->t[b][k][4 * nn + i];
+                    int32_t xv = sa ? (int8_t)x : x, wv = sb ? (int8_t)w : w;
+                    acc += xv * wv;
+                }
+            memcpy(&e->t[c][m][4 * nn], &acc, 4);
+        }
+}
+#define AMX_TILES                                                                       \
+    amx_emu amx_tiles;                                                                  \
+    emu_init(&amx_tiles)
+#define AMX_LOAD(tmm, base, stride) emu_load(&amx_tiles, tmm, base, (long)(stride))
+#define AMX_STORE(tmm, base, stride) emu_store(&amx_tiles, tmm, base, (long)(stride))
+#define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
+#define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
+#define AMX_DPBSUD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 0)
+#define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
+#else
+static void amx_begin(void) {
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 4; i++) c.rows[i] = 16, c.colsb[i] = 64;
+    for (int i = 4; i < 6; i++) c.rows[i] = 16, c.colsb[i] = 32;
+    for (int i = 6; i < 8; i++) c.rows[i] = 8, c.colsb[i] = 64;
+    __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
+}
+static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
+
+#define AMX_LOAD(tmm, base, stride)                                                     \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #tmm ::"r"((const void *)(base)),     \
+                     "r"((long)(stride))                                                \
+                     : "memory")
+#define AMX_STORE(tmm, base, stride)                                                    \
+    __asm__ volatile("tilestored %%tmm" #tmm ", (%0,%1,1)" ::"r"((void *)(base)),       \
+                     "r"((long)(stride))                                                \
+                     : "memory")
+#define AMX_ZERO(tmm) __asm__ volatile("tilezero %%tmm" #tmm ::: "memory")
+#define AMX_TILES (void)0 /* the tile registers (configured by amx_begin) */
+/* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
+#define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+#define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+#define AMX_DPBUSD(c, a, b) __asm__ volatile("tdpbusd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+#endif
+
+/* The accumulators of one token tile into Y as store_acc does (first K
+ * chunk stores, later ones add), tokens [0, T). */
+AI void amx_store_acc(float (*acc)[GEMM_MR], int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1,
+                      int first) {
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * ldy;
+        __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
+        if (!first) {
+            a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m0, yt));
+            a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(m1, yt + 16));
+        }
+        _mm512_mask_storeu_ps(yt, m0, a0);
+        _mm512_mask_storeu_ps(yt + 16, m1, a1);
+    }
+}
+
+/* Blocks per group: the tile products of a group's blocks are stored
+ * first, then its epilogue reads them, so the vector loads never wait on a
+ * TILESTORED just issued (no store forwarding from tile stores) and each
+ * token's accumulators stay in registers across the group. */
+#define AMX_G 4
+
+/* q4: T <= 16 tokens of one packed tile (xq: its block 0 of the chunk) x
+ * 32 rows over nblk blocks; the int32 sums start at sx as in ukern_q4. */
+static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32_t *xq,
+                   const float *dx, const int32_t *sx, int T, float *y, size_t ldy, __mmask16 m0,
+                   __mmask16 m1, int first) {
+    float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
+    int32_t cb[AMX_G][2][AMX_T][16] __attribute__((aligned(64)));
+    AMX_TILES;
+    memset(acc, 0, sizeof acc);
+    for (uint64_t g = 0; g < nblk; g += AMX_G) {
+        const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
+        for (uint64_t i = 0; i < ng; i++) {
+            const uint64_t b = g + i;
+            const int32_t *pb = pan + b * 8 * GEMM_MR;
+            AMX_LOAD(4, (const int8_t *)xq + b * (uint64_t)T * 32, 32);
+            AMX_LOAD(6, pb, GEMM_MR * 4);
+            AMX_LOAD(7, pb + 16, GEMM_MR * 4);
+            AMX_ZERO(0);
+            AMX_ZERO(1);
+            AMX_DPBSUD(0, 4, 6);
+            AMX_DPBSUD(1, 4, 7);
+            AMX_STORE(0, cb[i][0], 64);
+            AMX_STORE(1, cb[i][1], 64);
+        }
+        for (int t = 0; t < T; t++) {
+            __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
+            for (uint64_t i = 0; i < ng; i++) {
+                const uint64_t b = g + i, cell = b * (uint64_t)T + (uint64_t)t;
+                __m512 d = _mm512_set1_ps(dx[cell]);
+                __m512i z = _mm512_set1_epi32(sx[cell]);
+                __m512i i0 = _mm512_add_epi32(z, _mm512_load_si512(cb[i][0][t]));
+                __m512i i1 = _mm512_add_epi32(z, _mm512_load_si512(cb[i][1][t]));
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(_mm512_load_ps(sc + b * GEMM_MR), d), a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(_mm512_load_ps(sc + b * GEMM_MR + 16), d), a1);
+            }
+            _mm512_store_ps(acc[t], a0);
+            _mm512_store_ps(acc[t] + 16, a1);
+        }
+    }
+    amx_store_acc(acc, T, y, ldy, m0, m1, first);
+}
+
+/* q8: T <= 16 tokens x 32 rows over nblk blocks; X as int16 = 256 hi + lo
+ * (hi signed, lo unsigned bytes): sum w x = 256 sum w hi + sum w lo,
+ * exact in int32 like ukern_q8's vpdpwssd sums. */
+static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const float *dx, __m512 ws0,
+                   __m512 ws1, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
+    float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
+    int32_t cb[AMX_G][4][AMX_T][16] __attribute__((aligned(64)));
+    AMX_TILES;
+    memset(acc, 0, sizeof acc);
+    for (uint64_t g = 0; g < nblk; g += AMX_G) {
+        const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
+        for (uint64_t i = 0; i < ng; i++) {
+            const uint64_t b = g + i;
+            const int32_t *pb = pan + b * 8 * GEMM_MR;
+            const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 64;
+            AMX_LOAD(4, xb, 64);
+            AMX_LOAD(5, xb + 32, 64);
+            AMX_LOAD(6, pb, GEMM_MR * 4);
+            AMX_LOAD(7, pb + 16, GEMM_MR * 4);
+            AMX_ZERO(0);
+            AMX_ZERO(1);
+            AMX_ZERO(2);
+            AMX_ZERO(3);
+            AMX_DPBSSD(0, 4, 6);
+            AMX_DPBSSD(1, 4, 7);
+            AMX_DPBUSD(2, 5, 6);
+            AMX_DPBUSD(3, 5, 7);
+            AMX_STORE(0, cb[i][0], 64);
+            AMX_STORE(1, cb[i][1], 64);
+            AMX_STORE(2, cb[i][2], 64);
+            AMX_STORE(3, cb[i][3], 64);
+        }
+        for (int t = 0; t < T; t++) {
+            __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
+            for (uint64_t i = 0; i < ng; i++) {
+                __m512 d = _mm512_set1_ps(dx[(g + i) * (uint64_t)T + (uint64_t)t]);
+                __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][0][t]), 8),
+                                              _mm512_load_si512(cb[i][2][t]));
+                __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][1][t]), 8),
+                                              _mm512_load_si512(cb[i][3][t]));
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), d, a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), d, a1);
+            }
+            _mm512_store_ps(acc[t], a0);
+            _mm512_store_ps(acc[t] + 16, a1);
+        }
+    }
+    for (int t = 0; t < T; t++) { /* the rows' q8 scales */
+        _mm512_store_ps(acc[t], _mm512_mul_ps(_mm512_load_ps(acc[t]), ws0));
+        _mm512_store_ps(acc[t] + 16, _mm512_mul_ps(_mm512_load_ps(acc[t] + 16), ws1));
+    }
+    amx_store_acc(acc, T, y, ldy, m0, m1, first);
+}
+
+/* q8 panel for AMX: rows [0, 32) x inputs [k0, k0+kc) as int8 k-quads,
+ * pan[(b*8 + c)*32 + row] = w[row][32b + 4c .. +3] (zero past kc): 16 rows
+ * x 64 bytes (two blocks) at a time, a 16x16 dword transpose. */
+static void decode_panel8_amx(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan) {
+    for (uint64_t kk = 0; kk < kc; kk += 64) {
+        uint64_t left = kc - kk;
+        __mmask64 m = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+        for (int h = 0; h < GEMM_MR / 16; h++) {
+            __m512 v[16];
+            for (int i = 0; i < 16; i++) {
+                const prow *p = &pr[16 * h + i];
+                v[i] = p->live ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(m, p->w + k0 + kk))
+                               : _mm512_setzero_ps();
+            }
+            mm_tr16(v); /* v[i] = dword i of the 64 bytes, 16 rows */
+            uint64_t nq = left >= 64 ? 16 : (left + 31) / 32 * 8; /* quads of whole blocks */
+            for (uint64_t i = 0; i < nq; i++)
+                _mm512_store_si512(pan + (kk / 4 + i) * GEMM_MR + 16 * h, _mm512_castps_si512(v[i]));
         }
     }
 }
@@ -396,29 +676,31 @@ static size_t next_q8(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *
 /* Inputs [k0, k0 + GEMM_KC8) of the 32-row panel [r0, r0 + nr) over all
  * tokens, q8 weights; prefetches the chunk at input nk of the panel at rn. */
 AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
-                 uint64_t nk, const int vnni) {
+                 uint64_t nk, const int vnni, const int amx) {
     const uint64_t in = j->in, nb = (in + 31) / 32;
     const size_t ldy = (size_t)j->ldy;
     const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
-    const int ntiles = tile_count(j->n);
+    const int ntiles = act_tiles(j->a);
     int32_t pan[GEMM_KC8 / 2 * GEMM_MR] __attribute__((aligned(64)));
     float wsf[GEMM_MR] __attribute__((aligned(64)));
     for (int i = 0; i < GEMM_MR; i++) wsf[i] = pr[i].live ? pr[i].ws : 0.0f;
     const __m512 ws0 = _mm512_load_ps(wsf), ws1 = _mm512_load_ps(wsf + 16);
     uint64_t kc = in - k0 < GEMM_KC8 ? in - k0 : GEMM_KC8, nblk = (kc + 31) / 32;
-    decode_panel8(pr, k0, kc, pan);
+    if (amx) decode_panel8_amx(pr, k0, kc, pan);
+    else decode_panel8(pr, k0, kc, pan);
     int first = k0 == 0;
     const uint8_t *nx[GEMM_MR];
     size_t nlen = next_q8(j, rn, nk, nx);
     for (int g = 0; g < ntiles; g++) {
         int t0, T;
-        tile_at(j->n, g, &t0, &T);
+        act_tile_at(j->a, g, &t0, &T);
         prefetch_rows(nx, nlen, NULL, 0, g, ntiles);
         size_t cell = (size_t)t0 * nb + k0 / 32 * (uint64_t)T; /* tile g, block k0/32 */
         const int32_t *xq = j->a->xg + cell * 16;
         const float *dx = j->a->dxg + cell;
         float *y = j->Y + (size_t)t0 * ldy + r0;
-        TILE_CALL(T, UK8);
+        if (amx) amx_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first);
+        else TILE_CALL(T, UK8);
     }
 }
 
@@ -572,11 +854,11 @@ static size_t next_q4(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *
  * tokens, q4 weights (in % 32 == 0); prefetches the chunk at input nk of
  * the panel at rn. */
 AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
-                 uint64_t nk, size_t stride, const int vnni) {
+                 uint64_t nk, size_t stride, const int vnni, const int amx) {
     const uint64_t in = j->in, nb = in / 32;
     const size_t ldy = (size_t)j->ldy;
     const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
-    const int ntiles = tile_count(j->n);
+    const int ntiles = act_tiles(j->a);
     int32_t pan[GEMM_KC4 / 4 * GEMM_MR] __attribute__((aligned(64)));
     float sc[GEMM_KC4] __attribute__((aligned(64))); /* (KC4/32) blocks x 32 rows */
     uint64_t kb = k0 / 32, nblk = nb - kb < GEMM_KC4 / 32 ? nb - kb : GEMM_KC4 / 32;
@@ -588,13 +870,14 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     size_t slen, nlen = next_q4(j, rn, nk, nx, ns, &slen);
     for (int g = 0; g < ntiles; g++) {
         int t0, T;
-        tile_at(j->n, g, &t0, &T);
+        act_tile_at(j->a, g, &t0, &T);
         prefetch_rows(nx, nlen, ns, slen, g, ntiles);
         size_t cell = (size_t)t0 * nb + kb * (uint64_t)T; /* tile g, block kb */
         const int32_t *xq = j->a->xg + cell * 8, *sx = j->a->sxg + cell;
         const float *dx = j->a->dxg + cell;
         float *y = j->Y + (size_t)t0 * ldy + r0;
-        TILE_CALL(T, UK4);
+        if (amx) amx_q4(pan, sc, nblk, xq, dx, sx, T, y, ldy, m0, m1, first);
+        else TILE_CALL(T, UK4);
     }
 }
 
@@ -602,7 +885,7 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
  * panels inner, so the task's panels reuse each chunk of packed X from L2
  * (X of a down projection, 128 tokens x 5632 int16, exceeds a core's L2). */
 AI void task_int(mm_job *j, prow pr[][GEMM_MR], uint64_t rb, uint64_t re, size_t stride,
-                 const int q4, const int vnni) {
+                 const int q4, const int vnni, const int amx) {
     const uint64_t in = j->in, kc = q4 ? GEMM_KC4 : GEMM_KC8;
     const int np = (int)((re - rb + GEMM_MR - 1) / GEMM_MR);
     for (uint64_t k0 = 0; k0 < in; k0 += kc)
@@ -615,8 +898,8 @@ AI void task_int(mm_job *j, prow pr[][GEMM_MR], uint64_t rb, uint64_t re, size_t
                 rn = k0 + kc < in ? rb : re;
                 nk = k0 + kc < in ? k0 + kc : 0;
             }
-            if (q4) chunk_q4(j, pr[p], r0, nr, k0, rn, nk, stride, vnni);
-            else chunk_q8(j, pr[p], r0, nr, k0, rn, nk, vnni);
+            if (q4) chunk_q4(j, pr[p], r0, nr, k0, rn, nk, stride, vnni, amx);
+            else chunk_q8(j, pr[p], r0, nr, k0, rn, nk, vnni, amx);
         }
 }
 
@@ -647,7 +930,10 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
     const bool q8 = dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F;
     const bool q4 = dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
     const cmf_cpu_level lv = j->level;
-    const int vnni = lv == CMF_CPU_AVX512VNNI || lv == CMF_CPU_AVX512GFNI;
+    const int vnni = lv == CMF_CPU_AVX512VNNI || lv == CMF_CPU_AVX512GFNI || lv == CMF_CPU_AMX;
+    const int amx = lv == CMF_CPU_AMX && (q8 || q4);
+    assert(!amx || j->a->gamx); /* X packed for the tiles (matmul.c) */
+    if (amx) amx_begin();
     prow pr[GEMM_GP][GEMM_MR];
     for (uint64_t tb = rb; tb < re; tb += GEMM_GP * GEMM_MR) { /* GEMM_GP panels at a time */
         uint64_t te = re - tb < GEMM_GP * GEMM_MR ? re : tb + GEMM_GP * GEMM_MR;
@@ -668,14 +954,17 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
             }
         }
         if (q4) {
-            if (vnni) task_int(j, pr, tb, te, stride, 1, 1);
-            else task_int(j, pr, tb, te, stride, 1, 0);
+            if (amx) task_int(j, pr, tb, te, stride, 1, 1, 1);
+            else if (vnni) task_int(j, pr, tb, te, stride, 1, 1, 0);
+            else task_int(j, pr, tb, te, stride, 1, 0, 0);
         } else if (q8) {
-            if (vnni) task_int(j, pr, tb, te, stride, 0, 1);
-            else task_int(j, pr, tb, te, stride, 0, 0);
+            if (amx) task_int(j, pr, tb, te, stride, 0, 1, 1);
+            else if (vnni) task_int(j, pr, tb, te, stride, 0, 1, 0);
+            else task_int(j, pr, tb, te, stride, 0, 0, 0);
         } else {
             for (uint64_t r0 = tb; r0 < te; r0 += GEMM_MR)
                 panel_fp(j, pr[(r0 - tb) / GEMM_MR], r0, te - r0 < GEMM_MR ? te - r0 : GEMM_MR);
         }
     }
+    if (amx) amx_end(); /* tile state back to init: no XSAVE cost on a switch */
 }

@@ -19,7 +19,10 @@
  * the blocked GEMM of gemm_avx512.c instead, tasks of whole 32-row panels
  * (up to MM_GEMM_ROWS rows, at least 4 tasks per thread); its q8 weights
  * get int16 and q4 weights int8 activations, packed in token tiles by
- * mm_gemm_quant_avx512 (one tile per task).
+ * mm_gemm_quant_avx512 (one tile per task). At the amx level the same GEMM
+ * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
+ * bit-identical to avx512gfni; rows below the GEMM threshold keep the
+ * decode kernels of avx512gfni.
  */
 #include "backend/cpu/matmul_int.h"
 
@@ -352,6 +355,7 @@ static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
     case CMF_CPU_AVX512VNNI:
         return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512vnni;
     case CMF_CPU_AVX512GFNI:
+    case CMF_CPU_AMX: /* decode rows: the avx512gfni kernels; prompts: gemm_avx512.c's AMX path */
         return fam == FAM_FP ? mm_fp_avx512 : fam == FAM_Q8 ? mm_q8_avx512vnni : mm_q4_avx512gfni;
 #endif
 #if defined(__aarch64__)
@@ -513,6 +517,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         if (in > (1u << 30))
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool q4 = fam == FAM_Q4;
+        act.gamx = lv == CMF_CPU_AMX; /* tiles of 16 tokens for the AMX path */
         size_t bytes = mm_gemm_act_bytes(&act, q4);
         void *buf = act_buffer(p, bytes, &heap);
         if (!buf)

@@ -88,6 +88,8 @@ typedef struct mm_act {
     int32_t *xg;  /* quantized X, one dword per token and k-step */
     float *dxg;   /* scale per token and block */
     int32_t *sxg; /* q4: -8 * sum of q per token and block; else NULL */
+    int gamx;     /* set before mm_gemm_act_bind: packed for the AMX level
+                   * (tiles of 16 tokens; q8: high/low bytes of the int16) */
 } mm_act;
 
 typedef struct mm_job {

@@ -202,6 +202,9 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     atomic_init(&p->claim, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->busy, 0);
+    const char *pin = getenv("CMF_PIN");
+    int cores[POOL_MAX_THREADS], ncores = 0;
+    if (pin && strcmp(pin, "1") == 0) ncores = cmf_cpu_core_cpus(cores, POOL_MAX_THREADS);
     for (int i = 0; i < n_threads - 1; i++) {
         p->workers[i].pool = p;
         p->workers[i].index = i + 1;
@@ -211,6 +214,12 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
                                  "cmf_cpu_pool_new: pthread_create failed for worker %d", i + 1);
         }
         p->n_started++;
+        if (ncores > 1) { /* CMF_PIN=1: worker i+1 on physical core i+1 (a failure leaves it free) */
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cores[(i + 1) % ncores], &one);
+            (void)pthread_setaffinity_np(p->workers[i].th, sizeof one, &one);
+        }
     }
     *out = p;
     return CMF_OK;

@@ -82,7 +82,8 @@ const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l) {
     case CMF_CPU_AVX2: return &vec_avx2;
     case CMF_CPU_AVX512:
     case CMF_CPU_AVX512VNNI:
-    case CMF_CPU_AVX512GFNI: return &vec_avx512;
+    case CMF_CPU_AVX512GFNI:
+    case CMF_CPU_AMX: return &vec_avx512;
 #endif
     default: return &vec_c;
     }
