@@ -36,6 +36,7 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 /* "cmf <cmd>: message\n" on stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)

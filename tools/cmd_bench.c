@@ -45,6 +45,7 @@ static void usage(FILE *o) {
             "  -n N      generated tokens (default 128; 0 skips the tg test)\n"
             "  -r N      repetitions after one warm-up run (default 5)\n"
             "  -t N      threads (default: physical cores)\n"
+            "  --device D  cpu (default), vulkan or vulkan:N (not with --parallel yet)\n"
             "  --json    machine-readable output\n"
             "  --parallel N,N,...  instead: N sequences decoding together through the\n"
             "            engine (continuous batching), each with a -p token prompt\n"
@@ -150,7 +151,7 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *cmd = "bench", *path = NULL;
+    const char *cmd = "bench", *path = NULL, *device = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
     bool json = false, progress = false, p_set = false, r_set = false, exact = false;
     int par[16], n_par = 0;
@@ -186,6 +187,9 @@ int cmd_bench(int argc, char **argv) {
                 if (!q[len]) break;
                 q += len + 1;
             }
+        } else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--device needs a value");
+            device = v;
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-t needs a value");
             if (!cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
@@ -206,6 +210,7 @@ int cmd_bench(int argc, char **argv) {
     if (!path) return cli_usage_error(cmd, "missing FILE (see cmf bench --help)");
     if (n_prompt == 0 && n_gen == 0) return cli_usage_error(cmd, "-p 0 and -n 0: nothing to run");
     if (exact && !n_par) return cli_usage_error(cmd, "--batch-invariant needs --parallel");
+    if (device && n_par) return cli_usage_error(cmd, "--device with --parallel is not supported yet");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -222,7 +227,7 @@ int cmd_bench(int argc, char **argv) {
     double t_load = now_s();
     if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
     long n_max = n_prompt > n_gen ? n_prompt : n_gen;
-    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL, .n_ctx = (uint32_t)(n_max + 16)};
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16)};
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
     t_load = now_s() - t_load;
     cmf_model_info info;

@@ -34,6 +34,7 @@ static const command commands[] = {
     {"logits", cmd_logits, "logits of every position for given tokens (.npy)"},
     {"ppl", cmd_ppl, "perplexity of a text file"},
     {"bench", cmd_bench, "prompt processing and generation throughput"},
+    {"devices", cmd_devices, "list the devices --device accepts (cpu, Vulkan GPUs)"},
 };
 
 static void usage(FILE *out) {
