@@ -64,6 +64,8 @@ typedef struct vk_alloc_rec {
 typedef struct vk_weight {
     const void *host;   /* tensor payload in the mapping (the key) */
     uint64_t nbytes;
+    uint64_t sample;    /* hash of dtype, size and the payload's first/last bytes: a
+                           freed mapping reused for another tensor is re-uploaded */
     VkDeviceAddress addr;
     uintptr_t va;
 } vk_weight;
