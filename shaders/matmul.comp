@@ -2,41 +2,83 @@
 // matmul.comp — Y[i][j] = sum_k X[i][k] · W[row0 + j][k] (backend.h matmul)
 // for any CMF matrix dtype (dequant.glsl). One workgroup computes one
 // weight row for NT consecutive tokens: its threads stride over k, each W
-// element is decoded once and used NT times, then a shared-memory tree
-// reduction. Rows are spread over x·y workgroups (x <= 65535), token
-// blocks over z. The portable path: no cooperative matrix, no int dot.
+// element is decoded once and used NT times, then a subgroup reduction and
+// one across the workgroup's subgroups. Rows are spread over x·y
+// workgroups (x <= 65535), token blocks over z.
+// QUAD (spec constant 3) = 1 when in % 4 == 0 and X is 16-byte aligned:
+// f32/f16/bf16/q8_row/q8_2f rows are then read 4 weights per load (one
+// uvec4/uvec2/uint), X as vec4. The portable path: no cooperative matrix,
+// no integer dot product.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "dequant.glsl"
 layout(constant_id = 2) const uint NT = 8;
+layout(constant_id = 3) const uint QUAD = 0;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4 { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U2 { uvec2 v[]; };
 
 layout(push_constant) uniform P {
     uint64_t w, x, y;
-    uint nelem;
-    uint rows, cols, row0, n_rows, n, ldy, nx;
+    uint nelem, rows, cols, row0, n_rows, n, ldy, nx;
 } p;
 
-shared float red[NT * WG];
+shared float red[NT * 64]; // [NT][subgroups], at most 64 subgroups
+
+vec4 w4(uint r, uint k4) { // weights 4·k4 .. 4·k4+3 of row r (QUAD dtypes)
+    uint q = r * (p.cols / 4) + k4;
+    if (DT == 0) return uintBitsToFloat(U4(p.w).v[q]);
+    if (DT == 1) { uvec2 h = U2(p.w).v[q]; return vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y)); }
+    if (DT == 2) {
+        uvec2 h = U2(p.w).v[q];
+        return uintBitsToFloat(uvec4(h.x << 16, h.x & 0xffff0000u, h.y << 16, h.y & 0xffff0000u));
+    }
+    int b = int(U32(p.w).v[q]);
+    vec4 v = vec4(bitfieldExtract(b, 0, 8), bitfieldExtract(b, 8, 8), bitfieldExtract(b, 16, 8), bitfieldExtract(b, 24, 8));
+    if (DT == 9) {
+        U8 B = U8(p.w);
+        uint c0 = p.nelem + 2 * p.rows + 8 * k4;
+        v *= vec4(ld_h(B, c0), ld_h(B, c0 + 2), ld_h(B, c0 + 4), ld_h(B, c0 + 6));
+    }
+    return v;
+}
 
 void main() {
     uint j = gl_WorkGroupID.x + gl_WorkGroupID.y * p.nx;
     if (j >= p.n_rows) return;
     uint t0 = gl_WorkGroupID.z * NT, tid = gl_LocalInvocationID.x;
-    uint nt = min(NT, p.n - t0);
+    uint nt = min(NT, p.n - t0), r = p.row0 + j;
     float acc[NT];
     for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-    F32 X = F32(p.x);
-    for (uint k = tid; k < p.cols; k += WG) {
-        float wv = w_at(p.w, p.nelem, p.rows, p.cols, p.row0 + j, k);
-        for (uint t = 0; t < NT; t++)
-            if (t < nt) acc[t] += wv * X.v[uint(t0 + t) * p.cols + k];
+    if (QUAD != 0 && (DT == 0 || DT == 1 || DT == 2 || DT == 3 || DT == 9)) {
+        float rs = (DT == 3 || DT == 9) ? ld_h(U8(p.w), p.nelem + 2 * r) : 1.0;
+        V4 X = V4(p.x);
+        uint c4 = p.cols / 4;
+        for (uint k4 = tid; k4 < c4; k4 += WG) {
+            vec4 wv = w4(r, k4) * rs;
+            for (uint t = 0; t < NT; t++)
+                if (t < nt) acc[t] += dot(wv, X.v[(t0 + t) * c4 + k4]);
+        }
+    } else {
+        F32 X = F32(p.x);
+        for (uint k = tid; k < p.cols; k += WG) {
+            float wv = w_at(p.w, p.nelem, p.rows, p.cols, r, k);
+            for (uint t = 0; t < NT; t++)
+                if (t < nt) acc[t] += wv * X.v[(t0 + t) * p.cols + k];
+        }
     }
-    for (uint t = 0; t < NT; t++) red[t * WG + tid] = acc[t];
+    uint nsg = gl_NumSubgroups, sg = gl_SubgroupID;
+    for (uint t = 0; t < NT; t++) {
+        float s = subgroupAdd(acc[t]);
+        if (subgroupElect()) red[t * 64 + sg] = s;
+    }
     barrier();
-    for (uint s = WG / 2; s > 0; s >>= 1) {
-        if (tid < s)
-            for (uint t = 0; t < NT; t++) red[t * WG + tid] += red[t * WG + tid + s];
-        barrier();
+    if (tid < nt) {
+        float s = 0.0;
+        for (uint g = 0; g < nsg; g++) s += red[tid * 64 + g];
+        F32(p.y).v[(t0 + tid) * p.ldy + j] = s;
     }
-    if (tid < nt) F32(p.y).v[uint(t0 + tid) * p.ldy + j] = red[tid * WG];
 }

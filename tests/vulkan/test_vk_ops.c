@@ -3,7 +3,7 @@
  * against the CPU backend at its reference level (float activations,
  * dequantized weights: the arithmetic the shaders do) on small, odd
  * shapes: matmul and matmul_parts at every matrix dtype (row sub-ranges,
- * ldy > rows, 1..11 tokens), get_rows, rmsnorm (weight, add_one, in
+ * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
  * causal, sliding window, softcap, key_end, tree masks), glu (3
@@ -63,8 +63,8 @@ static void step_end(const char *what) {
     CHECK(st == CMF_OK, "%s: submit: %s", what, err.msg);
 }
 
-static void test_matmul(cmf_dtype dt) {
-    uint64_t rows = 37, cols = dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP ? 96 : 70;
+static void test_matmul(cmf_dtype dt, uint64_t cols) {
+    uint64_t rows = 37;
     float *w = rnd(rows * cols);
     uint64_t shape[2] = {rows, cols};
     void *payload = NULL;
@@ -103,7 +103,8 @@ static void test_matmul(cmf_dtype dt) {
         cpu->ops->matmul(cpu, &t, 29, 8, x, n, -1, c2, 8, &err);
         d = maxdiff(c1, p1, (size_t)n * ldy, sqrt((double)cols)) + maxdiff(c2, p2, (size_t)n * 8, sqrt((double)cols));
         CHECK(d < 4e-5, "matmul_parts %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
-        if (k == 0) fprintf(stderr, "matmul %-8s n=%u..11 ok (diff %.2g)\n", cmf_dtype_name(dt), n, d);
+        if (k == 0) fprintf(stderr, "matmul %-8s in=%llu n=%u..11 (diff %.2g)\n", cmf_dtype_name(dt),
+                            (unsigned long long)cols, n, d);
         free(x), free(yc), free(yg), free(p1), free(p2), free(c1), free(c2);
         gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, y2);
     }
@@ -270,7 +271,11 @@ int main(void) {
     cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cpu), CMF_CPU_REF);
     cmf_dtype dts[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW, CMF_DT_Q8_2F,
                        CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
-    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) test_matmul(dts[i]);
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) { /* in % 4 != 0: scalar loads; == 0: 4 at a time */
+        bool q32 = dts[i] == CMF_DT_Q4_TILED || dts[i] == CMF_DT_Q4TP;
+        test_matmul(dts[i], q32 ? 96 : 70);
+        test_matmul(dts[i], q32 ? 64 : 72);
+    }
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);

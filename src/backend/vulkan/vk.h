@@ -166,8 +166,9 @@ bool cmf_vk_op_begin(vk_ctx *vk);
 void cmf_vk_op_end(vk_ctx *vk);
 void cmf_vk_begin(vk_ctx *vk);
 cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err);
-/* One dispatch of shader sh (spec constants WG, DT, NT) with push data,
- * followed by a barrier for the next dispatch. */
+/* One dispatch of shader sh (spec constants 0 WG, 1 DT = dt & 0xffff,
+ * 2 NT, 3 = dt >> 16) with push data, followed by a barrier for the next
+ * dispatch. */
 void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
                      uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz);
 /* Copy between backend buffers / host inside the recording. */

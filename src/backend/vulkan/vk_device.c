@@ -302,6 +302,12 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
     vk->subgroup = sg.subgroupSize;
+    if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+        !(sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sg.subgroupSize < 4) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): no subgroup arithmetic in compute shaders",
+                           index, vk->name);
+        goto fail;
+    }
     if (vk->props.limits.maxPushConstantsSize < PUSH_MAX) {
         st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: %u bytes of push constants (need %u)", index,
                            vk->props.limits.maxPushConstantsSize, PUSH_MAX);
@@ -687,9 +693,9 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
             vk->pipes[i].spec[2] == nt)
             return vk->pipes[i].p;
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
-    uint32_t data[3] = {wg, dt, nt};
-    VkSpecializationMapEntry me[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 3 : sh == VK_SH_GET_ROWS ? 2 : 1;
+    uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
+    VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

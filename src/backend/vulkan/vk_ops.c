@@ -74,8 +74,11 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
     grid(n_rows, 1, &gx, &gy);
     mm_push p = {w, x, y, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0, (uint32_t)n_rows,
                  n, (uint32_t)ldy, gx};
-    cmf_vk_dispatch(vk, VK_SH_MATMUL, MM_WG, (uint32_t)W->dtype, MM_NT, &p, sizeof p, gx, gy,
-                    (n + MM_NT - 1) / MM_NT);
+    bool quad = cols % 4 == 0 && x % 16 == 0 &&
+                (W->dtype == CMF_DT_F32 || W->dtype == CMF_DT_F16 || W->dtype == CMF_DT_BF16 ||
+                 W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F);
+    cmf_vk_dispatch(vk, VK_SH_MATMUL, MM_WG, (uint32_t)W->dtype | (quad ? 1u << 16 : 0u), MM_NT, &p, sizeof p, gx,
+                    gy, (n + MM_NT - 1) / MM_NT);
     return CMF_OK;
 }
 
