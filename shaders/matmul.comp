@@ -1,10 +1,12 @@
 #version 450
 // matmul.comp — Y[i][j] = sum_k X[i][k] · W[row0 + j][k] (backend.h matmul)
-// for any CMF matrix dtype (dequant.glsl). One workgroup computes one
-// weight row for NT consecutive tokens: its threads stride over k, each W
-// element is decoded once and used NT times, then a subgroup reduction and
-// one across the workgroup's subgroups. Rows are spread over x·y
-// workgroups (x <= 65535), token blocks over z.
+// for any CMF matrix dtype (dequant.glsl). A subgroup computes one weight
+// row for NT consecutive tokens: its lanes stride over k, each W element is
+// decoded once and used NT times, then subgroupAdd (no shared memory, no
+// barrier). A workgroup takes rpw consecutive rows (its subgroups loop over
+// them, so any subgroup size the driver picks is correct); row groups
+// spread over x·y workgroups (x <= 65535), token blocks over z. NT <= the
+// subgroup size (lane t writes token t).
 // QUAD (spec constant 3) = 1 when in % 4 == 0 and X is 16-byte aligned:
 // f32/f16/bf16/q8_row/q8_2f rows are then read 4 weights per load (one
 // uvec4/uvec2/uint), X as vec4. The portable path: no cooperative matrix,
@@ -23,10 +25,8 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U2 { uvec2 v
 
 layout(push_constant) uniform P {
     uint64_t w, x, y;
-    uint nelem, rows, cols, row0, n_rows, n, ldy, nx;
+    uint nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
 } p;
-
-shared float red[NT * 64]; // [NT][subgroups], at most 64 subgroups
 
 vec4 w4(uint r, uint k4) { // weights 4·k4 .. 4·k4+3 of row r (QUAD dtypes)
     uint q = r * (p.cols / 4) + k4;
@@ -47,38 +47,37 @@ vec4 w4(uint r, uint k4) { // weights 4·k4 .. 4·k4+3 of row r (QUAD dtypes)
 }
 
 void main() {
-    uint j = gl_WorkGroupID.x + gl_WorkGroupID.y * p.nx;
-    if (j >= p.n_rows) return;
-    uint t0 = gl_WorkGroupID.z * NT, tid = gl_LocalInvocationID.x;
-    uint nt = min(NT, p.n - t0), r = p.row0 + j;
-    float acc[NT];
-    for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-    if (QUAD != 0 && (DT == 0 || DT == 1 || DT == 2 || DT == 3 || DT == 9)) {
-        float rs = (DT == 3 || DT == 9) ? ld_h(U8(p.w), p.nelem + 2 * r) : 1.0;
-        V4 X = V4(p.x);
-        uint c4 = p.cols / 4;
-        for (uint k4 = tid; k4 < c4; k4 += WG) {
-            vec4 wv = w4(r, k4) * rs;
-            for (uint t = 0; t < NT; t++)
-                if (t < nt) acc[t] += dot(wv, X.v[(t0 + t) * c4 + k4]);
+    uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, ssz = gl_SubgroupSize;
+    uint t0 = gl_WorkGroupID.z * NT;
+    uint nt = min(NT, p.n - t0);
+    for (uint jj = sg; jj < p.rpw; jj += gl_NumSubgroups) { // rows of this workgroup, one per subgroup
+        uint j = (gl_WorkGroupID.x + gl_WorkGroupID.y * p.nx) * p.rpw + jj;
+        if (j >= p.n_rows) break;
+        uint r = p.row0 + j;
+        float acc[NT];
+        for (uint t = 0; t < NT; t++) acc[t] = 0.0;
+        if (QUAD != 0 && (DT == 0 || DT == 1 || DT == 2 || DT == 3 || DT == 9)) {
+            float rs = (DT == 3 || DT == 9) ? ld_h(U8(p.w), p.nelem + 2 * r) : 1.0;
+            V4 X = V4(p.x);
+            uint c4 = p.cols / 4;
+            for (uint k4 = lane; k4 < c4; k4 += ssz) {
+                vec4 wv = w4(r, k4) * rs;
+                for (uint t = 0; t < NT; t++)
+                    if (t < nt) acc[t] += dot(wv, X.v[(t0 + t) * c4 + k4]);
+            }
+        } else {
+            F32 X = F32(p.x);
+            for (uint k = lane; k < p.cols; k += ssz) {
+                float wv = w_at(p.w, p.nelem, p.rows, p.cols, r, k);
+                for (uint t = 0; t < NT; t++)
+                    if (t < nt) acc[t] += wv * X.v[(t0 + t) * p.cols + k];
+            }
         }
-    } else {
-        F32 X = F32(p.x);
-        for (uint k = tid; k < p.cols; k += WG) {
-            float wv = w_at(p.w, p.nelem, p.rows, p.cols, r, k);
-            for (uint t = 0; t < NT; t++)
-                if (t < nt) acc[t] += wv * X.v[(t0 + t) * p.cols + k];
+        float mine = 0.0;
+        for (uint t = 0; t < NT; t++) {
+            float s = subgroupAdd(acc[t]);
+            if (lane == t) mine = s;
         }
-    }
-    uint nsg = gl_NumSubgroups, sg = gl_SubgroupID;
-    for (uint t = 0; t < NT; t++) {
-        float s = subgroupAdd(acc[t]);
-        if (subgroupElect()) red[t * 64 + sg] = s;
-    }
-    barrier();
-    if (tid < nt) {
-        float s = 0.0;
-        for (uint g = 0; g < nsg; g++) s += red[tid * 64 + g];
-        F32(p.y).v[(t0 + tid) * p.ldy + j] = s;
+        if (lane < nt) F32(p.y).v[(t0 + lane) * p.ldy + j] = mine;
     }
 }

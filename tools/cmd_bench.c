@@ -296,18 +296,20 @@ int cmd_bench(int argc, char **argv) {
             printf(", \"arch\": ");
             put_json_str(info.arch_name);
             printf(", \"weight_bytes\": %llu, \"n_params\": %llu, "
-                   "\"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+                   "\"device\": \"%s\", \"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                    "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
-                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, nt,
+                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, device ? device : "cpu", nt,
                    cmf_cpu_level_name(cmf_cpu_level_detect()), name, np, ng, mean, sd);
             for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
             printf("], \"load_s\": %.3f, \"bytes_per_token\": %.0f, \"flops_per_token\": %.0f}",
                    t_load, bpt, fpt);
         } else {
-            printf("| %s | %.2f GiB | %.2f B | cpu %s | %d | %s | %.2f ± %.2f |\n",
+            char be[64];
+            if (device && strcmp(device, "cpu") != 0) snprintf(be, sizeof be, "%s", device);
+            else snprintf(be, sizeof be, "cpu %s", cmf_cpu_level_name(cmf_cpu_level_detect()));
+            printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f |\n",
                    info.arch_name ? info.arch_name : "?", (double)info.weight_bytes / (1 << 30),
-                   (double)info.n_params / 1e9, cmf_cpu_level_name(cmf_cpu_level_detect()), nt, name,
-                   mean, sd);
+                   (double)info.n_params / 1e9, be, nt, name, mean, sd);
         }
         fflush(stdout);
         first = false;

@@ -303,8 +303,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
     vk->subgroup = sg.subgroupSize;
     if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
-        !(sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sg.subgroupSize < 4) {
-        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): no subgroup arithmetic in compute shaders",
+        !(sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sg.subgroupSize < 8) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): no subgroup arithmetic in compute shaders (or subgroups under 8)",
                            index, vk->name);
         goto fail;
     }

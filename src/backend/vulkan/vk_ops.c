@@ -52,11 +52,12 @@ static void vk_be_pool_copy(cmf_backend *b, void *pool, size_t dst, size_t src, 
 
 typedef struct {
     uint64_t w, x, y;
-    uint32_t nelem, rows, cols, row0, n_rows, n, ldy, nx;
+    uint32_t nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
 } mm_push;
 
-#define MM_WG 64
-#define MM_NT 8
+#define MM_NT 8 /* tokens per subgroup pass (<= every subgroup size we accept) */
+/* 8 subgroups a workgroup (at most 256 threads): 8 rows per workgroup */
+static uint32_t mm_wg(const vk_ctx *vk) { return vk->subgroup * 8 > 256 ? 256 : vk->subgroup * 8; }
 
 static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint64_t n_rows, VkDeviceAddress x,
                             uint32_t n, const float *Y, size_t ldy, cmf_error *err) {
@@ -70,14 +71,14 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
     if (st) return st;
     VkDeviceAddress y = dev(vk, Y, "matmul output");
     if (!x || !y) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: X or Y is not a backend buffer");
-    uint32_t gx, gy;
-    grid(n_rows, 1, &gx, &gy);
+    uint32_t gx, gy, wg = mm_wg(vk), rpw = wg / vk->subgroup;
+    grid(n_rows, rpw, &gx, &gy);
     mm_push p = {w, x, y, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0, (uint32_t)n_rows,
-                 n, (uint32_t)ldy, gx};
+                 n, (uint32_t)ldy, gx, rpw};
     bool quad = cols % 4 == 0 && x % 16 == 0 &&
                 (W->dtype == CMF_DT_F32 || W->dtype == CMF_DT_F16 || W->dtype == CMF_DT_BF16 ||
                  W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F);
-    cmf_vk_dispatch(vk, VK_SH_MATMUL, MM_WG, (uint32_t)W->dtype | (quad ? 1u << 16 : 0u), MM_NT, &p, sizeof p, gx,
+    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (quad ? 1u << 16 : 0u), MM_NT, &p, sizeof p, gx,
                     gy, (n + MM_NT - 1) / MM_NT);
     return CMF_OK;
 }
