@@ -136,6 +136,7 @@ typedef struct vk_ctx {
 
     /* the step */
     bool recording, immediate;
+    bool no_barrier;             /* the next dispatch is independent of the one after it */
     uint32_t n_dispatch;         /* dispatches recorded in this step */
     cmf_status err_st;           /* first error of the recorded work */
     char err_msg[256];
@@ -168,7 +169,8 @@ void cmf_vk_begin(vk_ctx *vk);
 cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err);
 /* One dispatch of shader sh (spec constants 0 WG, 1 DT = dt & 0xffff,
  * 2 NT, 3 = dt >> 16) with push data, followed by a barrier for the next
- * dispatch. */
+ * dispatch (unless vk->no_barrier was set: the caller's next dispatch
+ * neither reads nor writes what this one writes). */
 void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
                      uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz);
 /* Copy between backend buffers / host inside the recording. */

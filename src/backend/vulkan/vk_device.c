@@ -722,7 +722,8 @@ void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_
     vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, PUSH_MAX, pc);
     vkCmdDispatch(vk->cmd, gx, gy, gz);
-    barrier(vk);
+    if (!vk->no_barrier) barrier(vk);
+    vk->no_barrier = false;
     vk->n_dispatch++;
 }
 

@@ -93,8 +93,15 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
     VkDeviceAddress x = dev(vk, X, "matmul input");
     cmf_status st = CMF_OK;
-    for (uint32_t i = 0; i < n_parts && !st; i++)
+    for (uint32_t i = 0; i < n_parts && !st; i++) {
+        /* the parts read the same X and write disjoint outputs (q/k/v, gate/up): no barrier between them */
+        bool indep = i + 1 < n_parts;
+        for (uint32_t k = i + 1; k < n_parts; k++)
+            indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
+        vk->no_barrier = indep;
         st = record_mm(vk, parts[i].W, parts[i].row0, parts[i].n_rows, x, n, parts[i].Y, parts[i].ldy, err);
+    }
+    vk->no_barrier = false;
     cmf_vk_op_end(vk);
     return st;
 }
