@@ -136,6 +136,9 @@ typedef struct vk_ctx {
 
     /* the step */
     bool recording, immediate;
+    bool pending;                /* submitted by the model, not yet run: the next read adds its
+                                    copy and runs it (one queue submission a step); any other
+                                    op, begin or free runs it first */
     bool no_barrier;             /* the next dispatch is independent of the one after it */
     uint32_t n_dispatch;         /* dispatches recorded in this step */
     cmf_status err_st;           /* first error of the recorded work */

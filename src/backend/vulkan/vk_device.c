@@ -247,6 +247,8 @@ static void cache_save(vk_ctx *vk) {
     free(buf);
 }
 
+static cmf_status flush_pending(vk_ctx *vk);
+
 /* ---- context ------------------------------------------------------------ */
 
 cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
@@ -399,6 +401,7 @@ fail:
 void cmf_vk_ctx_free(vk_ctx *vk) {
     if (!vk) return;
     if (vk->dev) {
+        flush_pending(vk);
         vkDeviceWaitIdle(vk->dev);
         cache_save(vk);
         for (uint32_t i = 0; i < vk->n_pipes; i++) vkDestroyPipeline(vk->dev, vk->pipes[i].p, NULL);
@@ -655,7 +658,18 @@ static void arena_reset(vk_ctx *vk) {
     for (uint32_t i = 0; i < vk->n_arena; i++) vk->arena[i].used = 0;
 }
 
+/* Run a step that submit left pending (its commands may write the KV
+ * cache: it always runs, read or not). */
+static cmf_status flush_pending(vk_ctx *vk) {
+    if (!vk->pending) return CMF_OK;
+    vk->pending = false;
+    cmf_status st = cmd_run(vk);
+    arena_reset(vk);
+    return st;
+}
+
 void cmf_vk_begin(vk_ctx *vk) {
+    flush_pending(vk);
     vk->err_st = CMF_OK;
     vk->err_msg[0] = 0;
     vk->immediate = false;
@@ -663,18 +677,29 @@ void cmf_vk_begin(vk_ctx *vk) {
     cmd_open(vk);
 }
 
+/* The step's recorded errors are returned here; the commands themselves
+ * run when the model reads (the read's copy joins the same submission) or
+ * at the next op: a device fault surfaces there, as a read of NaN and the
+ * next submit's error. */
 cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err) {
-    cmf_status st = vk->recording ? cmd_run(vk) : CMF_OK;
-    if (vk->err_st == CMF_OK && st) st = CMF_ERR_IO;
-    st = vk->err_st ? vk->err_st : st;
-    if (st) cmf_error_set(err, st, "%s", vk->err_msg[0] ? vk->err_msg : "vulkan: step failed");
-    arena_reset(vk);
-    vk->err_st = CMF_OK;
-    vk->err_msg[0] = 0;
-    return st;
+    cmf_status st = vk->err_st;
+    if (st) { /* drop the recording: it may reference what failed */
+        cmf_error_set(err, st, "%s", vk->err_msg[0] ? vk->err_msg : "vulkan: step failed");
+        if (vk->recording) {
+            vkEndCommandBuffer(vk->cmd);
+            vk->recording = false;
+        }
+        arena_reset(vk);
+        vk->err_st = CMF_OK;
+        vk->err_msg[0] = 0;
+        return st;
+    }
+    if (vk->recording && !vk->immediate) vk->pending = true;
+    return CMF_OK;
 }
 
 bool cmf_vk_op_begin(vk_ctx *vk) {
+    flush_pending(vk);
     if (vk->recording) return true;
     vk->immediate = true; /* an op outside a step: run it now */
     return cmd_open(vk);
@@ -776,6 +801,18 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
     uint64_t off;
     if (!cmf_vk_lookup(vk, src, &b, &off))
         return cmf_error_set(err, CMF_ERR_ARG, "vulkan: read from a pointer that is not a backend buffer");
+    if (vk->pending && bytes <= STAGE_MAX && stage_reserve(vk, bytes)) { /* the copy joins the step */
+        VkBufferCopy r = {off, 0, bytes};
+        vkCmdCopyBuffer(vk->cmd, vk->blocks[b].buf, vk->stage_buf, 1, &r);
+        vk->pending = false;
+        cmf_status st = cmd_run(vk);
+        arena_reset(vk);
+        if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
+        memcpy(dst, vk->stage_map, bytes);
+        return CMF_OK;
+    }
+    cmf_status fst = flush_pending(vk);
+    if (fst) return cmf_error_set(err, fst, "%s", vk->err_msg);
     if (vk->recording && !vk->immediate) { /* results of the open step first */
         cmf_status st = cmd_run(vk);
         if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
