@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # test_vk_cli.sh — the Vulkan device through the CLI: `cmf devices` lists
-# it (plain and --json); stories260K (imported from llama2.c, f32) through
-# `cmf run --device vulkan --greedy -n 200` prints the llama2.c reference
-# story, and `cmf logits --device vulkan` matches llama2.c's logits; the
-# demo model's greedy text on vulkan equals the CPU's; bad specs fail with
-# a message naming them. Exit 77 = skip (no Vulkan device, no shared data).
+# it (plain and --json); the demo model's greedy text on vulkan equals the
+# CPU's; bad specs fail with a message naming them (stories260K on vulkan:
+# test_stories260k_vulkan). Exit 77 = skip (no Vulkan device).
 # Usage: bash test_vk_cli.sh <cmf> <source dir> <build dir>.
 set -u
 cmf=$1 src=$2 bld=$3
@@ -34,36 +32,5 @@ done
     || { echo "FAIL: vulkan run: $(cat "$tmp/vk.err")"; fail=1; }
 cmp -s "$tmp/cpu.txt" "$tmp/vk.txt" || { echo "FAIL: demo greedy text differs: cpu '$(cat "$tmp/cpu.txt")' vulkan '$(cat "$tmp/vk.txt")'"; fail=1; }
 
-data=${CMF_SHARED_DATA:-$src/../shared/data}
-ref=$data/expected/stories260K_llama2c_reference.json
-if [ -f "$ref" ]; then
-    m=$data/models/stories260K
-    "$cmf" import-llama2c "$m/stories260K.bin" --tokenizer "$m/tok512.bin" -o "$tmp/l2c.cmf" --quant f32 --no-progress >/dev/null \
-        || { echo "FAIL: import-llama2c"; exit 1; }
-    "$cmf" run "$tmp/l2c.cmf" --greedy -n 200 -p "Once upon a time" --echo --device vulkan >"$tmp/story.out" 2>"$tmp/story.err" \
-        || { echo "FAIL: cmf run --device vulkan: $(cat "$tmp/story.err")"; fail=1; }
-    $py - "$ref" "$tmp/story.out" <<'PY' || { echo "FAIL: the vulkan story does not start with the reference"; fail=1; }
-import json, sys
-ref = json.load(open(sys.argv[1]))["official_expected"]["llama2c_test_all_expected_stdout"]["text"]
-out = open(sys.argv[2], encoding="utf-8").read()
-if not out.startswith(ref):
-    n = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
-    print("first difference at char %d:\n ours: %r\n  ref: %r" % (n, out[max(0, n-40):n+40], ref[max(0, n-40):n+40]))
-    sys.exit(1)
-PY
-    toks=$($py -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['reference_logits']['inputs'])))" "$ref")
-    "$cmf" logits "$tmp/l2c.cmf" --tokens "$toks" -o "$tmp/l2c.npy" --kv-f32 --device vulkan || { echo "FAIL: cmf logits --device vulkan"; fail=1; }
-    $py - "$ref" "$tmp/l2c.npy" <<'PY' || { echo "FAIL: vulkan logits differ from llama2.c"; fail=1; }
-import json, sys, numpy as np
-ref = np.array(json.load(open(sys.argv[1]))["reference_logits"]["logits"], dtype=np.float32)
-ours = np.load(sys.argv[2])
-assert ours.shape == ref.shape, (ours.shape, ref.shape)
-d = float(np.abs(ours - ref).max())
-print("stories260K on vulkan: logits max|diff| %.3g" % d)
-sys.exit(0 if d <= 1e-4 else 1)
-PY
-else
-    echo "note: no shared data, stories260K part skipped"
-fi
 [ $fail = 0 ] && echo "PASS" && rm -rf "$tmp"
 exit $fail

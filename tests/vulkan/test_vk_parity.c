@@ -108,15 +108,7 @@ int main(void) {
         int32_t *ids = NULL, *greedy = NULL;
         size_t n = 0, ng = 0;
         npy_f32 ref;
-        snprintf(path, sizeof path, "%s/%s/tokens.json", dir, e->d_name);
-        int rc = mu_read_ids(path, "input_ids", &ids, &n);
-        REQUIRE(rc == 0, "%s", path);
-        snprintf(path, sizeof path, "%s/%s/greedy.json", dir, e->d_name);
-        rc = mu_read_ids(path, "greedy_new_ids", &greedy, &ng);
-        REQUIRE(rc == 0, "%s", path);
-        snprintf(path, sizeof path, "%s/%s/logits.npy", dir, e->d_name);
-        rc = npy_read_f32(path, &ref);
-        REQUIRE(rc == 0, "%s", path);
+        REQUIRE(mu_parity_refs(dir, e->d_name, &ids, &n, &greedy, &ng, &ref) == 0, "%s: references", e->d_name);
         check(data, e->d_name, "f32", ids, n, &ref, greedy, ng);
         if (!quick) check(data, e->d_name, "q8", ids, n, &ref, greedy, ng);
         npy_free(&ref);
