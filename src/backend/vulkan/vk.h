@@ -144,6 +144,17 @@ typedef struct vk_ctx {
     cmf_status err_st;           /* first error of the recorded work */
     char err_msg[256];
     char name[256];
+
+    /* CMF_VK_PROFILE=1: a timestamp after every dispatch of the step's
+     * command buffer; GPU time per shader, printed when the backend is freed */
+    bool profile;
+    VkQueryPool qpool;
+    VkCommandBuffer main_cmd;
+    uint32_t n_q;
+    uint8_t q_sh[4096];
+    double prof_ns[VK_SH_COUNT];
+    uint64_t prof_n[VK_SH_COUNT], prof_steps;
+    float ts_period;             /* ns per timestamp tick */
 } vk_ctx;
 
 /* vk_device.c */

@@ -359,6 +359,14 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         st = cmf_error_set(err, CMF_ERR_NOMEM, "vulkan:%d: out of memory creating the queue objects", index);
         goto fail;
     }
+    vk->main_cmd = vk->cmd;
+    const char *prof = getenv("CMF_VK_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
+        VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 4096};
+        vk->profile = vkCreateQueryPool(vk->dev, &qi2, NULL, &vk->qpool) == VK_SUCCESS;
+        vk->ts_period = vk->props.limits.timestampPeriod;
+    }
     for (int s = 0; s < VK_SH_COUNT; s++) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
@@ -403,6 +411,20 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
     if (vk->dev) {
         flush_pending(vk);
         vkDeviceWaitIdle(vk->dev);
+        if (vk->profile) {
+            static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
+                                                           "attention", "eltwise", "probe"};
+            double total = 0;
+            for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
+            fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
+                    (unsigned long long)vk->prof_steps, total / 1e6);
+            for (int i = 0; i < VK_SH_COUNT; i++)
+                if (vk->prof_n[i])
+                    fprintf(stderr, "  %-10s %8llu dispatches %10.3f ms %8.2f us each %5.1f%%\n", names[i],
+                            (unsigned long long)vk->prof_n[i], vk->prof_ns[i] / 1e6,
+                            vk->prof_ns[i] / 1e3 / (double)vk->prof_n[i], 100.0 * vk->prof_ns[i] / (total > 0 ? total : 1));
+            vkDestroyQueryPool(vk->dev, vk->qpool, NULL);
+        }
         cache_save(vk);
         for (uint32_t i = 0; i < vk->n_pipes; i++) vkDestroyPipeline(vk->dev, vk->pipes[i].p, NULL);
         if (vk->pcache) vkDestroyPipelineCache(vk->dev, vk->pcache, NULL);
@@ -636,7 +658,27 @@ static bool cmd_open(vk_ctx *vk) {
     }
     vk->recording = true;
     vk->n_dispatch = 0;
+    if (vk->profile && vk->cmd == vk->main_cmd) {
+        vkCmdResetQueryPool(vk->cmd, vk->qpool, 0, 4096);
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
+        vk->n_q = 0;
+    }
     return true;
+}
+
+/* Per-shader GPU time of the finished command buffer (profile). */
+static void prof_collect(vk_ctx *vk) {
+    if (!vk->profile || vk->cmd != vk->main_cmd || vk->n_q == 0) return;
+    uint64_t ts[4096];
+    if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q + 1, sizeof ts, ts, sizeof ts[0],
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
+        for (uint32_t i = 1; i <= vk->n_q; i++) {
+            vk->prof_ns[vk->q_sh[i]] += (double)(ts[i] - ts[i - 1]) * vk->ts_period;
+            vk->prof_n[vk->q_sh[i]]++;
+        }
+        vk->prof_steps++;
+    }
+    vk->n_q = 0;
 }
 
 /* End, submit and wait for the open command buffer. */
@@ -651,6 +693,7 @@ static cmf_status cmd_run(vk_ctx *vk) {
     if (r != VK_SUCCESS)
         return cmf_vk_fail(vk, r == VK_ERROR_DEVICE_LOST ? CMF_ERR_IO : CMF_ERR_NOMEM,
                            "vulkan: the step failed on %s (VkResult %d)", vk->name, (int)r);
+    prof_collect(vk);
     return CMF_OK;
 }
 
@@ -750,6 +793,10 @@ void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_
     if (!vk->no_barrier) barrier(vk);
     vk->no_barrier = false;
     vk->n_dispatch++;
+    if (vk->profile && vk->cmd == vk->main_cmd && vk->n_q + 1 < 4096) {
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, ++vk->n_q);
+        vk->q_sh[vk->n_q] = (uint8_t)sh;
+    }
 }
 
 void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t bytes) {
