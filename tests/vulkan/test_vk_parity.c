@@ -5,8 +5,8 @@
  *   f32: logits within 1e-3 absolute of logits.npy at every position, and
  *        the greedy continuation (greedy.json, one token per step through
  *        the KV cache) identical;
- *   q8:  logits within 1e-3 of the CPU backend's reference level on the
- *        same file (both: float activations, dequantized q8_row weights);
+ *   q8, q4tp: logits within 1e-3 of the CPU backend's reference level on
+ *        the same file (both: float activations, dequantized weights);
  *   MoE checkpoints (not implemented on Vulkan yet) must be refused at
  *        load with CMF_ERR_UNSUPPORTED and a message naming the reason.
  * Skips (77) without shared data or without a Vulkan device.
@@ -110,7 +110,10 @@ int main(void) {
         npy_f32 ref;
         REQUIRE(mu_parity_refs(dir, e->d_name, &ids, &n, &greedy, &ng, &ref) == 0, "%s: references", e->d_name);
         check(data, e->d_name, "f32", ids, n, &ref, greedy, ng);
-        if (!quick) check(data, e->d_name, "q8", ids, n, &ref, greedy, ng);
+        if (!quick) {
+            check(data, e->d_name, "q8", ids, n, &ref, greedy, ng);
+            check(data, e->d_name, "q4tp", ids, n, &ref, greedy, ng);
+        }
         npy_free(&ref);
         free(ids);
         free(greedy);

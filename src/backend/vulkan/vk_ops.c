@@ -77,7 +77,8 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
                  n, (uint32_t)ldy, gx, rpw};
     bool quad = cols % 4 == 0 && x % 16 == 0 &&
                 (W->dtype == CMF_DT_F32 || W->dtype == CMF_DT_F16 || W->dtype == CMF_DT_BF16 ||
-                 W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F);
+                 W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F || W->dtype == CMF_DT_Q4_TILED ||
+                 W->dtype == CMF_DT_Q4TP || (W->dtype == CMF_DT_Q4_BLOCK && cols % 8 == 0));
     cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (quad ? 1u << 16 : 0u), MM_NT, &p, sizeof p, gx,
                     gy, (n + MM_NT - 1) / MM_NT);
     return CMF_OK;
