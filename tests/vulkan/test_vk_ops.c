@@ -3,7 +3,8 @@
  * against the CPU backend at its reference level (float activations,
  * dequantized weights: the arithmetic the shaders do) on small, odd
  * shapes: matmul and matmul_parts at every matrix dtype (row sub-ranges,
- * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths), get_rows, rmsnorm (weight, add_one, in
+ * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths; n_dec
+ * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
  * causal, sliding window, softcap, key_end, tree masks), glu (3
@@ -89,6 +90,14 @@ static void test_matmul(cmf_dtype dt, uint64_t cols) {
         float *yg = down(yd, (size_t)n * ldy);
         double d = maxdiff(yc, yg, (size_t)n * ldy, sqrt((double)cols));
         CHECK(d < 2e-5, "matmul %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
+        /* row classes: 3 decode rows (the per-row kernel), the rest as a prompt (the tiled one) */
+        step_begin();
+        CHECK(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, 3, yd, ldy, &err) == CMF_OK, "vk matmul n_dec 3: %s", err.msg);
+        step_end("matmul n_dec");
+        free(yg);
+        yg = down(yd, (size_t)n * ldy);
+        d = maxdiff(yc, yg, (size_t)n * ldy, sqrt((double)cols));
+        CHECK(d < 2e-5, "matmul %s n=%u n_dec=3: max diff %g", cmf_dtype_name(dt), n, d);
         /* parts: two row ranges of the same X */
         float *y2 = gpu->ops->alloc(gpu, (size_t)n * 8);
         cmf_mm_part parts[2] = {{&t, 0, 3, yd, ldy}, {&t, 29, 8, y2, 8}};
@@ -263,6 +272,7 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
 }
 
 int main(void) {
+    setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
     cmf_error err = {0};
     cmf_status st = cmf_backend_vulkan_new(0, &gpu, &err);
     if (st == CMF_ERR_UNSUPPORTED) TEST_SKIP("no Vulkan device: %s", err.msg);

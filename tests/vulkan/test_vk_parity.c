@@ -87,6 +87,7 @@ static void check(const char *data, const char *arch, const char *quant, const i
 }
 
 int main(void) {
+    setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
     const char *data = test_shared_data();
     if (!data) TEST_SKIP("no shared data");
     cmf_error err = {0};

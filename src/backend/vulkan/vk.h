@@ -37,7 +37,7 @@
 /* The shaders (shaders/<name>.comp), embedded as SPIR-V. */
 typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
-    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_COUNT
+    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -111,6 +111,7 @@ typedef struct vk_ctx {
     vk_pipe pipes[64];
     uint32_t n_pipes;
     uint32_t subgroup;
+    bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */
 
     /* address space */
     uint8_t *va_base;

@@ -23,10 +23,11 @@
 #include <unistd.h>
 
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
-    cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[];
+    cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
+    cmf_vk_spv_matmul_tiled[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
-    cmf_vk_spv_probe_size;
+    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size;
 
 #define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
 #define ALIGN 256ull
@@ -167,6 +168,7 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_ATTENTION] = {cmf_vk_spv_attention, &cmf_vk_spv_attention_size},
     [VK_SH_ELTWISE] = {cmf_vk_spv_eltwise, &cmf_vk_spv_eltwise_size},
     [VK_SH_PROBE] = {cmf_vk_spv_probe, &cmf_vk_spv_probe_size},
+    [VK_SH_MATMUL_TILED] = {cmf_vk_spv_matmul_tiled, &cmf_vk_spv_matmul_tiled_size},
 };
 
 /* ---- pipeline cache on disk --------------------------------------------- */
@@ -360,6 +362,9 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         goto fail;
     }
     vk->main_cmd = vk->cmd;
+    /* the tiled GEMM pays on GPUs; on a CPU device (lavapipe) its barriers cost more than it saves */
+    const char *tl = getenv("CMF_VK_TILED");
+    vk->tiled = tl && *tl ? strcmp(tl, "0") != 0 : vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -413,7 +418,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         vkDeviceWaitIdle(vk->dev);
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
-                                                           "attention", "eltwise", "probe"};
+                                                           "attention", "eltwise", "probe", "matmul_tiled"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -763,7 +768,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS ? 2 : 1;
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

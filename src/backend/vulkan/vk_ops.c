@@ -59,8 +59,17 @@ typedef struct {
 /* 8 subgroups a workgroup (at most 256 threads): 8 rows per workgroup */
 static uint32_t mm_wg(const vk_ctx *vk) { return vk->subgroup * 8 > 256 ? 256 : vk->subgroup * 8; }
 
+typedef struct {
+    uint64_t w, x, y;
+    uint32_t nelem, rows, cols, row0, n_rows, n, ldy;
+} mmt_push;
+
+/* Rows [0, n_dec) as decode (matmul.comp: a subgroup per weight row),
+ * rows [n_dec, n) as prompt (matmul_tiled.comp); n_dec < 0: all rows as
+ * decode when n <= MM_NT, else all as prompt. Without vk->tiled every row
+ * goes through matmul.comp. */
 static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint64_t n_rows, VkDeviceAddress x,
-                            uint32_t n, const float *Y, size_t ldy, cmf_error *err) {
+                            uint32_t n, int32_t n_dec, const float *Y, size_t ldy, cmf_error *err) {
     if (W->ndim < 1 || W->nelem == 0) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: empty tensor '%s'", W->name);
     uint64_t cols = W->shape[W->ndim - 1], rows = W->nelem / cols;
     if (row0 + n_rows > rows)
@@ -71,6 +80,20 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
     if (st) return st;
     VkDeviceAddress y = dev(vk, Y, "matmul output");
     if (!x || !y) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: X or Y is not a backend buffer");
+    uint32_t nv = n_dec >= 0 ? ((uint32_t)n_dec < n ? (uint32_t)n_dec : n) : (n <= MM_NT ? n : 0);
+    if (!vk->tiled) nv = n; /* one kernel for every row (CPU devices) */
+    bool keep = vk->no_barrier; /* the caller's: applies to this product's last dispatch */
+    if (nv < n) {
+        uint64_t xo = x + (uint64_t)nv * cols * 4, yo = y + (uint64_t)nv * ldy * 4;
+        mmt_push q = {w, xo, yo, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0,
+                      (uint32_t)n_rows, n - nv, (uint32_t)ldy};
+        vk->no_barrier = nv > 0 || keep; /* the decode rows below are independent of these */
+        cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)W->dtype, 0, &q, sizeof q,
+                        (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
+        if (nv == 0) return CMF_OK;
+        n = nv;
+        vk->no_barrier = keep;
+    }
     uint32_t gx, gy, wg = mm_wg(vk), rpw = wg / vk->subgroup;
     grid(n_rows, rpw, &gx, &gy);
     mm_push p = {w, x, y, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0, (uint32_t)n_rows,
@@ -86,7 +109,6 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
 
 static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
                                      uint32_t n, int32_t n_dec, cmf_error *err) {
-    (void)n_dec; /* one kernel for every row: rows are batch invariant as is */
     vk_ctx *vk = ctx_of(b);
     if (n_parts < 1 || n_parts > CMF_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul_parts: %u parts", n_parts);
@@ -100,7 +122,7 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
         for (uint32_t k = i + 1; k < n_parts; k++)
             indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
         vk->no_barrier = indep;
-        st = record_mm(vk, parts[i].W, parts[i].row0, parts[i].n_rows, x, n, parts[i].Y, parts[i].ldy, err);
+        st = record_mm(vk, parts[i].W, parts[i].row0, parts[i].n_rows, x, n, n_dec, parts[i].Y, parts[i].ldy, err);
     }
     vk->no_barrier = false;
     cmf_vk_op_end(vk);
