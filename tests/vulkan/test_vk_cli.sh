@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_vk_cli.sh — the Vulkan device through the CLI: `cmf devices` lists
 # it (plain and --json); the demo model's greedy text on vulkan equals the
-# CPU's; bad specs fail with a message naming them (stories260K on vulkan:
+# CPU's; bad specs fail with a message naming them; a model larger than
+# the device (CMF_VK_HEAP_MIB) fails saying how many layers would fit
+# (stories260K on vulkan:
 # test_stories260k_vulkan). Exit 77 = skip (no Vulkan device).
 # Usage: bash test_vk_cli.sh <cmf> <source dir> <build dir>.
 set -u
@@ -31,6 +33,13 @@ done
 "$cmf" run "$demo" --greedy -n 24 -p "Once upon a time" --device vulkan >"$tmp/vk.txt" 2>"$tmp/vk.err" \
     || { echo "FAIL: vulkan run: $(cat "$tmp/vk.err")"; fail=1; }
 cmp -s "$tmp/cpu.txt" "$tmp/vk.txt" || { echo "FAIL: demo greedy text differs: cpu '$(cat "$tmp/cpu.txt")' vulkan '$(cat "$tmp/vk.txt")'"; fail=1; }
+
+# a model that does not fit (CMF_VK_HEAP_MIB: a smaller device) says how many layers would
+if CMF_VK_HEAP_MIB=8 "$cmf" run "$demo" --device vulkan -n 2 -p hi >/dev/null 2>"$tmp/fit.err"; then
+    echo "FAIL: 12.7 MiB of weights accepted into 8 MiB"; fail=1
+else
+    grep -qE "about [0-9]+ of 8 layers would fit" "$tmp/fit.err" || { echo "FAIL: no layer count: $(cat "$tmp/fit.err")"; fail=1; }
+fi
 
 [ $fail = 0 ] && echo "PASS" && rm -rf "$tmp"
 exit $fail
