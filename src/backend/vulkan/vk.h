@@ -142,6 +142,7 @@ typedef struct vk_ctx {
                                     op, begin or free runs it first */
     bool no_barrier;             /* the next dispatch is independent of the one after it */
     uint32_t n_dispatch;         /* dispatches recorded in this step */
+    VkPipeline bound;            /* bound in the open command buffer */
     cmf_status err_st;           /* first error of the recorded work */
     char err_msg[256];
     char name[256];

@@ -663,6 +663,7 @@ static bool cmd_open(vk_ctx *vk) {
     }
     vk->recording = true;
     vk->n_dispatch = 0;
+    vk->bound = VK_NULL_HANDLE;
     if (vk->profile && vk->cmd == vk->main_cmd) {
         vkCmdResetQueryPool(vk->cmd, vk->qpool, 0, 4096);
         vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
@@ -792,7 +793,8 @@ void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_
     if (!vk->recording) return;
     uint8_t pc[PUSH_MAX] = {0};
     memcpy(pc, push, push_size < PUSH_MAX ? push_size : PUSH_MAX);
-    vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    if (p != vk->bound) vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    vk->bound = p;
     vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, PUSH_MAX, pc);
     vkCmdDispatch(vk->cmd, gx, gy, gz);
     if (!vk->no_barrier) barrier(vk);
