@@ -61,6 +61,19 @@ static inline int mu_parity_refs(const char *dir, const char *name, int32_t **id
     return rc;
 }
 
+/* Parity folder data/parity/arch converted at quant (cmf_convert_hf) to
+ * out, then opened into *f (NULL on error). */
+static inline cmf_status mu_parity_convert(const char *data, const char *arch, const char *quant, const char *out,
+                                           cmf_file **f, cmf_error *err) {
+    char src[8192];
+    snprintf(src, sizeof src, "%s/parity/%s", data, arch);
+    cmf_import_opts o = {.quant = quant};
+    *f = NULL;
+    cmf_status st = cmf_convert_hf(src, out, &o, err);
+    if (st) return cmf_error_prefix(err, "convert");
+    return cmf_file_open(out, f, err);
+}
+
 /* Logits of every position of ids (one batch from an empty cache) into
  * out [n][n_vocab]. */
 static inline cmf_status mu_logits(cmf_model *m, const int32_t *ids, size_t n, cmf_kv_type kt, float *out,

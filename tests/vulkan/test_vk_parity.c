@@ -25,18 +25,15 @@ static cmf_device *vk;
 
 static void check(const char *data, const char *arch, const char *quant, const int32_t *ids, size_t n,
                   const npy_f32 *ref, const int32_t *greedy_ref, size_t n_greedy) {
-    char src[8192], out[8192];
-    snprintf(src, sizeof src, "%s/parity/%s", data, arch);
+    char out[8192];
     snprintf(out, sizeof out, "%s/%s-%s.cmf", test_tmp_dir("vk_parity"), arch, quant);
     cmf_error err = {0};
-    cmf_import_opts o = {.quant = quant};
-    cmf_status st = cmf_convert_hf(src, out, &o, &err);
-    CHECK(st == CMF_OK, "%s %s: convert: %s", arch, quant, err.msg);
-    if (st) return;
     cmf_file *f = NULL;
+    cmf_status st = mu_parity_convert(data, arch, quant, out, &f, &err);
+    CHECK(st == CMF_OK, "%s %s: %s", arch, quant, err.msg);
+    if (st) return;
     cmf_model *m = NULL;
-    st = cmf_file_open(out, &f, &err);
-    if (!st) st = cmf_model_load(f, &(cmf_model_params){.device = vk}, &m, &err);
+    st = cmf_model_load(f, &(cmf_model_params){.device = vk}, &m, &err);
     if (st == CMF_ERR_UNSUPPORTED && strstr(err.msg, "mixture-of-experts")) {
         fprintf(stderr, "%-16s %-4s refused at load as expected: %s\n", arch, quant, err.msg);
         cmf_file_close(f);
