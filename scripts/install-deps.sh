@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang
       libcjson-dev libpcre2-dev libutf8proc-dev libsodium-dev zlib1g-dev libedit-dev
-      python3 python3-numpy python3-jinja2 libmicrohttpd-dev)
+      python3 python3-numpy python3-jinja2 libmicrohttpd-dev
+      libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools) # the Vulkan backend; lavapipe for its tests
 # libFuzzer's runtime ships in a versioned package on Debian 12 (clang 14).
 fuzz_pkgs=(libclang-rt-14-dev)
 SUDO=""

@@ -39,6 +39,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_skill(int argc, char **argv);
 int cmd_lora(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 
 /* "cmf <cmd>: message\n" on stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)

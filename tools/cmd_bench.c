@@ -47,6 +47,7 @@ static void usage(FILE *o) {
             "  -n N      generated tokens (default 128; 0 skips the tg test)\n"
             "  -r N      repetitions after one warm-up run (default 5)\n"
             "  -t N      threads (default: physical cores)\n"
+            "  --device D  cpu (default), vulkan or vulkan:N (not with --parallel yet)\n"
             "  --json    machine-readable output\n"
             "  --parallel N,N,...  instead: N sequences decoding together through the\n"
             "            engine (continuous batching), each with a -p token prompt\n"
@@ -161,7 +162,7 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *cmd = "bench", *path = NULL;
+    const char *cmd = "bench", *path = NULL, *device = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
     bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
     int par[16], n_par = 0;
@@ -206,6 +207,9 @@ int cmd_bench(int argc, char **argv) {
                 if (!q[len]) break;
                 q += len + 1;
             }
+        } else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--device needs a value");
+            device = v;
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-t needs a value");
             if (!cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
@@ -229,6 +233,7 @@ int cmd_bench(int argc, char **argv) {
     if (cycle && (!n_par || lo.n == 0)) return cli_usage_error(cmd, "--lora-cycle needs --parallel and --lora");
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
+    if (device && n_par) return cli_usage_error(cmd, "--device with --parallel is not supported yet");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -245,7 +250,7 @@ int cmd_bench(int argc, char **argv) {
     double t_load = now_s();
     if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
     long n_max = n_prompt > n_gen ? n_prompt : n_gen;
-    cmf_model_params mp = {.n_threads = (int)threads, .backend = NULL, .n_ctx = (uint32_t)(n_max + 16)};
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16)};
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
     t_load = now_s() - t_load;
     cmf_model_info info;
@@ -331,18 +336,20 @@ int cmd_bench(int argc, char **argv) {
             printf(", \"arch\": ");
             put_json_str(info.arch_name);
             printf(", \"weight_bytes\": %llu, \"n_params\": %llu, "
-                   "\"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+                   "\"device\": \"%s\", \"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                    "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
-                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, nt,
+                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, device ? device : "cpu", nt,
                    cmf_cpu_level_name(cmf_cpu_level_detect()), name, np, ng, mean, sd);
             for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
             printf("], \"load_s\": %.3f, \"bytes_per_token\": %.0f, \"flops_per_token\": %.0f}",
                    t_load, bpt, fpt);
         } else {
-            printf("| %s | %.2f GiB | %.2f B | cpu %s | %d | %s | %.2f ± %.2f |\n",
+            char be[64];
+            if (device && strcmp(device, "cpu") != 0) snprintf(be, sizeof be, "%s", device);
+            else snprintf(be, sizeof be, "cpu %s", cmf_cpu_level_name(cmf_cpu_level_detect()));
+            printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f |\n",
                    info.arch_name ? info.arch_name : "?", (double)info.weight_bytes / (1 << 30),
-                   (double)info.n_params / 1e9, cmf_cpu_level_name(cmf_cpu_level_detect()), nt, name,
-                   mean, sd);
+                   (double)info.n_params / 1e9, be, nt, name, mean, sd);
         }
         fflush(stdout);
         first = false;

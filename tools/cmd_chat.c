@@ -58,6 +58,7 @@ static void usage(FILE *o) {
             "  -c, --ctx-size N      context size in tokens (default: min(4096, trained)); when the\n"
             "                        chat outgrows it, the oldest turns are dropped (the system prompt stays)\n"
             "  -t, --threads N       CPU threads (default: physical cores)\n"
+            "  --device D            cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
             "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, -s, --seed S\n"
             "  --greedy              argmax sampling (as --temp 0)\n"
             "  --load FILE           start from a saved conversation\n"
@@ -203,6 +204,7 @@ typedef struct chat_opts {
     int n_prompts;
     bool no_think, stats, escape;
     long n_predict, n_ctx, threads;
+    const char *device;     /* --device, NULL = cpu */
     cmf_sampler_params sp;
     cli_skill skill; /* --skill, --route (on the first message), --blend */
     cli_lora lora;  /* --lora, --lora-scaled */
@@ -241,6 +243,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
             if (!missing && !cli_parse_long(cmd, "-n", v, -1, 1 << 30, &o->n_predict)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing) || cli_flag_value(argc, argv, &i, "--ctx-size", &v, &missing)) {
             if (!missing && !cli_parse_long(cmd, "-c", v, 0, 1 << 24, &o->n_ctx)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (!missing) o->device = v;
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing) || cli_flag_value(argc, argv, &i, "--threads", &v, &missing)) {
             if (!missing && !cli_parse_long(cmd, "-t", v, 0, 1024, &o->threads)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "--temp", &v, &missing)) {
@@ -508,7 +512,7 @@ int cmd_chat(int argc, char **argv) {
     const char *tj = cmf_file_tokenizer_json(f, &tl);
     if (!tj || !tl) { fprintf(stderr, "cmf chat: %s: the file has no tokenizer\n", o.path); goto done; }
     if (cmf_tokenizer_load_json(tj, tl, &tok, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
-    cmf_model_params mp = {.n_threads = (int)o.threads, .n_ctx = (uint32_t)o.n_ctx};
+    cmf_model_params mp = {.n_threads = (int)o.threads, .backend = o.device, .n_ctx = (uint32_t)o.n_ctx};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
     uint32_t ws = 0;

@@ -31,13 +31,13 @@ static double now_s(void) {
 /* Open FILE and bind a model for a context of n_ctx tokens (0 = the
  * default; longrope models pick their factors by it); prints the error and
  * returns false on failure. */
-static bool open_model(const char *cmd, const char *path, int n_threads, uint32_t n_ctx, cmf_file **f,
-                       cmf_model **m) {
+static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t n_ctx,
+                       cmf_file **f, cmf_model **m) {
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
     if (!cli_open_file(cmd, path, f)) return false;
-    cmf_model_params mp = {.n_threads = n_threads, .backend = NULL, .n_ctx = n_ctx};
+    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .n_ctx = n_ctx};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         cmf_file_close(*f);
@@ -103,16 +103,17 @@ static bool write_npy_f32(const char *cmd, const char *path, const float *data, 
 /* ---- cmf logits -------------------------------------------------------- */
 
 static const char logits_help[] =
-    "usage: cmf logits FILE --tokens ID,ID,... -o OUT.npy [-t N] [--kv-f32]\n"
+    "usage: cmf logits FILE --tokens ID,ID,... -o OUT.npy [-t N] [--device D] [--kv-f32]\n"
     "  Runs the token ids through the model in one forward pass (one batch,\n"
     "  empty KV cache) and writes the logits of every position as a float32\n"
     "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
     "  -t N       threads (default: physical cores)\n"
+    "  --device D cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
     "  --kv-f32   keep the KV cache in float32 (default f16)\n"
     "%s";
 
 int cmd_logits(int argc, char **argv) {
-    const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *v;
+    const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *device = NULL, *v;
     cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
@@ -126,6 +127,7 @@ int cmd_logits(int argc, char **argv) {
         if (wf > 0) continue;
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
+        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (!v || !cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return missing ? cli_usage_error(cmd, "-t needs a value") : CLI_EXIT_USAGE;
         } else if (strcmp(argv[i], "--kv-f32") == 0) kv_f32 = true;
@@ -142,7 +144,7 @@ int cmd_logits(int argc, char **argv) {
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -224,7 +226,7 @@ cmf_status cli_ppl_eval(cmf_model *m, cmf_kv_cache *kv, const int32_t *ids, size
 }
 
 static const char ppl_help[] =
-    "usage: cmf ppl FILE --file TEXT [-c N] [-b N] [-t N] [--kv-f32]\n"
+    "usage: cmf ppl FILE --file TEXT [-c N] [-b N] [-t N] [--device D] [--kv-f32]\n"
     "  Perplexity of a text file. Definition (exactly):\n"
     "    ids = tokenize(whole file, add_special_tokens=false)\n"
     "    split ids into non-overlapping windows of N tokens (-c, default 512);\n"
@@ -236,11 +238,12 @@ static const char ppl_help[] =
     "  -b N       tokens per forward batch inside a window (default 64; bounds the\n"
     "             logits scratch to N x vocab floats)\n"
     "  -t N       threads (default: physical cores)\n"
+    "  --device D cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
     "  --kv-f32   keep the KV cache in float32 (default f16)\n"
     "%s";
 
 int cmd_ppl(int argc, char **argv) {
-    const char *cmd = "ppl", *file = NULL, *text = NULL, *v;
+    const char *cmd = "ppl", *file = NULL, *text = NULL, *device = NULL, *v;
     long threads = 0, ctx = 512, nb = 64;
     bool kv_f32 = false, missing = false;
     cli_skill so;
@@ -253,6 +256,7 @@ int cmd_ppl(int argc, char **argv) {
         if (wf > 0) continue;
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
+        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
         else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
             if (v && !cli_parse_long(cmd, "-c", v, 2, 1 << 24, &ctx)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "-b", &v, &missing)) {
@@ -273,7 +277,7 @@ int cmd_ppl(int argc, char **argv) {
     if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) { cli_lora_free(&lo); return cli_fail(cmd, &err); }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
     uint32_t ws = 0;
     cmf_tokenizer *tok = NULL;
@@ -345,6 +349,7 @@ static const char run_help[] =
     "  -s, --seed S            RNG seed (default: random, reported on stderr)\n"
     "  --greedy                argmax sampling\n"
     "  -t, --threads N         threads (default: physical cores)\n"
+    "  --device D              cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
     "  -c, --ctx-size N        KV cache capacity in tokens (default min(4096, training context));\n"
     "                          a longer prompt is an error\n"
     "  --raw                   no chat template (default)\n"
@@ -424,7 +429,7 @@ static bool probs_cb(int32_t id, const float *probs, uint32_t n_vocab, void *use
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *cmd = "run", *file = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *v;
+    const char *cmd = "run", *file = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *device = NULL, *v;
     long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64, n_probs = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     unsigned long long seed = 0;
@@ -471,6 +476,11 @@ int cmd_run(int argc, char **argv) {
         NUMFLAG("--frequency-penalty", NULL, cli_parse_double(cmd, flag, v, -100.0, 100.0, &freq))
         NUMFLAG("-s", "--seed", (has_seed = true, cli_parse_u64(cmd, flag, v, &seed)))
 #undef NUMFLAG
+        if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
+            device = v;
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) ||
             cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
             if (v && strcmp(v, "-") == 0) prompt_file = v; /* stdin */
@@ -525,7 +535,7 @@ int cmd_run(int argc, char **argv) {
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
     rc = CLI_EXIT_FAIL;
     cmf_error err = {0};
     cmf_tokenizer *tok = NULL;

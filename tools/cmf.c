@@ -37,6 +37,7 @@ static const command commands[] = {
     {"skill", cmd_skill, "skills: add, list, remove, export, apply, fit, route, quality"},
     {"lora", cmd_lora, "import a PEFT LoRA adapter (file or low-rank skill), describe one"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (many requests at once)"},
+    {"devices", cmd_devices, "list the devices --device accepts (cpu, Vulkan GPUs)"},
 };
 
 static void usage(FILE *out) {

@@ -226,7 +226,15 @@ typedef struct cmf_backend_ops {
      * to the type (q8: scale = max|x| / 127, round to nearest). */
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
+    /* Optional (NULL: nothing to do, the CPU): called once when a model is
+     * loaded on the backend, with its file, layer count and the features
+     * it needs (CMF_BE_NEEDS_*). A device backend uploads the weights here
+     * and refuses what it cannot run. Errors: CMF_ERR_UNSUPPORTED (a dtype
+     * or feature not implemented, naming it), CMF_ERR_NOMEM (the weights do
+     * not fit: the message says how many layers would), CMF_ERR_IO. */
+    cmf_status (*prepare)(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t needs, cmf_error *err);
 } cmf_backend_ops;
+#define CMF_BE_NEEDS_MOE 1u
 
 struct cmf_backend {
     const cmf_backend_ops *ops;
@@ -244,5 +252,10 @@ cmf_status cmf_backend_cpu_new(int n_threads, cmf_backend **out, cmf_error *err)
  * NULL when b is NULL or not the CPU backend. */
 struct cmf_cpu_pool;
 struct cmf_cpu_pool *cmf_backend_cpu_pool(cmf_backend *b);
+
+/* The Vulkan backend on physical device `index` (vulkan.c; builds with
+ * CMF_VULKAN). Errors: CMF_ERR_UNSUPPORTED (no Vulkan, no such device,
+ * a device without the features it needs), CMF_ERR_NOMEM. */
+cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err);
 
 #endif /* CMF_BACKEND_H */

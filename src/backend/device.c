@@ -1,7 +1,9 @@
 /*
  * device.c — cmf_device (cmf/device.h): parses a device spec and owns the
  * backend that every model placed on the device uses (the CPU backend's
- * thread pool today). Models loaded without a device get a private one.
+ * thread pool, or a Vulkan device: src/backend/vulkan/). Models loaded
+ * without a device get a private CPU one. Lists the devices this build can
+ * open (cmf_device_list).
  */
 #include "cmf/device.h"
 
@@ -9,6 +11,7 @@
 #include "backend/cpu/cpu.h"
 
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,13 +20,70 @@ struct cmf_device {
     char desc[96];
 };
 
+#ifdef CMF_HAVE_VULKAN
+cmf_status cmf_vk_list(cmf_device_info *out, size_t cap, size_t *n, cmf_error *err);
+const char *cmf_backend_vulkan_name(cmf_backend *b);
+#define HAVE_SPECS "cpu, cpu:t=N, vulkan, vulkan:N"
+#else
+#define HAVE_SPECS "cpu, cpu:t=N"
+#endif
+
+/* "vulkan" or "vulkan:N" */
+static cmf_status open_vulkan(const char *spec, cmf_device **out, cmf_error *err) {
+    long idx = 0;
+    if (spec[6] == ':') {
+        char *end = NULL;
+        idx = strtol(spec + 7, &end, 10);
+        if (end == spec + 7 || *end || idx < 0 || idx > 64)
+            return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": N of vulkan:N must be an integer in [0, 64]", spec);
+    } else if (spec[6] != 0) {
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": not available (have: " HAVE_SPECS ")", spec);
+    }
+#ifdef CMF_HAVE_VULKAN
+    cmf_device *d = calloc(1, sizeof *d);
+    if (!d) return cmf_error_set(err, CMF_ERR_NOMEM, "device: out of memory");
+    cmf_status st = cmf_backend_vulkan_new((int)idx, &d->be, err);
+    if (st != CMF_OK) {
+        free(d);
+        return cmf_error_prefix(err, "device \"%s\"", spec);
+    }
+    snprintf(d->desc, sizeof d->desc, "vulkan:%ld (%s)", idx, cmf_backend_vulkan_name(d->be));
+    *out = d;
+    return CMF_OK;
+#else
+    (void)out;
+    return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": this build has no Vulkan backend (CMF_VULKAN=OFF)",
+                         spec);
+#endif
+}
+
+cmf_status cmf_device_list(cmf_device_info *out, size_t cap, size_t *n, cmf_error *err) {
+    if (!n) return cmf_error_set(err, CMF_ERR_ARG, "cmf_device_list: n is NULL");
+    *n = 0;
+    if (cap > 0 && out) {
+        memset(&out[0], 0, sizeof out[0]);
+        snprintf(out[0].spec, sizeof out[0].spec, "cpu");
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(out[0].name, sizeof out[0].name, "host CPU (%ld logical cores)", nc);
+    }
+    *n = 1;
+#ifdef CMF_HAVE_VULKAN
+    size_t nv = 0;
+    cmf_status st = cmf_vk_list(out && cap > 1 ? out + 1 : NULL, out && cap > 1 ? cap - 1 : 0, &nv, err);
+    if (st) return st;
+    *n += nv;
+#endif
+    return CMF_OK;
+}
+
 cmf_status cmf_device_open(const char *spec, cmf_device **out, cmf_error *err) {
     if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_device_open: out is NULL");
     *out = NULL;
     if (!spec || !*spec) spec = "cpu";
     int threads = 0;
+    if (strncmp(spec, "vulkan", 6) == 0) return open_vulkan(spec, out, err);
     if (strncmp(spec, "cpu", 3) != 0 || (spec[3] != 0 && spec[3] != ':'))
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": not available (have: cpu, cpu:t=N)", spec);
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": not available (have: " HAVE_SPECS ")", spec);
     if (spec[3] == ':') {
         const char *opt = spec + 4;
         char *end = NULL;

@@ -138,6 +138,7 @@ struct cmf_model {
     cmf_rope_table rope_global, rope_local;
     cmf_backend *be;
     bool own_be;                 /* false: the backend is a shared device's */
+    struct cmf_device *own_dev;  /* a private device opened from params->backend, or NULL */
     /* decoded small vectors, freed with the model */
     float **vecs;
     size_t n_vecs, cap_vecs;

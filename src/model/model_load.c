@@ -428,8 +428,10 @@ cmf_status cmf_model_load_layer(cmf_model *m, uint32_t il, const cJSON *layer_ty
 cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf_model **out,
                           cmf_error *err) {
     *out = NULL;
-    if (params && !params->device && params->backend && strcmp(params->backend, "cpu") != 0)
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend \"%s\" not available (have: cpu)",
+    bool dev_spec = params && !params->device && params->backend && *params->backend &&
+                    strcmp(params->backend, "cpu") != 0; /* a private non-default device */
+    if (dev_spec && strncmp(params->backend, "vulkan", 6) != 0)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend \"%s\" not available (have: cpu, vulkan[:N])",
                              params->backend);
     const cJSON *hdr = cmf_file_header(f);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(hdr, "arch");
@@ -477,10 +479,16 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
         m->decode_bytes -= m->tok_embd->nbytes - m->tok_embd->nbytes / m->tok_embd->shape[0];
     if (params && params->device) {
         m->be = cmf_device_backend(params->device);
+    } else if (dev_spec) {
+        if ((st = cmf_device_open(params->backend, &m->own_dev, err))) goto fail;
+        m->be = cmf_device_backend(m->own_dev);
     } else {
         if ((st = cmf_backend_cpu_new(params ? params->n_threads : 0, &m->be, err))) goto fail;
         m->own_be = true;
     }
+    if (m->be->ops->prepare && /* a device backend: upload the weights now */
+        (st = m->be->ops->prepare(m->be, f, m->hp.n_layer, m->hp.n_expert ? CMF_BE_NEEDS_MOE : 0, err)))
+        goto fail;
     *out = m;
     return CMF_OK;
 fail:
@@ -492,6 +500,7 @@ void cmf_model_free(cmf_model *m) {
     if (!m) return;
     if (m->be) cmf_model_scratch_free(m);
     if (m->be && m->own_be) m->be->ops->free(m->be);
+    cmf_device_free(m->own_dev);
     if (m->layers)
         for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)m->layers[il].e_gate);
     free(m->layers);

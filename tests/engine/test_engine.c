@@ -10,6 +10,8 @@
  *
  * Model: models/demo/demo-base.cmf (shipped with the repository, q8).
  * CMF_TEST_QUICK=1 (sanitizer builds) runs fewer sequences;
+ * CMF_TEST_DEVICE=vulkan runs it on that device (cmf_model_params.backend;
+ * 24 sequences on demo-draft.cmf: lavapipe is slow; skips without one);
  * CMF_TEST_TSAN=1 (the ThreadSanitizer build, where every load is
  * instrumented) runs the threads part alone on the small demo-draft.cmf.
  */
@@ -428,22 +430,26 @@ static void run_kept(cmf_model *m, const cmf_tokenizer *tok, const spec *s0, con
 int main(void) {
     char path[4096];
     bool tsan = getenv("CMF_TEST_TSAN") != NULL;
-    snprintf(path, sizeof path, "%s/models/demo/%s", CMF_SOURCE_DIR, tsan ? "demo-draft.cmf" : "demo-base.cmf");
+    const char *device = getenv("CMF_TEST_DEVICE");
+    if (device && !*device) device = NULL;
+    snprintf(path, sizeof path, "%s/models/demo/%s", CMF_SOURCE_DIR,
+             tsan || device ? "demo-draft.cmf" : "demo-base.cmf");
     cmf_error err;
     cmf_file *f = NULL;
     cmf_model *m = NULL;
     cmf_tokenizer *tok = NULL;
     cmf_status st = cmf_file_open(path, &f, &err);
     if (st != CMF_OK) TEST_SKIP("%s: %s", path, err.msg);
-    cmf_model_params mp = {.n_threads = 2};
+    cmf_model_params mp = {.n_threads = 2, .backend = device};
     st = cmf_model_load(f, &mp, &m, &err);
+    if (device && st == CMF_ERR_UNSUPPORTED) TEST_SKIP("device %s: %s", device, err.msg);
     REQUIRE(st == CMF_OK, "model: %s", err.msg);
     st = cmf_tokenizer_load_path(path, &tok, &err);
     REQUIRE(st == CMF_OK, "tokenizer: %s", err.msg);
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
-    int n = tsan ? 32 : quick ? 24 : 64;
+    int n = tsan ? 32 : quick || device ? 24 : 64;
     spec *sp = calloc((size_t)n, sizeof *sp);
     rec *want = calloc((size_t)n, sizeof *want);
     REQUIRE(sp && want, "out of memory");

@@ -8,6 +8,7 @@
 #define CMF_TEST_MODEL_UTIL_H
 
 #include "cmf.h"
+#include "npy.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -39,6 +40,39 @@ static inline int mu_read_ids(const char *path, const char *key, int32_t **ids, 
     cJSON_ArrayForEach(e, a)(*ids)[i++] = (int32_t)e->valuedouble;
     cJSON_Delete(j);
     return 0;
+}
+
+/* The references of parity folder dir/name (tokens.json input_ids,
+ * greedy.json greedy_new_ids, logits.npy); 0 on success, else the path that
+ * failed is printed. */
+static inline int mu_parity_refs(const char *dir, const char *name, int32_t **ids, size_t *n, int32_t **greedy,
+                                 size_t *ng, npy_f32 *ref) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s/tokens.json", dir, name);
+    int rc = mu_read_ids(path, "input_ids", ids, n);
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/%s/greedy.json", dir, name);
+        rc = mu_read_ids(path, "greedy_new_ids", greedy, ng);
+    }
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/%s/logits.npy", dir, name);
+        rc = npy_read_f32(path, ref);
+    }
+    if (rc) fprintf(stderr, "cannot read %s\n", path);
+    return rc;
+}
+
+/* Parity folder data/parity/arch converted at quant (cmf_convert_hf) to
+ * out, then opened into *f (NULL on error). */
+static inline cmf_status mu_parity_convert(const char *data, const char *arch, const char *quant, const char *out,
+                                           cmf_file **f, cmf_error *err) {
+    char src[8192];
+    snprintf(src, sizeof src, "%s/parity/%s", data, arch);
+    cmf_import_opts o = {.quant = quant};
+    *f = NULL;
+    cmf_status st = cmf_convert_hf(src, out, &o, err);
+    if (st) return cmf_error_prefix(err, "convert");
+    return cmf_file_open(out, f, err);
 }
 
 /* Logits of every position of ids (one batch from an empty cache) into

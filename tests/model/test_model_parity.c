@@ -25,19 +25,16 @@
 
 static void check_quant(const char *data, const char *arch, const char *quant, const int32_t *ids, size_t n,
                         const npy_f32 *ref, const int32_t *greedy_ref, size_t n_greedy) {
-    char src[8192], out[8192];
-    snprintf(src, sizeof src, "%s/parity/%s", data, arch);
+    char out[8192];
     snprintf(out, sizeof out, "%s/%s-%s.cmf", test_tmp_dir("model_parity"), arch, quant);
     cmf_error err = {0};
-    cmf_import_opts o = {.quant = quant};
-    cmf_status st = cmf_convert_hf(src, out, &o, &err);
-    CHECK(st == CMF_OK, "%s %s: convert: %s", arch, quant, err.msg);
-    if (st) return;
     cmf_file *f = NULL;
+    cmf_status st = mu_parity_convert(data, arch, quant, out, &f, &err);
+    CHECK(st == CMF_OK, "%s %s: %s", arch, quant, err.msg);
+    if (st) return;
     cmf_model *m = NULL;
     cmf_device *dev = NULL; /* its pool's level is switched to ref below */
-    st = cmf_file_open(out, &f, &err);
-    if (!st) st = cmf_device_open("cpu:t=2", &dev, &err);
+    st = cmf_device_open("cpu:t=2", &dev, &err);
     if (!st) st = cmf_model_load(f, &(cmf_model_params){.device = dev}, &m, &err);
     CHECK(st == CMF_OK, "%s %s: load: %s", arch, quant, err.msg);
     if (!st) {
@@ -99,15 +96,7 @@ int main(void) {
         int32_t *ids = NULL, *greedy = NULL;
         size_t n = 0, ng = 0;
         npy_f32 ref;
-        snprintf(path, sizeof path, "%s/%s/tokens.json", dir, e->d_name);
-        int rc = mu_read_ids(path, "input_ids", &ids, &n);
-        REQUIRE(rc == 0, "%s", path);
-        snprintf(path, sizeof path, "%s/%s/greedy.json", dir, e->d_name);
-        rc = mu_read_ids(path, "greedy_new_ids", &greedy, &ng);
-        REQUIRE(rc == 0, "%s", path);
-        snprintf(path, sizeof path, "%s/%s/logits.npy", dir, e->d_name);
-        rc = npy_read_f32(path, &ref);
-        REQUIRE(rc == 0, "%s", path);
+        REQUIRE(mu_parity_refs(dir, e->d_name, &ids, &n, &greedy, &ng, &ref) == 0, "%s: references", e->d_name);
         const char *quants[] = {"f32", "f16", "q8"};
         for (int q = 0; q < 3; q++) check_quant(data, e->d_name, quants[q], ids, n, &ref, greedy, ng);
         npy_free(&ref);

@@ -5,15 +5,23 @@
 # counts the prompt in its 200 steps, so the reference is a prefix of
 # prompt + our output), both imports must give identical output, and
 # `cmf logits` of the first 8 positions must match llama2.c's logits.
+# CMF_TEST_DEVICE=vulkan runs both commands with --device vulkan
+# (test_stories260k_vulkan; skips without such a device).
 # Usage: bash test_stories260k.sh <cmf> <source dir> <build dir>. Exit 77 = skip.
 set -u
 cmf=$1 src=$2 bld=$3
+dev=${CMF_TEST_DEVICE:-}
+devflag=()
+if [ -n "$dev" ]; then
+    "$cmf" devices 2>/dev/null | grep -q "^${dev%%:*}" || { echo "SKIP: no $dev device"; exit 77; }
+    devflag=(--device "$dev")
+fi
 data=${CMF_SHARED_DATA:-$src/../shared/data}
 ref=$data/expected/stories260K_llama2c_reference.json
 [ -f "$ref" ] || { echo "SKIP: no shared data"; exit 77; }
 py=/usr/bin/python3
 [ -x $py ] || py=python3
-tmp=$bld/tmp_stories260k
+tmp=$bld/tmp_stories260k${dev:+_$dev}
 mkdir -p "$tmp"
 fail=0
 m=$data/models/stories260K
@@ -23,7 +31,7 @@ m=$data/models/stories260K
     || { echo "FAIL: import-llama2c"; exit 1; }
 
 for f in gguf l2c; do
-    "$cmf" run "$tmp/$f.cmf" --greedy -n 200 -p "Once upon a time" --echo -t 2 >"$tmp/$f.out" 2>"$tmp/$f.err" \
+    "$cmf" run "$tmp/$f.cmf" --greedy -n 200 -p "Once upon a time" --echo -t 2 "${devflag[@]}" >"$tmp/$f.out" 2>"$tmp/$f.err" \
         || { echo "FAIL: cmf run $f: $(cat "$tmp/$f.err")"; fail=1; continue; }
     $py - "$ref" "$tmp/$f.out" <<'PY' || { echo "FAIL: $f output does not start with the reference"; fail=1; }
 import json, sys
@@ -40,7 +48,7 @@ cmp -s "$tmp/gguf.out" "$tmp/l2c.out" || { echo "FAIL: GGUF and llama2.c imports
 # logits of the first 8 positions vs llama2.c
 toks=$($py -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['reference_logits']['inputs'])))" "$ref")
 for f in gguf l2c; do
-    "$cmf" logits "$tmp/$f.cmf" --tokens "$toks" -o "$tmp/$f.npy" --kv-f32 -t 2 || { echo "FAIL: cmf logits $f"; fail=1; continue; }
+    "$cmf" logits "$tmp/$f.cmf" --tokens "$toks" -o "$tmp/$f.npy" --kv-f32 -t 2 "${devflag[@]}" || { echo "FAIL: cmf logits $f"; fail=1; continue; }
     $py - "$ref" "$tmp/$f.npy" <<'PY' || { echo "FAIL: $f logits differ from llama2.c"; fail=1; }
 import json, sys, numpy as np
 ref = np.array(json.load(open(sys.argv[1]))["reference_logits"]["logits"], dtype=np.float32)

@@ -1,0 +1,110 @@
+/*
+ * vk_bench.c — the Vulkan device's two numbers the backend is designed
+ * from (docs/VULKAN.md), measured in one process:
+ *   dispatch: N tiny dependent dispatches (add_scaled on 64 floats, each
+ *     reading the previous one's output, a barrier between) in one command
+ *     buffer and one submission, then a read of 4 bytes (as a decode step
+ *     ends): us per dispatch from the slope between N = 10 and N = 2000,
+ *     and the fixed cost of a step of one dispatch (N = 1);
+ *   read bandwidth: shaders/probe.comp streaming a buffer of --mib MiB with
+ *     uvec4 loads, best of 5 (GB/s) — the decode roofline.
+ * Usage: build/bench/vk_bench [--device N] [--mib M] (default 0, 4096).
+ * Prints one line per figure and a JSON line at the end.
+ */
+#include "backend/vulkan/vk.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* seconds for one step of n dependent add_scaled dispatches (best of reps) */
+static double chain(cmf_backend *b, float *y, float *x, int n, int reps) {
+    double best = 1e30;
+    cmf_error err = {0};
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        b->ops->begin(b);
+        for (int i = 0; i < n; i++) b->ops->add_scaled(b, y, x, 64, 1.0f);
+        if (b->ops->submit(b, &err) != CMF_OK) {
+            fprintf(stderr, "vk_bench: %s\n", err.msg);
+            exit(1);
+        }
+        float one;
+        b->ops->read(b, &one, y, 1); /* runs the step (its copy joins the submission), as a decode step does */
+        t = now_s() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int dev = 0;
+    long mib = 4096;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) dev = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = atol(argv[++i]);
+        else {
+            fprintf(stderr, "usage: vk_bench [--device N] [--mib M]\n");
+            return 2;
+        }
+    }
+    cmf_backend *b = NULL;
+    cmf_error err = {0};
+    if (cmf_backend_vulkan_new(dev, &b, &err) != CMF_OK) {
+        fprintf(stderr, "vk_bench: %s\n", err.msg);
+        return 1;
+    }
+    vk_ctx *vk = b->ctx;
+    printf("device: %s (subgroup %u)\n", vk->name, vk->subgroup);
+    float *x = b->ops->alloc(b, 64), *y = b->ops->alloc(b, 64);
+    chain(b, y, x, 10, 2); /* pipeline creation, first-use costs */
+    double t1 = chain(b, y, x, 1, 20), t10 = chain(b, y, x, 10, 10), t2000 = chain(b, y, x, 2000, 5);
+    double per = (t2000 - t10) / 1990.0;
+    printf("dispatch boundary: %.2f us per dependent dispatch (slope 10..2000), one-dispatch step %.1f us\n",
+           per * 1e6, t1 * 1e6);
+    /* read bandwidth */
+    uint64_t bytes = (uint64_t)mib << 20;
+    if (bytes / 16 >= (1ull << 32)) bytes = ((1ull << 32) - 1) * 16 / (1u << 20) * (1u << 20);
+    void *buf = cmf_vk_alloc(vk, bytes, true);
+    uint32_t *out = (uint32_t *)b->ops->alloc(b, 4);
+    double bw = 0;
+    if (!buf) {
+        printf("read bandwidth: could not allocate %ld MiB\n", mib);
+    } else {
+        struct { uint64_t src, dst; uint32_t n16, stride; } p = {cmf_vk_addr(vk, buf), cmf_vk_addr(vk, out),
+                                                                  (uint32_t)(bytes / 16), 0};
+        uint32_t groups = 4096, wg = 256;
+        p.stride = groups * wg;
+        double best = 1e30;
+        for (int r = 0; r < 6; r++) {
+            double t = now_s();
+            cmf_vk_begin(vk);
+            cmf_vk_dispatch(vk, VK_SH_PROBE, wg, 0, 0, &p, sizeof p, groups, 1, 1);
+            if (cmf_vk_submit(vk, &err) != CMF_OK) {
+                fprintf(stderr, "vk_bench: %s\n", err.msg);
+                return 1;
+            }
+            float one;
+            b->ops->read(b, &one, (const float *)out, 1);
+            t = now_s() - t - t1; /* minus a one-dispatch step's fixed cost */
+            if (r > 0 && t < best) best = t;
+        }
+        bw = (double)bytes / (best > 0 ? best : 1e-9) / 1e9;
+        printf("read bandwidth: %.1f GB/s (%.0f MiB, best of 5, step overhead subtracted)\n", bw, bytes / 1048576.0);
+        cmf_vk_free(vk, buf);
+    }
+    printf("{\"device\": \"%s\", \"dispatch_us\": %.3f, \"step_us\": %.1f, \"read_gbps\": %.1f}\n", vk->name,
+           per * 1e6, t1 * 1e6, bw);
+    b->ops->release(b, x);
+    b->ops->release(b, y);
+    b->ops->release(b, (float *)out);
+    b->ops->free(b);
+    return 0;
+}

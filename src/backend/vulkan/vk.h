@@ -1,0 +1,208 @@
+/*
+ * vk.h — internals of the Vulkan backend (src/backend/vulkan/), shared by
+ * its two files: vk_device.c (instance and device selection, device memory
+ * and its suballocator, the fake address space of the model's opaque
+ * pointers, pipelines and the on-disk pipeline cache, command recording,
+ * staging, weight upload) and vk_ops.c (the cmf_backend_ops table).
+ *
+ * Memory model (docs/VULKAN.md):
+ *   - Device memory comes in blocks (VkBuffer + VkDeviceMemory, device-local,
+ *     buffer device address); allocations are ranges of a block (first fit,
+ *     256-byte aligned, coalescing free list).
+ *   - Every block also owns a range of a PROT_NONE host address reservation
+ *     (mmap), so the "pointers" handed to the model are unique, never
+ *     collide with host memory, support pointer arithmetic, and map back to
+ *     (block, offset) and to a device address: addr = block.addr + (p - block.va).
+ *   - Shaders reach every buffer through device addresses in push constants
+ *     (GL_EXT_buffer_reference): no descriptor sets.
+ *   - Per-step host data (token ids, positions' cos/sin, page tables, KV
+ *     slots, masks) is written at record time into a host-visible arena
+ *     that lives until the step's submission has completed.
+ *   - Weights: one device copy per tensor payload, keyed by its host data
+ *     pointer, uploaded at load (prepare) or on first use; small host
+ *     float vectors (norm weights, biases) are uploaded on first use and
+ *     matched by pointer, length and content.
+ *
+ * Thread-safety: a backend is used by one thread at a time (cmf/device.h).
+ */
+#ifndef CMF_BACKEND_VK_H
+#define CMF_BACKEND_VK_H
+
+#include "backend/backend.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+/* The shaders (shaders/<name>.comp), embedded as SPIR-V. */
+typedef enum vk_shader {
+    VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
+    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_COUNT
+} vk_shader;
+
+/* Element-wise ops of shaders/eltwise.comp. */
+enum { VK_EW_ADD_SCALED, VK_EW_SOFTCAP, VK_EW_SCALE, VK_EW_ADD_ROWS, VK_EW_COPY, VK_EW_FILL, VK_EW_GLU,
+       VK_EW_GATHER, VK_EW_GATE_ADD };
+
+typedef struct vk_block {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceAddress addr;
+    uint64_t size;
+    uintptr_t va;        /* start of its host address range */
+    void *map;           /* host mapping (host-visible blocks), else NULL */
+    uint64_t *free_off, *free_len; /* sorted free ranges */
+    uint32_t n_free, cap_free;
+} vk_block;
+
+typedef struct vk_alloc_rec {
+    uintptr_t va;
+    uint64_t size;
+    uint32_t block;
+} vk_alloc_rec;
+
+typedef struct vk_weight {
+    const void *host;   /* tensor payload in the mapping (the key) */
+    uint64_t nbytes;
+    uint64_t sample;    /* hash of dtype, size and the payload's first/last bytes: a
+                           freed mapping reused for another tensor is re-uploaded */
+    VkDeviceAddress addr;
+    uintptr_t va;
+} vk_weight;
+
+typedef struct vk_vec {
+    const float *host;
+    size_t count;
+    float *copy;        /* the content it was uploaded with */
+    VkDeviceAddress addr;
+} vk_vec;
+
+typedef struct vk_pipe {
+    vk_shader sh;
+    uint32_t spec[3];
+    VkPipeline p;
+} vk_pipe;
+
+typedef struct vk_arena_chunk {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceAddress addr;
+    uint8_t *map;
+    uint64_t size, used;
+} vk_arena_chunk;
+
+typedef struct vk_ctx {
+    VkInstance inst;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties memprops;
+    uint32_t mt_device, mt_host; /* memory type indices */
+    uint64_t heap_bytes;         /* the device-local heap */
+    VkCommandPool cpool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkPipelineLayout layout;
+    VkPipelineCache pcache;
+    VkShaderModule mods[VK_SH_COUNT];
+    char cache_path[1024];
+    vk_pipe pipes[64];
+    uint32_t n_pipes;
+    uint32_t subgroup;
+    bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */
+
+    /* address space */
+    uint8_t *va_base;
+    uint64_t va_size, va_used;
+    vk_block *blocks;
+    uint32_t n_blocks, cap_blocks;
+    vk_alloc_rec *allocs;
+    uint32_t n_allocs, cap_allocs;
+
+    /* host-visible memory */
+    vk_arena_chunk *arena;
+    uint32_t n_arena, cap_arena;
+    VkBuffer stage_buf;
+    VkDeviceMemory stage_mem;
+    uint8_t *stage_map;
+    uint64_t stage_size;
+
+    /* weights and small vectors */
+    vk_weight *weights;          /* open addressing, cap a power of two */
+    uint32_t n_weights, cap_weights;
+    vk_vec *vecs;
+    uint32_t n_vecs, cap_vecs;
+
+    /* the step */
+    bool recording, immediate;
+    bool pending;                /* submitted by the model, not yet run: the next read adds its
+                                    copy and runs it (one queue submission a step); any other
+                                    op, begin or free runs it first */
+    bool no_barrier;             /* the next dispatch is independent of the one after it */
+    uint32_t n_dispatch;         /* dispatches recorded in this step */
+    VkPipeline bound;            /* bound in the open command buffer */
+    cmf_status err_st;           /* first error of the recorded work */
+    char err_msg[256];
+    char name[256];
+
+    /* CMF_VK_PROFILE=1: a timestamp after every dispatch of the step's
+     * command buffer; GPU time per shader, printed when the backend is freed */
+    bool profile;
+    VkQueryPool qpool;
+    VkCommandBuffer main_cmd;
+    uint32_t n_q;
+    uint8_t q_sh[4096];
+    double prof_ns[VK_SH_COUNT];
+    uint64_t prof_n[VK_SH_COUNT], prof_steps;
+    float ts_period;             /* ns per timestamp tick */
+} vk_ctx;
+
+/* vk_device.c */
+cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err);
+void cmf_vk_ctx_free(vk_ctx *vk);
+/* Sticky error of the step (the first one wins); returns st. */
+cmf_status cmf_vk_fail(vk_ctx *vk, cmf_status st, const char *fmt, ...);
+/* Device buffer of bytes (zeroed when zero); a host-range pointer, NULL on OOM. */
+void *cmf_vk_alloc(vk_ctx *vk, uint64_t bytes, bool zero);
+void cmf_vk_free(vk_ctx *vk, void *p);
+/* The block and byte offset of a pointer inside an allocation; false for
+ * host memory. */
+bool cmf_vk_lookup(const vk_ctx *vk, const void *p, uint32_t *block, uint64_t *off);
+/* Device address of a backend pointer, or 0 for host memory. */
+VkDeviceAddress cmf_vk_addr(const vk_ctx *vk, const void *p);
+/* Host bytes into the step's arena: returns the host copy's device address
+ * (0 and a sticky error when out of memory). */
+VkDeviceAddress cmf_vk_arena_put(vk_ctx *vk, const void *data, uint64_t bytes);
+/* Room for bytes in the arena: host pointer and its device address. */
+void *cmf_vk_arena_get(vk_ctx *vk, uint64_t bytes, VkDeviceAddress *addr);
+/* Recording: ensure a command buffer is open (an op outside begin/submit
+ * runs immediately: opened here, flushed by cmf_vk_op_end). */
+bool cmf_vk_op_begin(vk_ctx *vk);
+void cmf_vk_op_end(vk_ctx *vk);
+void cmf_vk_begin(vk_ctx *vk);
+cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err);
+/* One dispatch of shader sh (spec constants 0 WG, 1 DT = dt & 0xffff,
+ * 2 NT, 3 = dt >> 16) with push data, followed by a barrier for the next
+ * dispatch (unless vk->no_barrier was set: the caller's next dispatch
+ * neither reads nor writes what this one writes). */
+void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
+                     uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz);
+/* Copy between backend buffers / host inside the recording. */
+void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t bytes);
+void cmf_vk_write_rec(vk_ctx *vk, void *dst, const void *src, uint64_t bytes);
+/* Device -> host, synchronously (flushes the recording first). */
+cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err);
+/* Device copy of a weight payload (uploaded now if absent). Errors:
+ * CMF_ERR_UNSUPPORTED (dtype, size), CMF_ERR_NOMEM. */
+cmf_status cmf_vk_weight(vk_ctx *vk, const cmf_tensor *t, VkDeviceAddress *out, cmf_error *err);
+/* Device copy of a small host float vector (see the file comment). */
+VkDeviceAddress cmf_vk_vec(vk_ctx *vk, const float *host, size_t count);
+/* Whether the backend runs this dtype (and its name list for errors). */
+bool cmf_vk_dtype_ok(cmf_dtype dt);
+/* Upload every tensor of a file with a progress bar; error when the
+ * weights do not fit, with the number of layers that would. */
+cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, cmf_error *err);
+
+#endif /* CMF_BACKEND_VK_H */

@@ -1,0 +1,1118 @@
+/*
+ * vk_device.c — the Vulkan backend's device layer (vk.h): instance and
+ * physical-device selection, device memory blocks with a first-fit
+ * suballocator, the reserved host address range that names them, the
+ * host-visible arena and staging buffers, pipelines (one per shader and
+ * specialization, cached on disk), command recording with one submission
+ * per step, and weight upload.
+ *
+ * Requirements of a device: Vulkan 1.2 with bufferDeviceAddress,
+ * storageBuffer8BitAccess, storageBuffer16BitAccess, shaderInt8,
+ * shaderInt16 and shaderInt64 (lavapipe, NVIDIA, AMD and Intel drivers
+ * have them).
+ */
+#include "backend/vulkan/vk.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
+    cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
+    cmf_vk_spv_matmul_tiled[];
+extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
+    cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
+    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size;
+
+#define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
+#define ALIGN 256ull
+#define ARENA_MIN (4ull << 20)
+#define STAGE_MAX (64ull << 20) /* staging chunk for uploads and reads */
+#define PUSH_MAX 128u
+
+cmf_status cmf_vk_fail(vk_ctx *vk, cmf_status st, const char *fmt, ...) {
+    if (vk->err_st == CMF_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(vk->err_msg, sizeof vk->err_msg, fmt, ap);
+        va_end(ap);
+        vk->err_st = st;
+    }
+    return st;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* ---- instance and device ----------------------------------------------- */
+
+static cmf_status make_instance(VkInstance *inst, cmf_error *err) {
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "cmf",
+                             .apiVersion = VK_API_VERSION_1_2};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    VkResult r = vkCreateInstance(&ci, NULL, inst);
+    if (r != VK_SUCCESS)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan: no Vulkan driver (vkCreateInstance: %d)", (int)r);
+    return CMF_OK;
+}
+
+static bool has_ext(VkPhysicalDevice pd, const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkExtensionProperties *e = malloc(n * sizeof *e);
+    if (!e) return false;
+    bool found = false;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = strcmp(e[i].extensionName, name) == 0;
+    free(e);
+    return found;
+}
+
+static void describe(VkPhysicalDevice pd, cmf_device_info *d, int index) {
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+    memset(d, 0, sizeof *d);
+    snprintf(d->spec, sizeof d->spec, "vulkan:%d", index);
+    snprintf(d->name, sizeof d->name, "%s", p2.properties.deviceName);
+    uint32_t v = p2.properties.apiVersion;
+    snprintf(d->api, sizeof d->api, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v),
+             VK_API_VERSION_PATCH(v));
+    for (uint32_t h = 0; h < mp.memoryHeapCount; h++)
+        if ((mp.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp.memoryHeaps[h].size > d->memory)
+            d->memory = mp.memoryHeaps[h].size;
+    d->subgroup = sg.subgroupSize;
+    d->coopmat = has_ext(pd, "VK_KHR_cooperative_matrix");
+    d->int_dot = v >= VK_API_VERSION_1_3 || has_ext(pd, "VK_KHR_shader_integer_dot_product");
+}
+
+cmf_status cmf_vk_list(cmf_device_info *out, size_t cap, size_t *n, cmf_error *err) {
+    (void)err;
+    *n = 0;
+    VkInstance inst;
+    cmf_error e2;
+    if (make_instance(&inst, &e2) != CMF_OK) return CMF_OK; /* no loader/driver: none */
+    uint32_t np = 0;
+    vkEnumeratePhysicalDevices(inst, &np, NULL);
+    VkPhysicalDevice *pd = np ? malloc(np * sizeof *pd) : NULL;
+    if (pd && vkEnumeratePhysicalDevices(inst, &np, pd) == VK_SUCCESS) {
+        for (uint32_t i = 0; i < np; i++)
+            if (*n < cap) describe(pd[i], &out[(*n)++], (int)i);
+            else (*n)++;
+    }
+    free(pd);
+    vkDestroyInstance(inst, NULL);
+    return CMF_OK;
+}
+
+static int find_mem(const VkPhysicalDeviceMemoryProperties *mp, uint32_t bits, VkMemoryPropertyFlags want,
+                    VkMemoryPropertyFlags avoid) {
+    for (uint32_t i = 0; i < mp->memoryTypeCount; i++)
+        if ((bits >> i & 1) && (mp->memoryTypes[i].propertyFlags & want) == want &&
+            !(mp->memoryTypes[i].propertyFlags & avoid))
+            return (int)i;
+    return -1;
+}
+
+static cmf_status make_buffer(vk_ctx *vk, uint64_t size, bool host, VkBuffer *buf, VkDeviceMemory *mem,
+                              VkDeviceAddress *addr, void **map) {
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
+                             .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                      VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    if (vkCreateBuffer(vk->dev, &bi, NULL, buf) != VK_SUCCESS) return CMF_ERR_NOMEM;
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(vk->dev, *buf, &req);
+    int mt = host ? find_mem(&vk->memprops, req.memoryTypeBits,
+                             VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, 0)
+                  : find_mem(&vk->memprops, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+    if (mt < 0) {
+        vkDestroyBuffer(vk->dev, *buf, NULL);
+        return CMF_ERR_NOMEM;
+    }
+    VkMemoryAllocateFlagsInfo fl = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                                    .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &fl,
+                               .allocationSize = req.size, .memoryTypeIndex = (uint32_t)mt};
+    if (vkAllocateMemory(vk->dev, &ai, NULL, mem) != VK_SUCCESS) {
+        vkDestroyBuffer(vk->dev, *buf, NULL);
+        return CMF_ERR_NOMEM;
+    }
+    vkBindBufferMemory(vk->dev, *buf, *mem, 0);
+    VkBufferDeviceAddressInfo di = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = *buf};
+    *addr = vkGetBufferDeviceAddress(vk->dev, &di);
+    if (map) {
+        *map = NULL;
+        if (host && vkMapMemory(vk->dev, *mem, 0, VK_WHOLE_SIZE, 0, map) != VK_SUCCESS) {
+            vkFreeMemory(vk->dev, *mem, NULL);
+            vkDestroyBuffer(vk->dev, *buf, NULL);
+            return CMF_ERR_NOMEM;
+        }
+    }
+    return CMF_OK;
+}
+
+static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH_COUNT] = {
+    [VK_SH_MATMUL] = {cmf_vk_spv_matmul, &cmf_vk_spv_matmul_size},
+    [VK_SH_GET_ROWS] = {cmf_vk_spv_get_rows, &cmf_vk_spv_get_rows_size},
+    [VK_SH_RMSNORM] = {cmf_vk_spv_rmsnorm, &cmf_vk_spv_rmsnorm_size},
+    [VK_SH_ROPE] = {cmf_vk_spv_rope, &cmf_vk_spv_rope_size},
+    [VK_SH_KV_STORE] = {cmf_vk_spv_kv_store, &cmf_vk_spv_kv_store_size},
+    [VK_SH_ATTENTION] = {cmf_vk_spv_attention, &cmf_vk_spv_attention_size},
+    [VK_SH_ELTWISE] = {cmf_vk_spv_eltwise, &cmf_vk_spv_eltwise_size},
+    [VK_SH_PROBE] = {cmf_vk_spv_probe, &cmf_vk_spv_probe_size},
+    [VK_SH_MATMUL_TILED] = {cmf_vk_spv_matmul_tiled, &cmf_vk_spv_matmul_tiled_size},
+};
+
+/* ---- pipeline cache on disk --------------------------------------------- */
+
+/* $XDG_CACHE_HOME/cmf (or ~/.cache/cmf)/vk-<vendor>-<device>-<uuid>.bin;
+ * "" when neither is set. CMF_VK_NO_CACHE=1 disables it. */
+static void cache_path(vk_ctx *vk) {
+    vk->cache_path[0] = 0;
+    const char *no = getenv("CMF_VK_NO_CACHE");
+    if (no && *no && strcmp(no, "0") != 0) return;
+    const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[768];
+    if (x && *x) snprintf(dir, sizeof dir, "%s/cmf", x);
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/cmf", home);
+    else return;
+    char parent[768];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *sl = strrchr(parent, '/');
+    if (sl && sl != parent) {
+        *sl = 0;
+        mkdir(parent, 0755);
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
+    char uuid[33];
+    for (int i = 0; i < 16; i++) snprintf(uuid + 2 * i, 3, "%02x", vk->props.pipelineCacheUUID[i]);
+    snprintf(vk->cache_path, sizeof vk->cache_path, "%s/vk-%04x-%04x-%s.bin", dir, vk->props.vendorID,
+             vk->props.deviceID, uuid);
+}
+
+/* The cache file's data when its header matches this device (Vulkan's
+ * VkPipelineCacheHeaderVersionOne: length, version, vendor, device, UUID),
+ * else NULL: a corrupt or foreign cache is ignored. */
+static void *cache_load(vk_ctx *vk, size_t *len) {
+    *len = 0;
+    if (!vk->cache_path[0]) return NULL;
+    FILE *f = fopen(vk->cache_path, "rb");
+    if (!f) return NULL;
+    void *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 32 && n < (64l << 20) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n)) &&
+            fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            const uint8_t *h = buf;
+            uint32_t hl, ver, ven, dev;
+            memcpy(&hl, h, 4);
+            memcpy(&ver, h + 4, 4);
+            memcpy(&ven, h + 8, 4);
+            memcpy(&dev, h + 12, 4);
+            if (hl >= 32 && ver == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && ven == vk->props.vendorID &&
+                dev == vk->props.deviceID && memcmp(h + 16, vk->props.pipelineCacheUUID, VK_UUID_SIZE) == 0)
+                *len = (size_t)n;
+        }
+    }
+    fclose(f);
+    if (!*len) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void cache_save(vk_ctx *vk) {
+    if (!vk->cache_path[0] || !vk->pcache) return;
+    size_t n = 0;
+    if (vkGetPipelineCacheData(vk->dev, vk->pcache, &n, NULL) != VK_SUCCESS || n == 0) return;
+    void *buf = malloc(n);
+    if (!buf) return;
+    if (vkGetPipelineCacheData(vk->dev, vk->pcache, &n, buf) == VK_SUCCESS) {
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.%ld.tmp", vk->cache_path, (long)getpid());
+        FILE *f = fopen(tmp, "wb");
+        if (f) {
+            bool ok = fwrite(buf, 1, n, f) == n;
+            ok = fclose(f) == 0 && ok;
+            if (!ok || rename(tmp, vk->cache_path) != 0) unlink(tmp);
+        }
+    }
+    free(buf);
+}
+
+static cmf_status flush_pending(vk_ctx *vk);
+
+/* ---- context ------------------------------------------------------------ */
+
+cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
+    *out = NULL;
+    vk_ctx *vk = calloc(1, sizeof *vk);
+    if (!vk) return cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: out of memory");
+    cmf_status st = make_instance(&vk->inst, err);
+    if (st) {
+        free(vk);
+        return st;
+    }
+    uint32_t np = 0;
+    vkEnumeratePhysicalDevices(vk->inst, &np, NULL);
+    if (index < 0 || (uint32_t)index >= np) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: no such device (%u found; `cmf devices` lists them)",
+                           index, np);
+        goto fail;
+    }
+    VkPhysicalDevice *pds = malloc(np * sizeof *pds);
+    if (!pds) { st = cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: out of memory"); goto fail; }
+    vkEnumeratePhysicalDevices(vk->inst, &np, pds);
+    vk->phys = pds[index];
+    free(pds);
+    vkGetPhysicalDeviceProperties(vk->phys, &vk->props);
+    vkGetPhysicalDeviceMemoryProperties(vk->phys, &vk->memprops);
+    snprintf(vk->name, sizeof vk->name, "%s", vk->props.deviceName);
+    for (uint32_t h = 0; h < vk->memprops.memoryHeapCount; h++)
+        if ((vk->memprops.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+            vk->memprops.memoryHeaps[h].size > vk->heap_bytes)
+            vk->heap_bytes = vk->memprops.memoryHeaps[h].size;
+
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &f12};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
+    if (vk->props.apiVersion < VK_API_VERSION_1_2) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): Vulkan 1.2 needed", index, vk->name);
+        goto fail;
+    }
+    vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
+    const char *miss = !f12.bufferDeviceAddress       ? "bufferDeviceAddress"
+                       : !f12.storageBuffer8BitAccess ? "storageBuffer8BitAccess"
+                       : !f11.storageBuffer16BitAccess ? "storageBuffer16BitAccess"
+                       : !f12.shaderInt8               ? "shaderInt8"
+                       : !f2.features.shaderInt16      ? "shaderInt16"
+                       : !f2.features.shaderInt64      ? "shaderInt64"
+                                                       : NULL;
+    if (miss) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): the device lacks %s", index, vk->name, miss);
+        goto fail;
+    }
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(vk->phys, &p2);
+    vk->subgroup = sg.subgroupSize;
+    if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+        !(sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sg.subgroupSize < 8) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): no subgroup arithmetic in compute shaders (or subgroups under 8)",
+                           index, vk->name);
+        goto fail;
+    }
+    if (vk->props.limits.maxPushConstantsSize < PUSH_MAX) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: %u bytes of push constants (need %u)", index,
+                           vk->props.limits.maxPushConstantsSize, PUSH_MAX);
+        goto fail;
+    }
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, NULL);
+    VkQueueFamilyProperties qf[16];
+    if (nq > 16) nq = 16;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, qf);
+    vk->qfam = UINT32_MAX;
+    for (uint32_t i = 0; i < nq && vk->qfam == UINT32_MAX; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) vk->qfam = i;
+    if (vk->qfam == UINT32_MAX) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: no compute queue", index);
+        goto fail;
+    }
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->qfam,
+                                  .queueCount = 1, .pQueuePriorities = &prio};
+    VkPhysicalDeviceVulkan12Features e12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .bufferDeviceAddress = VK_TRUE, .storageBuffer8BitAccess = VK_TRUE,
+                                            .shaderInt8 = VK_TRUE};
+    VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &e12, .storageBuffer16BitAccess = VK_TRUE};
+    VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11,
+                                    .features = {.shaderInt16 = VK_TRUE, .shaderInt64 = VK_TRUE}};
+    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2, .queueCreateInfoCount = 1,
+                             .pQueueCreateInfos = &qi};
+    if (vkCreateDevice(vk->phys, &di, NULL, &vk->dev) != VK_SUCCESS) {
+        st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): vkCreateDevice failed", index, vk->name);
+        goto fail;
+    }
+    vkGetDeviceQueue(vk->dev, vk->qfam, 0, &vk->queue);
+    VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                  .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, .queueFamilyIndex = vk->qfam};
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VkPushConstantRange pr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = PUSH_MAX};
+    VkPipelineLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                     .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
+    if (vkCreateCommandPool(vk->dev, &pi, NULL, &vk->cpool) != VK_SUCCESS ||
+        (cai.commandPool = vk->cpool, vkAllocateCommandBuffers(vk->dev, &cai, &vk->cmd) != VK_SUCCESS) ||
+        vkCreateFence(vk->dev, &fi, NULL, &vk->fence) != VK_SUCCESS ||
+        vkCreatePipelineLayout(vk->dev, &li, NULL, &vk->layout) != VK_SUCCESS) {
+        st = cmf_error_set(err, CMF_ERR_NOMEM, "vulkan:%d: out of memory creating the queue objects", index);
+        goto fail;
+    }
+    vk->main_cmd = vk->cmd;
+    /* the tiled GEMM pays on GPUs; on a CPU device (lavapipe) its barriers cost more than it saves */
+    const char *tl = getenv("CMF_VK_TILED");
+    vk->tiled = tl && *tl ? strcmp(tl, "0") != 0 : vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const char *prof = getenv("CMF_VK_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
+        VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 4096};
+        vk->profile = vkCreateQueryPool(vk->dev, &qi2, NULL, &vk->qpool) == VK_SUCCESS;
+        vk->ts_period = vk->props.limits.timestampPeriod;
+    }
+    for (int s = 0; s < VK_SH_COUNT; s++) {
+        VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                       .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
+        if (vkCreateShaderModule(vk->dev, &mi, NULL, &vk->mods[s]) != VK_SUCCESS) {
+            st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: shader module %d rejected", index, s);
+            goto fail;
+        }
+    }
+    cache_path(vk);
+    size_t clen = 0;
+    void *cdata = cache_load(vk, &clen);
+    VkPipelineCacheCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
+                                     .initialDataSize = clen, .pInitialData = cdata};
+    if (vkCreatePipelineCache(vk->dev, &pci, NULL, &vk->pcache) != VK_SUCCESS) {
+        pci.initialDataSize = 0; /* a cache the driver refuses: start empty */
+        pci.pInitialData = NULL;
+        if (vkCreatePipelineCache(vk->dev, &pci, NULL, &vk->pcache) != VK_SUCCESS) vk->pcache = VK_NULL_HANDLE;
+    }
+    free(cdata);
+    /* the address range naming device allocations: reserved, never backed */
+    vk->va_size = 1ull << 40;
+    void *va = mmap(NULL, vk->va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (va == MAP_FAILED) {
+        vk->va_size = 1ull << 36;
+        va = mmap(NULL, vk->va_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
+    if (va == MAP_FAILED) {
+        vk->va_size = 0;
+        st = cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: cannot reserve an address range");
+        goto fail;
+    }
+    vk->va_base = va;
+    *out = vk;
+    return CMF_OK;
+fail:
+    cmf_vk_ctx_free(vk);
+    return st;
+}
+
+void cmf_vk_ctx_free(vk_ctx *vk) {
+    if (!vk) return;
+    if (vk->dev) {
+        flush_pending(vk);
+        vkDeviceWaitIdle(vk->dev);
+        if (vk->profile) {
+            static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
+                                                           "attention", "eltwise", "probe", "matmul_tiled"};
+            double total = 0;
+            for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
+            fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
+                    (unsigned long long)vk->prof_steps, total / 1e6);
+            for (int i = 0; i < VK_SH_COUNT; i++)
+                if (vk->prof_n[i])
+                    fprintf(stderr, "  %-10s %8llu dispatches %10.3f ms %8.2f us each %5.1f%%\n", names[i],
+                            (unsigned long long)vk->prof_n[i], vk->prof_ns[i] / 1e6,
+                            vk->prof_ns[i] / 1e3 / (double)vk->prof_n[i], 100.0 * vk->prof_ns[i] / (total > 0 ? total : 1));
+            vkDestroyQueryPool(vk->dev, vk->qpool, NULL);
+        }
+        cache_save(vk);
+        for (uint32_t i = 0; i < vk->n_pipes; i++) vkDestroyPipeline(vk->dev, vk->pipes[i].p, NULL);
+        if (vk->pcache) vkDestroyPipelineCache(vk->dev, vk->pcache, NULL);
+        for (int s = 0; s < VK_SH_COUNT; s++)
+            if (vk->mods[s]) vkDestroyShaderModule(vk->dev, vk->mods[s], NULL);
+        for (uint32_t i = 0; i < vk->n_blocks; i++) {
+            vkDestroyBuffer(vk->dev, vk->blocks[i].buf, NULL);
+            vkFreeMemory(vk->dev, vk->blocks[i].mem, NULL);
+            free(vk->blocks[i].free_off);
+            free(vk->blocks[i].free_len);
+        }
+        for (uint32_t i = 0; i < vk->n_arena; i++) {
+            vkDestroyBuffer(vk->dev, vk->arena[i].buf, NULL);
+            vkFreeMemory(vk->dev, vk->arena[i].mem, NULL);
+        }
+        if (vk->stage_buf) {
+            vkDestroyBuffer(vk->dev, vk->stage_buf, NULL);
+            vkFreeMemory(vk->dev, vk->stage_mem, NULL);
+        }
+        if (vk->layout) vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
+        if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
+        if (vk->cpool) vkDestroyCommandPool(vk->dev, vk->cpool, NULL);
+        vkDestroyDevice(vk->dev, NULL);
+    }
+    if (vk->inst) vkDestroyInstance(vk->inst, NULL);
+    if (vk->va_base) munmap(vk->va_base, vk->va_size);
+    for (uint32_t i = 0; i < vk->n_vecs; i++) free(vk->vecs[i].copy);
+    free(vk->vecs);
+    free(vk->weights);
+    free(vk->blocks);
+    free(vk->allocs);
+    free(vk->arena);
+    free(vk);
+}
+
+/* ---- device memory ------------------------------------------------------ */
+
+static bool grow(void **arr, uint32_t *cap, uint32_t need, size_t elem) {
+    if (need <= *cap) return true;
+    uint32_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return false;
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
+static bool block_take(vk_block *b, uint64_t size, uint64_t *off) {
+    for (uint32_t i = 0; i < b->n_free; i++) {
+        if (b->free_len[i] < size) continue;
+        *off = b->free_off[i];
+        b->free_off[i] += size;
+        b->free_len[i] -= size;
+        if (b->free_len[i] == 0) {
+            memmove(b->free_off + i, b->free_off + i + 1, (b->n_free - i - 1) * sizeof *b->free_off);
+            memmove(b->free_len + i, b->free_len + i + 1, (b->n_free - i - 1) * sizeof *b->free_len);
+            b->n_free--;
+        }
+        return true;
+    }
+    return false;
+}
+
+static bool block_give(vk_block *b, uint64_t off, uint64_t size) {
+    uint32_t i = 0;
+    while (i < b->n_free && b->free_off[i] < off) i++;
+    bool prev = i > 0 && b->free_off[i - 1] + b->free_len[i - 1] == off;
+    bool next = i < b->n_free && off + size == b->free_off[i];
+    if (prev && next) {
+        b->free_len[i - 1] += size + b->free_len[i];
+        memmove(b->free_off + i, b->free_off + i + 1, (b->n_free - i - 1) * sizeof *b->free_off);
+        memmove(b->free_len + i, b->free_len + i + 1, (b->n_free - i - 1) * sizeof *b->free_len);
+        b->n_free--;
+    } else if (prev) {
+        b->free_len[i - 1] += size;
+    } else if (next) {
+        b->free_off[i] = off;
+        b->free_len[i] += size;
+    } else {
+        uint32_t c1 = b->cap_free, c2 = b->cap_free;
+        if (!grow((void **)&b->free_off, &c1, b->n_free + 1, sizeof *b->free_off) ||
+            !grow((void **)&b->free_len, &c2, b->n_free + 1, sizeof *b->free_len))
+            return false;
+        b->cap_free = c1 < c2 ? c1 : c2;
+        memmove(b->free_off + i + 1, b->free_off + i, (b->n_free - i) * sizeof *b->free_off);
+        memmove(b->free_len + i + 1, b->free_len + i, (b->n_free - i) * sizeof *b->free_len);
+        b->free_off[i] = off;
+        b->free_len[i] = size;
+        b->n_free++;
+    }
+    return true;
+}
+
+static void fill_zero(vk_ctx *vk, uint32_t block, uint64_t off, uint64_t size);
+
+void *cmf_vk_alloc(vk_ctx *vk, uint64_t bytes, bool zero) {
+    uint64_t size = align_up(bytes ? bytes : 4, ALIGN), off = 0;
+    uint32_t bi = UINT32_MAX;
+    for (uint32_t i = 0; i < vk->n_blocks && bi == UINT32_MAX; i++)
+        if (block_take(&vk->blocks[i], size, &off)) bi = i;
+    if (bi == UINT32_MAX) {
+        uint64_t bsize = size > BLOCK_MIN ? size : BLOCK_MIN;
+        if (vk->va_used + bsize > vk->va_size) return NULL;
+        if (!grow((void **)&vk->blocks, &vk->cap_blocks, vk->n_blocks + 1, sizeof *vk->blocks)) return NULL;
+        vk_block *b = &vk->blocks[vk->n_blocks];
+        memset(b, 0, sizeof *b);
+        if (make_buffer(vk, bsize, false, &b->buf, &b->mem, &b->addr, NULL) != CMF_OK) {
+            if (bsize == size) return NULL;
+            bsize = size; /* a smaller block may still fit */
+            if (make_buffer(vk, bsize, false, &b->buf, &b->mem, &b->addr, NULL) != CMF_OK) return NULL;
+        }
+        b->size = bsize;
+        b->va = (uintptr_t)vk->va_base + vk->va_used;
+        vk->va_used += bsize;
+        bi = vk->n_blocks++;
+        if (!block_give(b, 0, bsize) || !block_take(b, size, &off)) return NULL;
+    }
+    if (!grow((void **)&vk->allocs, &vk->cap_allocs, vk->n_allocs + 1, sizeof *vk->allocs)) {
+        block_give(&vk->blocks[bi], off, size);
+        return NULL;
+    }
+    vk->allocs[vk->n_allocs++] = (vk_alloc_rec){vk->blocks[bi].va + off, size, bi};
+    if (zero) fill_zero(vk, bi, off, size);
+    return (void *)(vk->blocks[bi].va + off);
+}
+
+void cmf_vk_free(vk_ctx *vk, void *p) {
+    if (!p) return;
+    for (uint32_t i = 0; i < vk->n_allocs; i++) {
+        if (vk->allocs[i].va != (uintptr_t)p) continue;
+        vk_block *b = &vk->blocks[vk->allocs[i].block];
+        block_give(b, vk->allocs[i].va - b->va, vk->allocs[i].size);
+        vk->allocs[i] = vk->allocs[--vk->n_allocs];
+        return;
+    }
+}
+
+bool cmf_vk_lookup(const vk_ctx *vk, const void *p, uint32_t *block, uint64_t *off) {
+    uintptr_t a = (uintptr_t)p;
+    if (!vk->va_base || a < (uintptr_t)vk->va_base || a >= (uintptr_t)vk->va_base + vk->va_used) return false;
+    for (uint32_t i = 0; i < vk->n_blocks; i++)
+        if (a >= vk->blocks[i].va && a < vk->blocks[i].va + vk->blocks[i].size) {
+            *block = i;
+            *off = a - vk->blocks[i].va;
+            return true;
+        }
+    return false;
+}
+
+VkDeviceAddress cmf_vk_addr(const vk_ctx *vk, const void *p) {
+    uint32_t b;
+    uint64_t off;
+    if (!p || !cmf_vk_lookup(vk, p, &b, &off)) return 0;
+    return vk->blocks[b].addr + off;
+}
+
+/* ---- arena and staging --------------------------------------------------- */
+
+void *cmf_vk_arena_get(vk_ctx *vk, uint64_t bytes, VkDeviceAddress *addr) {
+    bytes = align_up(bytes ? bytes : 4, 16);
+    for (uint32_t i = 0; i < vk->n_arena; i++) {
+        vk_arena_chunk *c = &vk->arena[i];
+        if (c->size - c->used >= bytes) {
+            void *p = c->map + c->used;
+            *addr = c->addr + c->used;
+            c->used += bytes;
+            return p;
+        }
+    }
+    if (!grow((void **)&vk->arena, &vk->cap_arena, vk->n_arena + 1, sizeof *vk->arena)) goto oom;
+    vk_arena_chunk *c = &vk->arena[vk->n_arena];
+    memset(c, 0, sizeof *c);
+    c->size = bytes > ARENA_MIN ? align_up(bytes, ARENA_MIN) : ARENA_MIN;
+    void *map = NULL;
+    if (make_buffer(vk, c->size, true, &c->buf, &c->mem, &c->addr, &map) != CMF_OK) goto oom;
+    c->map = map;
+    vk->n_arena++;
+    c->used = bytes;
+    *addr = c->addr;
+    return c->map;
+oom:
+    cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of host-visible memory for %llu bytes of step data",
+                (unsigned long long)bytes);
+    *addr = 0;
+    return NULL;
+}
+
+VkDeviceAddress cmf_vk_arena_put(vk_ctx *vk, const void *data, uint64_t bytes) {
+    VkDeviceAddress a;
+    void *p = cmf_vk_arena_get(vk, bytes, &a);
+    if (p && bytes) memcpy(p, data, bytes);
+    return p ? a : 0;
+}
+
+static bool stage_reserve(vk_ctx *vk, uint64_t bytes) {
+    if (vk->stage_size >= bytes) return true;
+    if (vk->stage_buf) {
+        vkDestroyBuffer(vk->dev, vk->stage_buf, NULL);
+        vkFreeMemory(vk->dev, vk->stage_mem, NULL);
+        vk->stage_buf = VK_NULL_HANDLE;
+        vk->stage_size = 0;
+    }
+    uint64_t size = align_up(bytes, 1u << 20);
+    VkDeviceAddress a;
+    void *map = NULL;
+    if (make_buffer(vk, size, true, &vk->stage_buf, &vk->stage_mem, &a, &map) != CMF_OK) return false;
+    vk->stage_map = map;
+    vk->stage_size = size;
+    return true;
+}
+
+/* ---- recording ------------------------------------------------------------ */
+
+static void barrier(vk_ctx *vk) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(vk->cmd, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static bool cmd_open(vk_ctx *vk) {
+    vkResetCommandBuffer(vk->cmd, 0);
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if (vkBeginCommandBuffer(vk->cmd, &bi) != VK_SUCCESS) {
+        cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: vkBeginCommandBuffer failed");
+        return false;
+    }
+    vk->recording = true;
+    vk->n_dispatch = 0;
+    vk->bound = VK_NULL_HANDLE;
+    if (vk->profile && vk->cmd == vk->main_cmd) {
+        vkCmdResetQueryPool(vk->cmd, vk->qpool, 0, 4096);
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
+        vk->n_q = 0;
+    }
+    return true;
+}
+
+/* Per-shader GPU time of the finished command buffer (profile). */
+static void prof_collect(vk_ctx *vk) {
+    if (!vk->profile || vk->cmd != vk->main_cmd || vk->n_q == 0) return;
+    uint64_t ts[4096];
+    if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q + 1, sizeof ts, ts, sizeof ts[0],
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
+        for (uint32_t i = 1; i <= vk->n_q; i++) {
+            vk->prof_ns[vk->q_sh[i]] += (double)(ts[i] - ts[i - 1]) * vk->ts_period;
+            vk->prof_n[vk->q_sh[i]]++;
+        }
+        vk->prof_steps++;
+    }
+    vk->n_q = 0;
+}
+
+/* End, submit and wait for the open command buffer. */
+static cmf_status cmd_run(vk_ctx *vk) {
+    vk->recording = false;
+    if (vkEndCommandBuffer(vk->cmd) != VK_SUCCESS)
+        return cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: vkEndCommandBuffer failed");
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
+    vkResetFences(vk->dev, 1, &vk->fence);
+    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+    if (r != VK_SUCCESS)
+        return cmf_vk_fail(vk, r == VK_ERROR_DEVICE_LOST ? CMF_ERR_IO : CMF_ERR_NOMEM,
+                           "vulkan: the step failed on %s (VkResult %d)", vk->name, (int)r);
+    prof_collect(vk);
+    return CMF_OK;
+}
+
+static void arena_reset(vk_ctx *vk) {
+    for (uint32_t i = 0; i < vk->n_arena; i++) vk->arena[i].used = 0;
+}
+
+/* Run a step that submit left pending (its commands may write the KV
+ * cache: it always runs, read or not). */
+static cmf_status flush_pending(vk_ctx *vk) {
+    if (!vk->pending) return CMF_OK;
+    vk->pending = false;
+    cmf_status st = cmd_run(vk);
+    arena_reset(vk);
+    return st;
+}
+
+void cmf_vk_begin(vk_ctx *vk) {
+    flush_pending(vk);
+    vk->err_st = CMF_OK;
+    vk->err_msg[0] = 0;
+    vk->immediate = false;
+    arena_reset(vk); /* the previous step has completed (submit waits) */
+    cmd_open(vk);
+}
+
+/* The step's recorded errors are returned here; the commands themselves
+ * run when the model reads (the read's copy joins the same submission) or
+ * at the next op: a device fault surfaces there, as a read of NaN and the
+ * next submit's error. */
+cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err) {
+    cmf_status st = vk->err_st;
+    if (st) { /* drop the recording: it may reference what failed */
+        cmf_error_set(err, st, "%s", vk->err_msg[0] ? vk->err_msg : "vulkan: step failed");
+        if (vk->recording) {
+            vkEndCommandBuffer(vk->cmd);
+            vk->recording = false;
+        }
+        arena_reset(vk);
+        vk->err_st = CMF_OK;
+        vk->err_msg[0] = 0;
+        return st;
+    }
+    if (vk->recording && !vk->immediate) vk->pending = true;
+    return CMF_OK;
+}
+
+bool cmf_vk_op_begin(vk_ctx *vk) {
+    flush_pending(vk);
+    if (vk->recording) return true;
+    vk->immediate = true; /* an op outside a step: run it now */
+    return cmd_open(vk);
+}
+
+void cmf_vk_op_end(vk_ctx *vk) {
+    if (!vk->immediate || !vk->recording) return;
+    vk->immediate = false;
+    cmd_run(vk);
+    arena_reset(vk);
+}
+
+static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt) {
+    for (uint32_t i = 0; i < vk->n_pipes; i++)
+        if (vk->pipes[i].sh == sh && vk->pipes[i].spec[0] == wg && vk->pipes[i].spec[1] == dt &&
+            vk->pipes[i].spec[2] == nt)
+            return vk->pipes[i].p;
+    if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
+    uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
+    VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED ? 2 : 1;
+    VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = vk->mods[sh], .pName = "main", .pSpecializationInfo = &si},
+        .layout = vk->layout};
+    VkPipeline p;
+    if (vkCreateComputePipelines(vk->dev, vk->pcache, 1, &ci, NULL, &p) != VK_SUCCESS) return VK_NULL_HANDLE;
+    vk->pipes[vk->n_pipes++] = (vk_pipe){sh, {wg, dt, nt}, p};
+    return p;
+}
+
+void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
+                     uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (gx == 0 || gy == 0 || gz == 0) return;
+    VkPipeline p = pipeline(vk, sh, wg, dt, nt);
+    if (!p) {
+        cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+        return;
+    }
+    if (!vk->recording) return;
+    uint8_t pc[PUSH_MAX] = {0};
+    memcpy(pc, push, push_size < PUSH_MAX ? push_size : PUSH_MAX);
+    if (p != vk->bound) vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    vk->bound = p;
+    vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, PUSH_MAX, pc);
+    vkCmdDispatch(vk->cmd, gx, gy, gz);
+    if (!vk->no_barrier) barrier(vk);
+    vk->no_barrier = false;
+    vk->n_dispatch++;
+    if (vk->profile && vk->cmd == vk->main_cmd && vk->n_q + 1 < 4096) {
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, ++vk->n_q);
+        vk->q_sh[vk->n_q] = (uint8_t)sh;
+    }
+}
+
+void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t bytes) {
+    uint32_t bd, bs;
+    uint64_t od, os;
+    if (!bytes) return;
+    if (!cmf_vk_lookup(vk, dst, &bd, &od) || !cmf_vk_lookup(vk, src, &bs, &os)) {
+        cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan: copy between pointers that are not backend buffers");
+        return;
+    }
+    VkBufferCopy r = {os, od, bytes};
+    vkCmdCopyBuffer(vk->cmd, vk->blocks[bs].buf, vk->blocks[bd].buf, 1, &r);
+    barrier(vk);
+}
+
+void cmf_vk_write_rec(vk_ctx *vk, void *dst, const void *src, uint64_t bytes) {
+    uint32_t bd;
+    uint64_t od;
+    if (!bytes) return;
+    if (!cmf_vk_lookup(vk, dst, &bd, &od)) {
+        cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan: write to a pointer that is not a backend buffer");
+        return;
+    }
+    VkDeviceAddress a;
+    void *h = cmf_vk_arena_get(vk, bytes, &a);
+    if (!h) return;
+    memcpy(h, src, bytes);
+    vk_arena_chunk *c = NULL;
+    for (uint32_t i = 0; i < vk->n_arena; i++)
+        if (a >= vk->arena[i].addr && a < vk->arena[i].addr + vk->arena[i].size) c = &vk->arena[i];
+    VkBufferCopy r = {a - c->addr, od, bytes};
+    vkCmdCopyBuffer(vk->cmd, c->buf, vk->blocks[bd].buf, 1, &r);
+    barrier(vk);
+}
+
+static void fill_zero(vk_ctx *vk, uint32_t block, uint64_t off, uint64_t size) {
+    bool rec = vk->recording;
+    if (!rec && !cmd_open(vk)) return;
+    vkCmdFillBuffer(vk->cmd, vk->blocks[block].buf, off, size, 0);
+    barrier(vk);
+    if (!rec) {
+        cmd_run(vk);
+        arena_reset(vk);
+    }
+}
+
+cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err) {
+    uint32_t b;
+    uint64_t off;
+    if (!cmf_vk_lookup(vk, src, &b, &off))
+        return cmf_error_set(err, CMF_ERR_ARG, "vulkan: read from a pointer that is not a backend buffer");
+    if (vk->pending && bytes <= STAGE_MAX && stage_reserve(vk, bytes)) { /* the copy joins the step */
+        VkBufferCopy r = {off, 0, bytes};
+        vkCmdCopyBuffer(vk->cmd, vk->blocks[b].buf, vk->stage_buf, 1, &r);
+        vk->pending = false;
+        cmf_status st = cmd_run(vk);
+        arena_reset(vk);
+        if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
+        memcpy(dst, vk->stage_map, bytes);
+        return CMF_OK;
+    }
+    cmf_status fst = flush_pending(vk);
+    if (fst) return cmf_error_set(err, fst, "%s", vk->err_msg);
+    if (vk->recording && !vk->immediate) { /* results of the open step first */
+        cmf_status st = cmd_run(vk);
+        if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
+    }
+    for (uint64_t done = 0; done < bytes;) {
+        uint64_t n = bytes - done < STAGE_MAX ? bytes - done : STAGE_MAX;
+        if (!stage_reserve(vk, n)) return cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: no staging memory");
+        if (!cmd_open(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+        VkBufferCopy r = {off + done, 0, n};
+        vkCmdCopyBuffer(vk->cmd, vk->blocks[b].buf, vk->stage_buf, 1, &r);
+        cmf_status st = cmd_run(vk);
+        if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
+        memcpy((uint8_t *)dst + done, vk->stage_map, n);
+        done += n;
+    }
+    return CMF_OK;
+}
+
+/* Host bytes to (block, off), synchronously through the staging buffer
+ * (uploads at load and first use happen outside any step's command
+ * buffer; a step being recorded is submitted later, so it sees them). */
+static cmf_status upload(vk_ctx *vk, uint32_t b, uint64_t off, const void *src, uint64_t bytes) {
+    VkCommandBuffer keep = vk->cmd;
+    bool rec = vk->recording;
+    VkCommandBuffer tmp = VK_NULL_HANDLE;
+    if (rec) { /* a second command buffer: the step's stays open */
+        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                           .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                           .commandBufferCount = 1};
+        if (vkAllocateCommandBuffers(vk->dev, &cai, &tmp) != VK_SUCCESS) return CMF_ERR_NOMEM;
+        vk->cmd = tmp;
+    }
+    cmf_status st = CMF_OK;
+    for (uint64_t done = 0; done < bytes && !st;) {
+        uint64_t n = bytes - done < STAGE_MAX ? bytes - done : STAGE_MAX;
+        if (!stage_reserve(vk, n)) { st = CMF_ERR_NOMEM; break; }
+        memcpy(vk->stage_map, (const uint8_t *)src + done, n);
+        if (!cmd_open(vk)) { st = CMF_ERR_NOMEM; break; }
+        VkBufferCopy r = {0, off + done, n};
+        vkCmdCopyBuffer(vk->cmd, vk->stage_buf, vk->blocks[b].buf, 1, &r);
+        st = cmd_run(vk);
+        done += n;
+    }
+    if (rec) {
+        vkFreeCommandBuffers(vk->dev, vk->cpool, 1, &tmp);
+        vk->cmd = keep;
+        vk->recording = true;
+    }
+    return st;
+}
+
+/* ---- weights --------------------------------------------------------------- */
+
+bool cmf_vk_dtype_ok(cmf_dtype dt) {
+    switch (dt) {
+    case CMF_DT_F32: case CMF_DT_F16: case CMF_DT_BF16: case CMF_DT_Q8_ROW: case CMF_DT_Q8_2F:
+    case CMF_DT_Q4_BLOCK: case CMF_DT_Q4_TILED: case CMF_DT_Q4TP:
+        return true;
+    default: return false;
+    }
+}
+
+static uint64_t hash_ptr(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+static vk_weight *weight_find(vk_ctx *vk, const void *host) {
+    if (!vk->cap_weights) return NULL;
+    for (uint64_t h = hash_ptr(host);; h++) {
+        vk_weight *w = &vk->weights[h & (vk->cap_weights - 1)];
+        if (!w->host) return NULL;
+        if (w->host == host) return w;
+    }
+}
+
+static bool weight_insert(vk_ctx *vk, vk_weight w) {
+    if ((vk->n_weights + 1) * 2 > vk->cap_weights) {
+        uint32_t nc = vk->cap_weights ? vk->cap_weights * 2 : 256;
+        vk_weight *nw = calloc(nc, sizeof *nw), *old = vk->weights;
+        if (!nw) return false;
+        uint32_t oc = vk->cap_weights;
+        vk->weights = nw;
+        vk->cap_weights = nc;
+        vk->n_weights = 0;
+        for (uint32_t i = 0; i < oc; i++)
+            if (old[i].host) weight_insert(vk, old[i]);
+        free(old);
+    }
+    for (uint64_t h = hash_ptr(w.host);; h++) {
+        vk_weight *s = &vk->weights[h & (vk->cap_weights - 1)];
+        if (!s->host) {
+            *s = w;
+            vk->n_weights++;
+            return true;
+        }
+    }
+}
+
+
+/* Bytes of a tensor's device copy (q4tp: + rows × 32 float ladder rungs). */
+static uint64_t device_bytes(const cmf_tensor *t) {
+    if (t->dtype != CMF_DT_Q4TP) return t->nbytes;
+    uint64_t cols = t->shape[t->ndim - 1];
+    return align_up(t->nbytes, 4) + t->nelem / cols * 32 * 4;
+}
+
+static uint64_t sample_of(const cmf_tensor *t) {
+    uint64_t n = t->nbytes < 256 ? t->nbytes : 256;
+    uint64_t h = cmf_hash64(t->data, n) ^ (cmf_hash64((const uint8_t *)t->data + t->nbytes - n, n) * 31);
+    return h ^ (t->nbytes * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)t->dtype << 56) ^ t->hash64;
+}
+
+static VkDeviceAddress weight_get(vk_ctx *vk, const cmf_tensor *t, cmf_error *err) {
+    vk_weight *w = weight_find(vk, t->data);
+    uint64_t sample = sample_of(t);
+    if (w && w->sample == sample && w->nbytes == device_bytes(t)) return w->addr;
+    if (w) { /* the same address now holds another tensor: replace the copy */
+        cmf_vk_free(vk, (void *)w->va);
+        w->host = NULL;
+        /* re-insert every later entry of the probe chain (open addressing) */
+        uint32_t mask = vk->cap_weights - 1, i = (uint32_t)(w - vk->weights);
+        vk->n_weights--;
+        for (uint32_t j = (i + 1) & mask; vk->weights[j].host; j = (j + 1) & mask) {
+            vk_weight e = vk->weights[j];
+            vk->weights[j].host = NULL;
+            vk->n_weights--;
+            weight_insert(vk, e);
+        }
+    }
+    if (!cmf_vk_dtype_ok(t->dtype)) {
+        cmf_error_set(err, CMF_ERR_UNSUPPORTED,
+                      "vulkan: tensor '%s' is %s, not implemented on Vulkan (have f32, f16, bf16, q8_row, q8_2f, "
+                      "q4_block, q4_tiled, q4tp)", t->name, cmf_dtype_name(t->dtype));
+        return 0;
+    }
+    if (t->nelem >= (1ull << 32) || device_bytes(t) >= (1ull << 32)) {
+        cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan: tensor '%s' is larger than 4 GiB", t->name);
+        return 0;
+    }
+    uint64_t nb = device_bytes(t);
+    void *p = cmf_vk_alloc(vk, nb, false);
+    if (!p) {
+        cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: out of device memory for tensor '%s' (%llu bytes) on %s",
+                      t->name, (unsigned long long)nb, vk->name);
+        return 0;
+    }
+    uint32_t b = 0;
+    uint64_t off = 0;
+    cmf_vk_lookup(vk, p, &b, &off);
+    cmf_status st = upload(vk, b, off, t->data, t->nbytes);
+    if (!st && t->dtype == CMF_DT_Q4TP) { /* the repack: every row's ladder in f32 */
+        uint64_t cols = t->shape[t->ndim - 1], rows = t->nelem / cols, gpr = cols / 32;
+        const uint8_t *ls = (const uint8_t *)t->data + rows * gpr * 16;
+        float *lad = malloc(rows * 32 * sizeof *lad);
+        if (!lad) st = CMF_ERR_NOMEM;
+        for (uint64_t r = 0; lad && r < rows; r++) {
+            uint16_t lo, step;
+            memcpy(&lo, ls + 4 * r, 2);
+            memcpy(&step, ls + 4 * r + 2, 2);
+            cmf_q4tp_ladder(lo, step, lad + r * 32);
+        }
+        if (lad) st = upload(vk, b, off + align_up(t->nbytes, 4), lad, rows * 32 * sizeof *lad);
+        free(lad);
+    }
+    if (st || !weight_insert(vk, (vk_weight){t->data, nb, sample, vk->blocks[b].addr + off, (uintptr_t)p})) {
+        cmf_vk_free(vk, p);
+        cmf_error_set(err, st ? st : CMF_ERR_NOMEM, "vulkan: uploading tensor '%s' failed", t->name);
+        return 0;
+    }
+    return vk->blocks[b].addr + off;
+}
+
+cmf_status cmf_vk_weight(vk_ctx *vk, const cmf_tensor *t, VkDeviceAddress *out, cmf_error *err) {
+    cmf_error e2 = {0};
+    *out = weight_get(vk, t, &e2);
+    if (*out) return CMF_OK;
+    return cmf_error_set(err, e2.status ? e2.status : CMF_ERR_NOMEM, "%s", e2.msg);
+}
+
+VkDeviceAddress cmf_vk_vec(vk_ctx *vk, const float *host, size_t count) {
+    if (!host) return 0;
+    VkDeviceAddress a = cmf_vk_addr(vk, host);
+    if (a) return a; /* already a backend buffer */
+    for (uint32_t i = 0; i < vk->n_vecs; i++)
+        if (vk->vecs[i].host == host && vk->vecs[i].count >= count &&
+            memcmp(vk->vecs[i].copy, host, count * sizeof *host) == 0)
+            return vk->vecs[i].addr;
+    float *copy = malloc(count * sizeof *copy);
+    void *p = copy ? cmf_vk_alloc(vk, count * sizeof *copy, false) : NULL;
+    uint32_t b = 0;
+    uint64_t off = 0;
+    if (!p || !grow((void **)&vk->vecs, &vk->cap_vecs, vk->n_vecs + 1, sizeof *vk->vecs) ||
+        !cmf_vk_lookup(vk, p, &b, &off) || upload(vk, b, off, host, count * sizeof *host) != CMF_OK) {
+        free(copy);
+        cmf_vk_free(vk, p);
+        cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of device memory for a vector of %zu floats", count);
+        return 0;
+    }
+    memcpy(copy, host, count * sizeof *copy);
+    vk->vecs[vk->n_vecs++] = (vk_vec){host, count, copy, vk->blocks[b].addr + off};
+    return vk->blocks[b].addr + off;
+}
+
+cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, cmf_error *err) {
+    size_t nt = cmf_file_tensor_count(f);
+    uint64_t total = 0, layers = 0;
+    for (size_t i = 0; i < nt; i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        if (!cmf_vk_dtype_ok(t->dtype))
+            return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
+                                 "%s: tensor '%s' is %s, not implemented on Vulkan (have f32, f16, bf16, q8_row, "
+                                 "q8_2f, q4_block, q4_tiled, q4tp); run it with --device cpu",
+                                 cmf_file_path(f), t->name, cmf_dtype_name(t->dtype));
+        total += device_bytes(t);
+        if (strncmp(t->name, "model.layers.", 13) == 0) layers += device_bytes(t);
+    }
+    uint64_t budget = vk->heap_bytes / 100 * 90; /* room for activations and KV */
+    const char *lim = getenv("CMF_VK_HEAP_MIB"); /* a smaller device, for tests */
+    if (lim && *lim && strtoull(lim, NULL, 10) > 0) budget = strtoull(lim, NULL, 10) << 20;
+    if (total > budget) {
+        uint64_t per = n_layer ? layers / n_layer : 0, rest = total - layers;
+        uint64_t fit = per && budget > rest ? (budget - rest) / per : 0;
+        return cmf_error_set(err, CMF_ERR_NOMEM,
+                             "%s: the weights need %.1f MiB, %s has %.1f MiB for them: about %llu of %u "
+                             "layers would fit (--gpu-layers is not implemented yet; use --device cpu)",
+                             cmf_file_path(f), total / 1048576.0, vk->name, budget / 1048576.0,
+                             (unsigned long long)(fit < n_layer ? fit : n_layer), n_layer);
+    }
+    bool bar = isatty(2) && !getenv("CMF_NO_PROGRESS");
+    uint64_t done = 0;
+    int shown = -1;
+    for (size_t i = 0; i < nt; i++) {
+        const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        VkDeviceAddress a;
+        if (cmf_vk_weight(vk, t, &a, err)) return cmf_error_prefix(err, "%s", cmf_file_path(f));
+        done += device_bytes(t);
+        int pct = total ? (int)(done * 100 / total) : 100;
+        if (bar && pct != shown) {
+            fprintf(stderr, "\ruploading weights to %s: %3d%% (%.0f MiB)", vk->name, pct, done / 1048576.0);
+            shown = pct;
+        }
+    }
+    if (bar) fputc('\n', stderr);
+    return CMF_OK;
+}

@@ -1,0 +1,515 @@
+/*
+ * vk_ops.c — the Vulkan backend's cmf_backend_ops (backend.h): each op
+ * checks its arguments on the host, resolves its buffers to device
+ * addresses (vk.h), writes its host-side data (token ids, RoPE cos/sin,
+ * KV slots, page tables, per-token attention views) into the step's arena
+ * and records one or a few dispatches of the shaders in shaders/. Between
+ * begin and submit nothing runs; submit is the step's one queue
+ * submission. An op called outside a step runs at once.
+ *
+ * Not implemented (refused at load by prepare): MoE (the `moe` op),
+ * dtypes other than those of cmf_vk_dtype_ok.
+ */
+#include "backend/vulkan/vk.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static vk_ctx *ctx_of(cmf_backend *b) { return (vk_ctx *)b->ctx; }
+
+/* Workgroup grid for `count` items of `wg`: x <= 65535, y the rest. */
+static void grid(uint64_t count, uint32_t wg, uint32_t *gx, uint32_t *gy) {
+    uint64_t groups = (count + wg - 1) / wg;
+    *gx = groups < 65535 ? (uint32_t)groups : 65535;
+    *gy = *gx ? (uint32_t)((groups + *gx - 1) / *gx) : 0;
+}
+
+/* Resolve a backend pointer or record a sticky error. */
+static VkDeviceAddress dev(vk_ctx *vk, const void *p, const char *what) {
+    VkDeviceAddress a = cmf_vk_addr(vk, p);
+    if (!a && p) cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan: %s is not a backend buffer", what);
+    return a;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+static float *vk_be_alloc(cmf_backend *b, size_t n) {
+    return cmf_vk_alloc(ctx_of(b), (uint64_t)(n ? n : 1) * sizeof(float), true);
+}
+static void vk_be_release(cmf_backend *b, float *buf) { cmf_vk_free(ctx_of(b), buf); }
+static void *vk_be_pool_alloc(cmf_backend *b, size_t bytes) { return cmf_vk_alloc(ctx_of(b), bytes, false); }
+static void vk_be_pool_free(cmf_backend *b, void *pool) { cmf_vk_free(ctx_of(b), pool); }
+
+static void vk_be_pool_copy(cmf_backend *b, void *pool, size_t dst, size_t src, size_t bytes) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    cmf_vk_copy_dev(vk, (uint8_t *)pool + dst, (const uint8_t *)pool + src, bytes);
+    cmf_vk_op_end(vk);
+}
+
+/* ---- matmul ----------------------------------------------------------- */
+
+typedef struct {
+    uint64_t w, x, y;
+    uint32_t nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
+} mm_push;
+
+#define MM_NT 8 /* tokens per subgroup pass (<= every subgroup size we accept) */
+/* 8 subgroups a workgroup (at most 256 threads): 8 rows per workgroup */
+static uint32_t mm_wg(const vk_ctx *vk) { return vk->subgroup * 8 > 256 ? 256 : vk->subgroup * 8; }
+
+typedef struct {
+    uint64_t w, x, y;
+    uint32_t nelem, rows, cols, row0, n_rows, n, ldy;
+} mmt_push;
+
+/* Rows [0, n_dec) as decode (matmul.comp: a subgroup per weight row),
+ * rows [n_dec, n) as prompt (matmul_tiled.comp); n_dec < 0: all rows as
+ * decode when n <= MM_NT, else all as prompt. Without vk->tiled every row
+ * goes through matmul.comp. */
+static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint64_t n_rows, VkDeviceAddress x,
+                            uint32_t n, int32_t n_dec, const float *Y, size_t ldy, cmf_error *err) {
+    if (W->ndim < 1 || W->nelem == 0) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: empty tensor '%s'", W->name);
+    uint64_t cols = W->shape[W->ndim - 1], rows = W->nelem / cols;
+    if (row0 + n_rows > rows)
+        return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: rows [%llu, +%llu) outside %llu of '%s'",
+                             (unsigned long long)row0, (unsigned long long)n_rows, (unsigned long long)rows, W->name);
+    VkDeviceAddress w;
+    cmf_status st = cmf_vk_weight(vk, W, &w, err);
+    if (st) return st;
+    VkDeviceAddress y = dev(vk, Y, "matmul output");
+    if (!x || !y) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: X or Y is not a backend buffer");
+    uint32_t nv = n_dec >= 0 ? ((uint32_t)n_dec < n ? (uint32_t)n_dec : n) : (n <= MM_NT ? n : 0);
+    if (!vk->tiled) nv = n; /* one kernel for every row (CPU devices) */
+    bool keep = vk->no_barrier; /* the caller's: applies to this product's last dispatch */
+    if (nv < n) {
+        uint64_t xo = x + (uint64_t)nv * cols * 4, yo = y + (uint64_t)nv * ldy * 4;
+        mmt_push q = {w, xo, yo, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0,
+                      (uint32_t)n_rows, n - nv, (uint32_t)ldy};
+        vk->no_barrier = nv > 0 || keep; /* the decode rows below are independent of these */
+        cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)W->dtype, 0, &q, sizeof q,
+                        (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
+        if (nv == 0) return CMF_OK;
+        n = nv;
+        vk->no_barrier = keep;
+    }
+    uint32_t gx, gy, wg = mm_wg(vk), rpw = wg / vk->subgroup;
+    grid(n_rows, rpw, &gx, &gy);
+    mm_push p = {w, x, y, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0, (uint32_t)n_rows,
+                 n, (uint32_t)ldy, gx, rpw};
+    bool quad = cols % 4 == 0 && x % 16 == 0 &&
+                (W->dtype == CMF_DT_F32 || W->dtype == CMF_DT_F16 || W->dtype == CMF_DT_BF16 ||
+                 W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F || W->dtype == CMF_DT_Q4_TILED ||
+                 W->dtype == CMF_DT_Q4TP || (W->dtype == CMF_DT_Q4_BLOCK && cols % 8 == 0));
+    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (quad ? 1u << 16 : 0u), MM_NT, &p, sizeof p, gx,
+                    gy, (n + MM_NT - 1) / MM_NT);
+    return CMF_OK;
+}
+
+static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
+                                     uint32_t n, int32_t n_dec, cmf_error *err) {
+    vk_ctx *vk = ctx_of(b);
+    if (n_parts < 1 || n_parts > CMF_MM_MAX_PARTS)
+        return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul_parts: %u parts", n_parts);
+    if (n == 0) return CMF_OK;
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    VkDeviceAddress x = dev(vk, X, "matmul input");
+    cmf_status st = CMF_OK;
+    for (uint32_t i = 0; i < n_parts && !st; i++) {
+        /* the parts read the same X and write disjoint outputs (q/k/v, gate/up): no barrier between them */
+        bool indep = i + 1 < n_parts;
+        for (uint32_t k = i + 1; k < n_parts; k++)
+            indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
+        vk->no_barrier = indep;
+        st = record_mm(vk, parts[i].W, parts[i].row0, parts[i].n_rows, x, n, n_dec, parts[i].Y, parts[i].ldy, err);
+    }
+    vk->no_barrier = false;
+    cmf_vk_op_end(vk);
+    return st;
+}
+
+static cmf_status vk_be_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows, const float *X,
+                               uint32_t n, int32_t n_dec, float *Y, size_t ldy, cmf_error *err) {
+    cmf_mm_part p = {W, row0, n_rows, Y, ldy};
+    return vk_be_matmul_parts(b, &p, 1, X, n, n_dec, err);
+}
+
+typedef struct {
+    uint64_t e, tok, out;
+    uint32_t nelem, rows, cols, n;
+} gr_push;
+
+static cmf_status vk_be_get_rows(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n, float *out,
+                                 cmf_error *err) {
+    vk_ctx *vk = ctx_of(b);
+    uint64_t cols = E->shape[E->ndim - 1], rows = E->nelem / cols;
+    for (uint32_t i = 0; i < n; i++)
+        if (tok[i] < 0 || (uint64_t)tok[i] >= rows)
+            return cmf_error_set(err, CMF_ERR_ARG, "token id %d out of range [0, %llu) of '%s'", (int)tok[i],
+                                 (unsigned long long)rows, E->name);
+    if (n == 0) return CMF_OK;
+    VkDeviceAddress e;
+    cmf_status st = cmf_vk_weight(vk, E, &e, err);
+    if (st) return st;
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    gr_push p = {e, cmf_vk_arena_put(vk, tok, n * sizeof *tok), dev(vk, out, "get_rows output"), (uint32_t)E->nelem,
+                 (uint32_t)rows, (uint32_t)cols, n};
+    if (p.tok && p.out) cmf_vk_dispatch(vk, VK_SH_GET_ROWS, 64, (uint32_t)E->dtype, 0, &p, sizeof p,
+                                        (uint32_t)((cols + 63) / 64), n, 1);
+    cmf_vk_op_end(vk);
+    return CMF_OK;
+}
+
+/* ---- rows ---------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t y, x, w;
+    uint32_t ld, n, dim, nx;
+    float add_one, eps;
+} rms_push;
+
+static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
+                          const float *w, float add_one, float eps) {
+    vk_ctx *vk = ctx_of(b);
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    uint32_t gx, gy;
+    grid(n, 1, &gx, &gy);
+    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), (uint32_t)ld, n, dim, gx,
+                  add_one, eps};
+    if (p.y && p.x && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 64, 0, 0, &p, sizeof p, gx, gy, 1);
+    cmf_vk_op_end(vk);
+}
+
+typedef struct {
+    uint64_t x, cs;
+    uint32_t ld, n, n_head, head_dim, half, interleaved;
+} rope_push;
+
+static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head, uint32_t head_dim,
+                       const int32_t *pos, const cmf_rope *r) {
+    vk_ctx *vk = ctx_of(b);
+    uint32_t half = (uint32_t)r->n_rot / 2;
+    if (n == 0 || half == 0 || !cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress cs_addr;
+    float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), &cs_addr);
+    if (cs) /* angles as the CPU computes them: float32 products, libm cos/sin */
+        for (uint32_t i = 0; i < n; i++) {
+            float p = (float)pos[i];
+            for (uint32_t k = 0; k < half; k++) {
+                float ang = p * r->inv_freq[k];
+                cs[((size_t)i * half + k) * 2] = cosf(ang) * r->attn_factor;
+                cs[((size_t)i * half + k) * 2 + 1] = sinf(ang) * r->attn_factor;
+            }
+        }
+    rope_push p = {dev(vk, x, "rope x"), cs_addr, (uint32_t)ld, n, n_head, head_dim, half, r->interleaved};
+    if (cs && p.x) cmf_vk_dispatch(vk, VK_SH_ROPE, 64, 0, 0, &p, sizeof p, (half * n_head + 63) / 64, n, 1);
+    cmf_vk_op_end(vk);
+}
+
+/* ---- KV cache and attention ---------------------------------------------- */
+
+typedef struct {
+    uint64_t kb, vb, k, v, dst;
+    uint32_t ld, n, kv_dim, type;
+} kvs_push;
+
+static void vk_be_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
+                           const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
+    vk_ctx *vk = ctx_of(b);
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress da;
+    uint32_t *d = cmf_vk_arena_get(vk, (uint64_t)n * sizeof *d, &da);
+    for (uint32_t i = 0; d && i < n; i++) {
+        if (dst[i] >= UINT32_MAX) {
+            cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan: a KV pool of more than 4 G elements");
+            d = NULL;
+            break;
+        }
+        d[i] = (uint32_t)dst[i];
+    }
+    kvs_push p = {dev(vk, k_base, "K pool"), dev(vk, v_base, "V pool"), dev(vk, k, "k rows"), dev(vk, v, "v rows"),
+                  da, (uint32_t)ld, n, kv_dim, (uint32_t)type};
+    if (d && p.kb && p.vb && p.k && p.v) cmf_vk_dispatch(vk, VK_SH_KV_STORE, 64, 0, 0, &p, sizeof p, n, 2, 1);
+    cmf_vk_op_end(vk);
+}
+
+typedef struct {
+    uint64_t q, out, tok;
+    uint32_t n_tok, n_head, n_kv_head, head_dim;
+    uint32_t page_size, page_stride, type, group;
+    float scale, softcap;
+} attn_push;
+
+#define ATT_WG 64
+#define ATT_HD_MAX 512
+
+static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
+    vk_ctx *vk = ctx_of(b);
+    if (a->n_kv_head == 0 || a->n_head % a->n_kv_head)
+        return cmf_error_set(err, CMF_ERR_ARG, "attention: %u heads not a multiple of %u kv heads", a->n_head,
+                             a->n_kv_head);
+    if (a->head_dim > ATT_HD_MAX)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan attention: head_dim %u > %u", a->head_dim, ATT_HD_MAX);
+    if (a->n_tok == 0) return CMF_OK;
+    const cmf_kv_view *v0 = &a->views[0];
+    for (uint32_t t = 1; t < a->n_tok; t++)
+        if (a->views[t].page_size != v0->page_size || a->views[t].page_stride != v0->page_stride ||
+            a->views[t].type != v0->type)
+            return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan attention: KV views of different layouts in one call");
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    VkDeviceAddress ta;
+    uint32_t *rec = cmf_vk_arena_get(vk, (uint64_t)a->n_tok * 12 * sizeof *rec, &ta);
+    const uint32_t *last_pages = NULL;
+    uint32_t last_np = 0;
+    VkDeviceAddress last_pa = 0;
+    for (uint32_t t = 0; rec && t < a->n_tok; t++) {
+        const cmf_kv_view *v = &a->views[t];
+        uint32_t hi = a->key_end ? a->key_end[t] : (uint32_t)a->pos[t] + 1;
+        uint32_t lo = a->window && hi > a->window ? hi - a->window : 0;
+        uint32_t np = (hi + v->page_size - 1) / v->page_size;
+        /* one copy of a page table shared by consecutive tokens */
+        if (v->pages != last_pages || np > last_np) {
+            last_pa = cmf_vk_arena_put(vk, v->pages, (uint64_t)(np ? np : 1) * sizeof(uint32_t));
+            last_pages = v->pages;
+            last_np = np;
+        }
+        uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
+        uint32_t *r = rec + (size_t)t * 12;
+        r[0] = (uint32_t)kb, r[1] = (uint32_t)(kb >> 32), r[2] = (uint32_t)vb, r[3] = (uint32_t)(vb >> 32);
+        r[4] = (uint32_t)last_pa, r[5] = (uint32_t)(last_pa >> 32), r[6] = lo, r[7] = hi;
+        uint64_t tm = a->tree_base ? a->tree_mask[t] : 0;
+        r[8] = a->tree_base ? a->tree_base[t] : 0, r[9] = (uint32_t)tm, r[10] = (uint32_t)(tm >> 32);
+        r[11] = a->tree_base != NULL;
+        if (!kb || !vb || !last_pa) rec = NULL;
+    }
+    attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
+                   a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
+                   a->n_head / a->n_kv_head, a->scale, a->softcap};
+    if (rec && p.q && p.out) cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, a->n_tok, 1);
+    cmf_vk_op_end(vk);
+    return CMF_OK;
+}
+
+/* ---- element-wise ---------------------------------------------------------- */
+
+typedef struct {
+    uint64_t y, x, aux;
+    uint32_t op, n, dim, ldy, ldx, nx;
+    float s, c;
+} ew_push;
+
+#define EW_WG 256
+
+/* One eltwise dispatch over n rows of dim; rows over z (split when n is
+ * larger than the grid allows). */
+static void ew(vk_ctx *vk, uint32_t op, VkDeviceAddress y, VkDeviceAddress x, VkDeviceAddress aux, uint64_t n,
+               uint64_t dim, uint64_t ldy, uint64_t ldx, float s, float c) {
+    if (n == 0 || dim == 0 || !y) return;
+    if (n == 1 && dim >= (1ull << 32)) return;
+    uint32_t gx, gy;
+    grid(dim, EW_WG, &gx, &gy);
+    for (uint64_t r0 = 0; r0 < n; r0 += 65535) {
+        uint64_t nr = n - r0 < 65535 ? n - r0 : 65535;
+        ew_push p = {y + r0 * ldy * 4, x ? x + (op == VK_EW_ADD_ROWS ? 0 : r0 * ldx * 4) : 0,
+                     aux ? aux + (op == VK_EW_GATHER || op == VK_EW_GATE_ADD ? r0 * 4 : r0 * ldx * 4) : 0,
+                     op, (uint32_t)nr, (uint32_t)dim, (uint32_t)ldy, (uint32_t)ldx, gx, s, c};
+        cmf_vk_dispatch(vk, VK_SH_ELTWISE, EW_WG, 0, 0, &p, sizeof p, gx, gy, (uint32_t)nr);
+    }
+}
+
+/* A flat count as rows of at most 2^20 (so every index fits 32 bits). */
+static void ew_flat(vk_ctx *vk, uint32_t op, VkDeviceAddress y, VkDeviceAddress x, uint64_t count, float s, float c) {
+    const uint64_t row = 1u << 20;
+    uint64_t full = count / row, rest = count % row;
+    if (full) ew(vk, op, y, x, 0, full, row, row, row, s, c);
+    if (rest) ew(vk, op, y + full * row * 4, x ? x + full * row * 4 : 0, 0, 1, rest, rest, rest, s, c);
+}
+
+static void vk_be_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up, size_t ld_in,
+                      uint32_t n, uint32_t dim, cmf_act act) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    ew(vk, VK_EW_GLU, dev(vk, out, "glu out"), dev(vk, gate, "glu gate"), dev(vk, up, "glu up"), n, dim, ld_out, ld_in,
+       0.0f, (float)act);
+    cmf_vk_op_end(vk);
+}
+
+static void vk_be_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    ew_flat(vk, VK_EW_ADD_SCALED, dev(vk, y, "add y"), dev(vk, x, "add x"), count, s, 0.0f);
+    cmf_vk_op_end(vk);
+}
+
+static void vk_be_softcap(cmf_backend *b, float *x, size_t count, float c, float s) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress a = dev(vk, x, "softcap x");
+    if (c > 0.0f) ew_flat(vk, VK_EW_SOFTCAP, a, 0, count, 0.0f, c);
+    else ew_flat(vk, VK_EW_SCALE, a, 0, count, s, 0.0f);
+    cmf_vk_op_end(vk);
+}
+
+static void vk_be_add_rows(cmf_backend *b, float *y, size_t ld, const float *v, uint32_t n, uint32_t dim) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress va = cmf_vk_vec(vk, v, dim);
+    if (va) ew(vk, VK_EW_ADD_ROWS, dev(vk, y, "add_rows y"), va, 0, n, dim, ld, 0, 0.0f, 0.0f);
+    cmf_vk_op_end(vk);
+}
+
+static bool overlap(const void *a, const void *b, size_t bytes) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + bytes && y < x + bytes;
+}
+
+static void vk_be_copy(cmf_backend *b, float *dst, const float *src, size_t count) {
+    vk_ctx *vk = ctx_of(b);
+    if (count == 0 || dst == src || !cmf_vk_op_begin(vk)) return;
+    size_t bytes = count * sizeof *dst;
+    if (overlap(dst, src, bytes)) { /* memmove: through a temporary */
+        float *tmp = cmf_vk_alloc(vk, bytes, false);
+        if (!tmp) cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of device memory for a copy");
+        else {
+            cmf_vk_copy_dev(vk, tmp, src, bytes);
+            cmf_vk_copy_dev(vk, dst, tmp, bytes);
+            cmf_vk_free(vk, tmp); /* free only in the suballocator; later users are ordered by barriers */
+        }
+    } else {
+        cmf_vk_copy_dev(vk, dst, src, bytes);
+    }
+    cmf_vk_op_end(vk);
+}
+
+static void vk_be_fill(cmf_backend *b, float *dst, size_t count, float v) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    ew_flat(vk, VK_EW_FILL, dev(vk, dst, "fill dst"), 0, count, v, 0.0f);
+    cmf_vk_op_end(vk);
+}
+
+static void vk_be_gather_rows(cmf_backend *b, float *dst, const float *src, uint32_t dim, const uint32_t *idx,
+                              uint32_t n) {
+    vk_ctx *vk = ctx_of(b);
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    uint32_t mx = 0;
+    for (uint32_t i = 0; i < n; i++) mx = idx[i] > mx ? idx[i] : mx;
+    size_t src_bytes = ((size_t)mx + 1) * dim * sizeof(float);
+    const float *s = src;
+    float *tmp = NULL;
+    if (overlap(dst, src, src_bytes > (size_t)n * dim * 4 ? src_bytes : (size_t)n * dim * 4)) {
+        tmp = cmf_vk_alloc(vk, src_bytes, false);
+        if (!tmp) {
+            cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of device memory for gather_rows");
+            cmf_vk_op_end(vk);
+            return;
+        }
+        cmf_vk_copy_dev(vk, tmp, src, src_bytes);
+        s = tmp;
+    }
+    VkDeviceAddress ia = cmf_vk_arena_put(vk, idx, (uint64_t)n * sizeof *idx);
+    if (ia) ew(vk, VK_EW_GATHER, dev(vk, dst, "gather dst"), dev(vk, s, "gather src"), ia, n, dim, dim, dim, 0, 0);
+    cmf_vk_free(vk, tmp);
+    cmf_vk_op_end(vk);
+}
+
+static void vk_be_gate_add(cmf_backend *b, float *y, const float *x, const float *g, uint32_t n, uint32_t dim) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    ew(vk, VK_EW_GATE_ADD, dev(vk, y, "gate_add y"), dev(vk, x, "gate_add x"), g ? dev(vk, g, "gate_add g") : 0, n,
+       dim, dim, dim, 0, 0);
+    cmf_vk_op_end(vk);
+}
+
+static cmf_status vk_be_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err) {
+    (void)b;
+    (void)a;
+    return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan: mixture-of-experts layers are not implemented yet");
+}
+
+/* ---- the step ---------------------------------------------------------------- */
+
+static void vk_be_begin(cmf_backend *b) { cmf_vk_begin(ctx_of(b)); }
+static cmf_status vk_be_submit(cmf_backend *b, cmf_error *err) { return cmf_vk_submit(ctx_of(b), err); }
+
+static void vk_be_read(cmf_backend *b, float *dst, const float *src, size_t count) {
+    vk_ctx *vk = ctx_of(b);
+    cmf_error e = {0};
+    if (cmf_vk_read(vk, dst, src, count * sizeof *dst, &e) != CMF_OK) {
+        memset(dst, 0xff, count * sizeof *dst); /* NaN: never silently stale values */
+        cmf_vk_fail(vk, e.status ? e.status : CMF_ERR_IO, "%s", e.msg);
+    }
+}
+
+static void vk_be_write(cmf_backend *b, float *dst, const float *src, size_t count) {
+    vk_ctx *vk = ctx_of(b);
+    if (!cmf_vk_op_begin(vk)) return;
+    cmf_vk_write_rec(vk, dst, src, count * sizeof *dst);
+    cmf_vk_op_end(vk);
+}
+
+static cmf_status vk_be_prepare(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t needs, cmf_error *err) {
+    if (needs & CMF_BE_NEEDS_MOE)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
+                             "%s: mixture-of-experts layers are not implemented on Vulkan yet; use --device cpu",
+                             cmf_file_path(f));
+    return cmf_vk_prepare(ctx_of(b), f, n_layer, err);
+}
+
+static void vk_be_free(cmf_backend *b) {
+    if (!b) return;
+    cmf_vk_ctx_free(ctx_of(b));
+    free(b);
+}
+
+static const cmf_backend_ops vk_ops = {
+    .name = "vulkan",
+    .free = vk_be_free,
+    .alloc = vk_be_alloc,
+    .release = vk_be_release,
+    .pool_alloc = vk_be_pool_alloc,
+    .pool_free = vk_be_pool_free,
+    .pool_copy = vk_be_pool_copy,
+    .matmul = vk_be_matmul,
+    .matmul_parts = vk_be_matmul_parts,
+    .get_rows = vk_be_get_rows,
+    .rmsnorm = vk_be_rmsnorm,
+    .rope = vk_be_rope,
+    .attention = vk_be_attention,
+    .glu = vk_be_glu,
+    .add_scaled = vk_be_add_scaled,
+    .softcap = vk_be_softcap,
+    .add_rows = vk_be_add_rows,
+    .copy = vk_be_copy,
+    .fill = vk_be_fill,
+    .gather_rows = vk_be_gather_rows,
+    .gate_add = vk_be_gate_add,
+    .moe = vk_be_moe,
+    .begin = vk_be_begin,
+    .submit = vk_be_submit,
+    .read = vk_be_read,
+    .write = vk_be_write,
+    .kv_store = vk_be_kv_store,
+    .prepare = vk_be_prepare,
+};
+
+cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) {
+    *out = NULL;
+    cmf_backend *b = calloc(1, sizeof *b);
+    if (!b) return cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: out of memory");
+    vk_ctx *vk = NULL;
+    cmf_status st = cmf_vk_ctx_new(index, &vk, err);
+    if (st) {
+        free(b);
+        return st;
+    }
+    b->ops = &vk_ops;
+    b->ctx = vk;
+    b->n_threads = 1;
+    *out = b;
+    return CMF_OK;
+}
+
+/* The device's name (for cmf_device_description). */
+const char *cmf_backend_vulkan_name(cmf_backend *b) { return b && b->ops == &vk_ops ? ctx_of(b)->name : ""; }

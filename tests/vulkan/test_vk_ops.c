@@ -1,0 +1,305 @@
+/*
+ * test_vk_ops.c — every op of the Vulkan backend (src/backend/vulkan)
+ * against the CPU backend at its reference level (float activations,
+ * dequantized weights: the arithmetic the shaders do) on small, odd
+ * shapes: matmul and matmul_parts at every matrix dtype (row sub-ranges,
+ * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths; n_dec
+ * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
+ * place, row stride), rope (neox, interleaved, partial, attn_factor),
+ * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
+ * causal, sliding window, softcap, key_end, tree masks), glu (3
+ * activations), add_scaled, softcap, add_rows, copy (overlapping), fill,
+ * gather_rows (in place), gate_add, pool_copy outside a step, write/read,
+ * and the errors (a bad token id, an unsupported dtype).
+ * Tolerance: 2e-5 relative to the sum of |terms| (float rounding in a
+ * different order; q8 KV: one quantization step). Skips (77) without a
+ * Vulkan device.
+ */
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float *rnd(size_t n) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+
+static cmf_backend *cpu, *gpu;
+
+/* a GPU buffer holding host data */
+static float *up(const float *h, size_t n) {
+    float *d = gpu->ops->alloc(gpu, n);
+    gpu->ops->write(gpu, d, h, n);
+    return d;
+}
+static float *down(const float *d, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    gpu->ops->read(gpu, h, d, n);
+    return h;
+}
+static double maxdiff(const float *a, const float *b, size_t n, double scale) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / scale;
+        if (!(d <= m)) m = d; /* NaN propagates */
+    }
+    return m;
+}
+static void step_begin(void) { gpu->ops->begin(gpu); }
+static void step_end(const char *what) {
+    cmf_error err = {0};
+    cmf_status st = gpu->ops->submit(gpu, &err);
+    CHECK(st == CMF_OK, "%s: submit: %s", what, err.msg);
+}
+
+static void test_matmul(cmf_dtype dt, uint64_t cols) {
+    uint64_t rows = 37;
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols};
+    void *payload = NULL;
+    uint64_t nb = 0;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    uint32_t ns[3] = {1, 5, 11};
+    for (int k = 0; k < 3; k++) {
+        uint32_t n = ns[k], row0 = 3, nr = 30, ldy = 33;
+        float *x = rnd(n * cols), *yc = calloc((size_t)n * ldy, sizeof(float));
+        float *xd = up(x, n * cols), *yd = gpu->ops->alloc(gpu, (size_t)n * ldy);
+        CHECK(cpu->ops->matmul(cpu, &t, row0, nr, x, n, -1, yc, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+        step_begin();
+        CHECK(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, -1, yd, ldy, &err) == CMF_OK, "vk matmul: %s", err.msg);
+        step_end("matmul");
+        float *yg = down(yd, (size_t)n * ldy);
+        double d = maxdiff(yc, yg, (size_t)n * ldy, sqrt((double)cols));
+        CHECK(d < 2e-5, "matmul %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
+        /* row classes: 3 decode rows (the per-row kernel), the rest as a prompt (the tiled one) */
+        step_begin();
+        CHECK(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, 3, yd, ldy, &err) == CMF_OK, "vk matmul n_dec 3: %s", err.msg);
+        step_end("matmul n_dec");
+        free(yg);
+        yg = down(yd, (size_t)n * ldy);
+        d = maxdiff(yc, yg, (size_t)n * ldy, sqrt((double)cols));
+        CHECK(d < 2e-5, "matmul %s n=%u n_dec=3: max diff %g", cmf_dtype_name(dt), n, d);
+        /* parts: two row ranges of the same X */
+        float *y2 = gpu->ops->alloc(gpu, (size_t)n * 8);
+        cmf_mm_part parts[2] = {{&t, 0, 3, yd, ldy}, {&t, 29, 8, y2, 8}};
+        step_begin();
+        CHECK(gpu->ops->matmul_parts(gpu, parts, 2, xd, n, -1, &err) == CMF_OK, "parts: %s", err.msg);
+        step_end("parts");
+        float *p1 = down(yd, (size_t)n * ldy), *p2 = down(y2, (size_t)n * 8);
+        float *c2 = calloc((size_t)n * 8, sizeof(float));
+        float *c1 = calloc((size_t)n * ldy, sizeof(float));
+        memcpy(c1, yc, (size_t)n * ldy * sizeof(float));
+        cpu->ops->matmul(cpu, &t, 0, 3, x, n, -1, c1, ldy, &err);
+        cpu->ops->matmul(cpu, &t, 29, 8, x, n, -1, c2, 8, &err);
+        d = maxdiff(c1, p1, (size_t)n * ldy, sqrt((double)cols)) + maxdiff(c2, p2, (size_t)n * 8, sqrt((double)cols));
+        CHECK(d < 4e-5, "matmul_parts %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
+        if (k == 0) fprintf(stderr, "matmul %-8s in=%llu n=%u..11 (diff %.2g)\n", cmf_dtype_name(dt),
+                            (unsigned long long)cols, n, d);
+        free(x), free(yc), free(yg), free(p1), free(p2), free(c1), free(c2);
+        gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, y2);
+    }
+    /* get_rows of the same tensor */
+    int32_t tok[4] = {5, 0, 36, 5};
+    float *oc = malloc(4 * cols * sizeof(float)), *od = gpu->ops->alloc(gpu, 4 * cols);
+    CHECK(cpu->ops->get_rows(cpu, &t, tok, 4, oc, &err) == CMF_OK, "cpu get_rows");
+    step_begin();
+    CHECK(gpu->ops->get_rows(gpu, &t, tok, 4, od, &err) == CMF_OK, "vk get_rows: %s", err.msg);
+    int32_t bad = 37;
+    CHECK(gpu->ops->get_rows(gpu, &t, &bad, 1, od, &err) == CMF_ERR_ARG, "get_rows: id 37 of 37 rows accepted");
+    step_end("get_rows");
+    float *og = down(od, 4 * cols);
+    CHECK(maxdiff(oc, og, 4 * cols, 1.0) == 0.0, "get_rows %s differs", cmf_dtype_name(dt));
+    free(oc), free(og), free(w), free(payload);
+    gpu->ops->release(gpu, od);
+}
+
+static void test_rows(void) {
+    uint32_t n = 5, dim = 45, ld = 50;
+    float *x = rnd(n * ld), *w = rnd(dim);
+    float *c = malloc(n * ld * sizeof(float));
+    memcpy(c, x, n * ld * sizeof(float));
+    float *d = up(x, n * ld);
+    cpu->ops->rmsnorm(cpu, c, c, ld, n, dim, w, 1.0f, 1e-5f);
+    step_begin();
+    gpu->ops->rmsnorm(gpu, d, d, ld, n, dim, w, 1.0f, 1e-5f);
+    step_end("rmsnorm");
+    float *g = down(d, n * ld);
+    CHECK(maxdiff(c, g, n * ld, 1.0) < 1e-5, "rmsnorm: %g", maxdiff(c, g, n * ld, 1.0));
+    free(g);
+    /* rope: neox partial and interleaved, attn_factor */
+    uint32_t nh = 3, hd = 14;
+    float inv[6];
+    for (int i = 0; i < 6; i++) inv[i] = powf(10000.0f, -(float)i / 6.0f);
+    int32_t pos[5] = {0, 1, 7, 300, 4095};
+    for (int il = 0; il < 2; il++) {
+        cmf_rope r = {.n_rot = il ? 12 : 10, .interleaved = il, .inv_freq = inv, .attn_factor = il ? 1.0f : 1.1f};
+        float *q = rnd(n * nh * hd), *qc = malloc(n * nh * hd * sizeof(float));
+        memcpy(qc, q, n * nh * hd * sizeof(float));
+        float *qd = up(q, n * nh * hd);
+        cpu->ops->rope(cpu, qc, nh * hd, n, nh, hd, pos, &r);
+        step_begin();
+        gpu->ops->rope(gpu, qd, nh * hd, n, nh, hd, pos, &r);
+        step_end("rope");
+        float *qg = down(qd, n * nh * hd);
+        CHECK(maxdiff(qc, qg, n * nh * hd, 1.0) < 1e-6, "rope interleaved=%d: %g", il, maxdiff(qc, qg, n * nh * hd, 1.0));
+        free(q), free(qc), free(qg);
+        gpu->ops->release(gpu, qd);
+    }
+    /* element-wise */
+    size_t cnt = (size_t)n * ld;
+    float *y = rnd(cnt), *yc = malloc(cnt * sizeof(float));
+    float *yd = up(y, cnt), *xd = up(x, cnt);
+    memcpy(yc, y, cnt * sizeof(float));
+    step_begin();
+    cpu->ops->add_scaled(cpu, yc, x, cnt, 0.7f), gpu->ops->add_scaled(gpu, yd, xd, cnt, 0.7f);
+    cpu->ops->softcap(cpu, yc, cnt, 0.9f, 1.0f), gpu->ops->softcap(gpu, yd, cnt, 0.9f, 1.0f);
+    cpu->ops->softcap(cpu, yc, cnt, 0.0f, 3.0f), gpu->ops->softcap(gpu, yd, cnt, 0.0f, 3.0f);
+    cpu->ops->add_rows(cpu, yc, ld, w, n, dim), gpu->ops->add_rows(gpu, yd, ld, w, n, dim);
+    for (int a = 0; a < 3; a++) {
+        cpu->ops->glu(cpu, yc, ld, yc, x, ld, n, dim - a, (cmf_act)a);
+        gpu->ops->glu(gpu, yd, ld, yd, xd, ld, n, dim - a, (cmf_act)a);
+    }
+    float g2[5] = {0.3f, -1.0f, 2.0f, 0.0f, 5.0f};
+    float *gd = up(g2, 5);
+    cpu->ops->gate_add(cpu, yc, x, g2, n, ld), gpu->ops->gate_add(gpu, yd, xd, gd, n, ld);
+    cpu->ops->gate_add(cpu, yc, x, NULL, n, ld), gpu->ops->gate_add(gpu, yd, xd, NULL, n, ld);
+    cpu->ops->copy(cpu, yc + 3, yc, cnt - 10), gpu->ops->copy(gpu, yd + 3, yd, cnt - 10);   /* overlapping */
+    cpu->ops->copy(cpu, yc, yc + 7, cnt - 10), gpu->ops->copy(gpu, yd, yd + 7, cnt - 10);
+    uint32_t idx[3] = {4, 1, 2};
+    cpu->ops->gather_rows(cpu, yc, yc, ld, idx, 3), gpu->ops->gather_rows(gpu, yd, yd, ld, idx, 3); /* in place */
+    cpu->ops->fill(cpu, yc + ld * 4, 9, -2.5f), gpu->ops->fill(gpu, yd + ld * 4, 9, -2.5f);
+    step_end("eltwise");
+    float *yg = down(yd, cnt);
+    CHECK(maxdiff(yc, yg, cnt, 1.0) < 1e-5, "element-wise chain: %g", maxdiff(yc, yg, cnt, 1.0));
+    /* an op outside begin/submit runs at once; pool_copy too */
+    cpu->ops->add_scaled(cpu, yc, x, cnt, -1.0f), gpu->ops->add_scaled(gpu, yd, xd, cnt, -1.0f);
+    free(yg);
+    yg = down(yd, cnt);
+    CHECK(maxdiff(yc, yg, cnt, 1.0) < 1e-5, "op outside a step: %g", maxdiff(yc, yg, cnt, 1.0));
+    void *pool = gpu->ops->pool_alloc(gpu, 4096);
+    gpu->ops->write(gpu, pool, x, 64);
+    gpu->ops->pool_copy(gpu, pool, 1024, 0, 256);
+    float back[64];
+    gpu->ops->read(gpu, back, (const float *)((const char *)pool + 1024), 64);
+    CHECK(memcmp(back, x, sizeof back) == 0, "pool_copy outside a step");
+    gpu->ops->pool_free(gpu, pool);
+    free(x), free(w), free(c), free(y), free(yc), free(yg);
+    gpu->ops->release(gpu, d), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, xd), gpu->ops->release(gpu, gd);
+}
+
+/* K/V of 2 sequences in scrambled pages, then attention of a batch. */
+static void test_attention(cmf_kv_type type, uint32_t window, float softcap, bool tree) {
+    const uint32_t nh = 4, nkv = 2, hd = 20, kvd = nkv * hd, ps = 4, npages = 12;
+    uint32_t row = cmf_kv_row_elems(type, kvd), stride = ps * row;
+    size_t pool_bytes = (size_t)npages * stride * cmf_kv_elem_size(type);
+    void *kc = malloc(pool_bytes), *vc = malloc(pool_bytes);
+    void *kg = gpu->ops->pool_alloc(gpu, pool_bytes), *vg = gpu->ops->pool_alloc(gpu, pool_bytes);
+    uint32_t pages0[5] = {7, 2, 9, 0, 11}, pages1[4] = {3, 10, 1, 5};
+    const uint32_t len[2] = {17, 13}; /* positions stored per sequence */
+    /* store every position of both sequences (in batches of a few rows) */
+    for (int s = 0; s < 2; s++) {
+        const uint32_t *pg = s ? pages1 : pages0;
+        float *k = rnd((size_t)len[s] * kvd), *v = rnd((size_t)len[s] * kvd);
+        size_t *dst = malloc(len[s] * sizeof *dst);
+        for (uint32_t p = 0; p < len[s]; p++) dst[p] = (size_t)pg[p / ps] * stride + (size_t)(p % ps) * row;
+        float *kd = up(k, (size_t)len[s] * kvd), *vd = up(v, (size_t)len[s] * kvd);
+        cpu->ops->kv_store(cpu, kc, vc, type, k, v, kvd, len[s], kvd, dst);
+        step_begin();
+        gpu->ops->kv_store(gpu, kg, vg, type, kd, vd, kvd, len[s], kvd, dst);
+        step_end("kv_store");
+        free(k), free(v), free(dst);
+        gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    }
+    /* the pools agree byte for byte except q8 rounding of the scale division */
+    uint8_t *pb = malloc(pool_bytes);
+    gpu->ops->read(gpu, (float *)pb, kg, pool_bytes / 4);
+    size_t diff = 0;
+    for (uint32_t p = 0; p < len[0]; p++) {
+        size_t off = ((size_t)pages0[p / ps] * stride + (size_t)(p % ps) * row) * cmf_kv_elem_size(type);
+        diff += memcmp(pb + off, (uint8_t *)kc + off, row * cmf_kv_elem_size(type)) != 0;
+    }
+    CHECK(type == CMF_KV_Q8 || diff == 0, "kv_store type %d: %zu of %u K rows differ", (int)type, diff, len[0]);
+    free(pb);
+    /* a batch: 3 tokens of seq 0 (last positions), 2 of seq 1 */
+    const uint32_t nt = 5;
+    int32_t pos[5] = {14, 15, 16, 11, 12};
+    uint32_t key_end[5] = {15, 16, 17, 12, 13}, tb[5] = {14, 14, 14, 11, 11};
+    uint64_t tm[5] = {1, 3, 5, 1, 3}; /* token 2 sees slot 14 and itself, not 15 */
+    cmf_kv_view vc_[5], vg_[5];
+    for (uint32_t t = 0; t < nt; t++) {
+        const uint32_t *pg = t < 3 ? pages0 : pages1;
+        vc_[t] = (cmf_kv_view){kc, vc, pg, ps, stride, type};
+        vg_[t] = (cmf_kv_view){kg, vg, pg, ps, stride, type};
+    }
+    float *q = rnd((size_t)nt * nh * hd), *oc = calloc((size_t)nt * nh * hd, sizeof(float));
+    float *qd = up(q, (size_t)nt * nh * hd), *od = gpu->ops->alloc(gpu, (size_t)nt * nh * hd);
+    cmf_attn_args a = {.n_tok = nt, .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .q = q, .out = oc, .pos = pos,
+                       .key_end = tree ? key_end : NULL, .tree_base = tree ? tb : NULL, .tree_mask = tree ? tm : NULL,
+                       .views = vc_, .window = window, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap};
+    cmf_error err = {0};
+    CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
+    a.q = qd, a.out = od, a.views = vg_;
+    step_begin();
+    CHECK(gpu->ops->attention(gpu, &a, &err) == CMF_OK, "vk attention: %s", err.msg);
+    step_end("attention");
+    float *og = down(od, (size_t)nt * nh * hd);
+    double d = maxdiff(oc, og, (size_t)nt * nh * hd, 1.0);
+    CHECK(d < (type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-5),
+          "attention kv %d window %u softcap %g tree %d: max diff %g", (int)type, window, softcap, tree, d);
+    fprintf(stderr, "attention kv=%d window=%u softcap=%g tree=%d: diff %.2g\n", (int)type, window, softcap, tree, d);
+    free(q), free(oc), free(og), free(kc), free(vc);
+    gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
+int main(void) {
+    setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
+    cmf_error err = {0};
+    cmf_status st = cmf_backend_vulkan_new(0, &gpu, &err);
+    if (st == CMF_ERR_UNSUPPORTED) TEST_SKIP("no Vulkan device: %s", err.msg);
+    REQUIRE(st == CMF_OK, "vulkan: %s", err.msg);
+    REQUIRE(cmf_backend_cpu_new(1, &cpu, &err) == CMF_OK, "cpu: %s", err.msg);
+    cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cpu), CMF_CPU_REF);
+    cmf_dtype dts[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW, CMF_DT_Q8_2F,
+                       CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) { /* in % 4 != 0: scalar loads; == 0: 4 at a time */
+        bool q32 = dts[i] == CMF_DT_Q4_TILED || dts[i] == CMF_DT_Q4TP;
+        test_matmul(dts[i], q32 ? 96 : 70);
+        test_matmul(dts[i], q32 ? 64 : 72);
+    }
+    test_rows();
+    for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
+    test_attention(CMF_KV_F32, 5, 0.0f, false);
+    test_attention(CMF_KV_F32, 0, 0.4f, false);
+    test_attention(CMF_KV_F16, 0, 0.0f, true);
+    /* a dtype the backend does not run: refused, naming it */
+    uint8_t junk[64] = {0};
+    cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,
+                     .nbytes = 6};
+    float *x = gpu->ops->alloc(gpu, 32), *y = gpu->ops->alloc(gpu, 1);
+    st = gpu->ops->matmul(gpu, &q1, 0, 1, x, 1, -1, y, 1, &err);
+    CHECK(st == CMF_ERR_UNSUPPORTED && strstr(err.msg, "q1"), "q1 matmul: %d %s", (int)st, err.msg);
+    gpu->ops->release(gpu, x), gpu->ops->release(gpu, y);
+    gpu->ops->free(gpu);
+    cpu->ops->free(cpu);
+    return test_done();
+}
