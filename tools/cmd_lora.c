@@ -47,7 +47,10 @@ static int do_import(int argc, char **argv) {
     if (o.base && o.into) return cli_usage_error(cmd, "--base goes with -o (with --into, BASE is the base)");
     if (o.dtype && strcmp(o.dtype, "f32") && strcmp(o.dtype, "f16") && strcmp(o.dtype, "bf16"))
         return cli_usage_error(cmd, "--dtype %s: f32, f16 or bf16", o.dtype);
-    if (out && !cli_check_output(cmd, out, &dir, 1)) return CLI_EXIT_USAGE;
+    const char *inputs[2] = {dir, o.base};
+    if (out && !cli_check_output(cmd, out, inputs, o.base ? 2 : 1)) return CLI_EXIT_USAGE;
+    if (o.id && !cmf_skill_id_valid(o.id))
+        return cli_usage_error(cmd, "--id '%s': a skill id is 1-64 characters of A-Z a-z 0-9 _ -", o.id);
     cmf_error err = {0};
     if (cmf_lora_import(dir, out, &o, &err) != CMF_OK) return cli_fail(cmd, &err);
     cmf_lora *l = NULL;

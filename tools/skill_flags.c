@@ -8,6 +8,7 @@
  */
 #include "skill_flags.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,8 +104,24 @@ int cli_skill_resolve(const char *cmd, cmf_model *m, const cmf_file *f, const in
         size_t at = 0;
         uint32_t nb = r.n < 64 ? r.n : 64;
         cmf_skill_softmax_weights(r.energy, nb, o->soft, w);
-        for (uint32_t i = 0; i < nb && at < sizeof spec; i++)
-            at += (size_t)snprintf(spec + at, sizeof spec - at, "%s%s:%.6g", i ? "," : "", r.ids[i], w[i]);
+        /* blends sum replacement tensors: a low-rank (LoRA) skill has none,
+         * so it is left out and the other weights renormalised */
+        double kept = 0;
+        for (uint32_t i = 0; i < nb; i++) {
+            const cJSON *kind = cJSON_GetObjectItemCaseSensitive(cmf_skill_entry(f, r.ids[i]), "kind");
+            if (cJSON_IsString(kind) && strcmp(kind->valuestring, "lora") == 0) {
+                fprintf(stderr, "route: --route-soft leaves out the low-rank skill %s (blends sum replacement tensors)\n",
+                        r.ids[i]);
+                w[i] = 0;
+            }
+            kept += w[i];
+        }
+        for (uint32_t i = 0, first = 1; i < nb && at < sizeof spec && kept > 0; i++) {
+            if (w[i] == 0) continue;
+            at += (size_t)snprintf(spec + at, sizeof spec - at, "%s%s:%.6g", first ? "" : ",", r.ids[i], w[i] / kept);
+            first = 0;
+        }
+        if (kept == 0) at = (size_t)snprintf(spec, sizeof spec, "%s:1", r.ids[r.best]);
         fprintf(stderr, "route: soft blend (T=%g) %s\n", o->soft, spec);
         rc = at < sizeof spec ? cli_skill_blend(cmd, m, f, spec, ws) : cli_usage_error(cmd, "--route-soft: too many skills");
     } else {

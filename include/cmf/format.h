@@ -231,6 +231,16 @@ typedef struct cmf_new_tensor {
     const void *payload;
     uint64_t nbytes;
 } cmf_new_tensor;
+/* An exclusive advisory lock (flock(2)) on path, held until close(*fd):
+ * every in-place writer of a file's skills (skill add/remove/apply/fit/
+ * quality, lora import --into) takes it around read-modify-append, so two
+ * writers never lose each other's entry. Blocks until granted. Errors:
+ * CMF_ERR_IO (cannot open for writing, cannot lock). */
+cmf_status cmf_file_lock(const char *path, int *fd, cmf_error *err);
+/* §7 skill ids cmf writes: 1-64 characters of A-Z a-z 0-9 _ - (they become
+ * part of tensor names "skill.<id>.<name>" and of model names "base:<id>"). */
+bool cmf_skill_id_valid(const char *id);
+
 cmf_status cmf_file_append(const char *path, const cmf_new_tensor *tensors, size_t n,
                            const struct cJSON *new_header, cmf_error *err);
 

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,4 +276,28 @@ fail:
     cmf_writer_abort(w);
     cmf_file_close(f);
     return st;
+}
+
+cmf_status cmf_file_lock(const char *path, int *fd, cmf_error *err) {
+    *fd = open(path, O_RDWR | O_CLOEXEC);
+    if (*fd < 0) return cmf_error_set(err, CMF_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    while (flock(*fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        cmf_status st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot lock: %s", path, strerror(errno));
+        close(*fd);
+        *fd = -1;
+        return st;
+    }
+    return CMF_OK;
+}
+
+bool cmf_skill_id_valid(const char *id) {
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
 }

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct pair {
     char *name;                  /* "<module path>" (cmf name without .weight) */
@@ -298,7 +299,19 @@ static cmf_status write_file(const imp *c, const char *out_path, const char *bas
     return cmf_writer_finish(w, err);
 }
 
+/* Under the base's lock (cmf_file_lock), held from the read of its header
+ * to the end of the append, like every skill writer. */
+static cmf_status write_into_locked(const imp *c, const char *base, const char *id, cmf_dtype dt, cmf_error *err);
 static cmf_status write_into(const imp *c, const char *base, const char *id, cmf_dtype dt, cmf_error *err) {
+    int fd = -1;
+    cmf_status st = cmf_file_lock(base, &fd, err);
+    if (st) return st;
+    st = write_into_locked(c, base, id, dt, err);
+    close(fd);
+    return st;
+}
+
+static cmf_status write_into_locked(const imp *c, const char *base, const char *id, cmf_dtype dt, cmf_error *err) {
     cmf_file *f = NULL;
     cmf_status st = cmf_file_open(base, &f, err);
     if (st) return st;
@@ -384,6 +397,8 @@ cmf_status cmf_lora_import(const char *peft_dir, const char *out_path, const cmf
     if (!into && (!out_path || !*out_path)) return cmf_error_set(err, CMF_ERR_ARG, "lora import: no output path (-o)");
     if (into && out_path) return cmf_error_set(err, CMF_ERR_ARG, "lora import: -o and --into exclude each other");
     if (into && opts->base) return cmf_error_set(err, CMF_ERR_ARG, "lora import: --base goes with -o (--into is the base)");
+    if (into && !cmf_skill_id_valid(id))
+        return cmf_error_set(err, CMF_ERR_ARG, "--id '%s': a skill id is 1-64 characters of A-Z a-z 0-9 _ -", id);
     if (id && (!*id || strchr(id, '.') || strlen(id) > 200))
         return cmf_error_set(err, CMF_ERR_ARG, "lora import: --id '%s': a non-empty name without '.'", id);
     int dt = cmf_dtype_from_name(dts);

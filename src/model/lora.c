@@ -182,6 +182,18 @@ static cmf_status read_pairs(cmf_lora *l, const char *prefix, cmf_error *err) {
 cmf_status cmf_lora_open(const char *path, cmf_lora **out, cmf_error *err) {
     *out = NULL;
     if (!path || !*path) return cmf_error_set(err, CMF_ERR_ARG, "lora: no adapter path");
+    /* An adapter is small next to its model: check every hash before use,
+     * so a corrupt one is an error, not NaN logits (a base's skills are
+     * checked by `cmf verify` like the rest of the base). */
+    cmf_verify_report vr = {0};
+    cmf_status vst = cmf_verify(path, &vr, err);
+    if (vst) return vst;
+    if (vr.n_problems) {
+        cmf_error_set(err, CMF_ERR_FORMAT, "%s: %s (`cmf verify` lists every problem)", path, vr.problems[0]);
+        cmf_verify_report_free(&vr);
+        return CMF_ERR_FORMAT;
+    }
+    cmf_verify_report_free(&vr);
     cmf_lora *l = calloc(1, sizeof *l);
     if (!l) return cmf_error_set(err, CMF_ERR_NOMEM, "lora: out of memory");
     cmf_status st = cmf_file_open(path, &l->own, err);

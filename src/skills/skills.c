@@ -24,30 +24,6 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-/* Exclusive advisory lock on path (held until close(*fd)). */
-static cmf_status lock_base(const char *path, int *fd, cmf_error *err) {
-    *fd = open(path, O_RDWR | O_CLOEXEC);
-    if (*fd < 0) return cmf_error_set(err, CMF_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    while (flock(*fd, LOCK_EX) != 0) {
-        if (errno == EINTR) continue;
-        cmf_status st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot lock: %s", path, strerror(errno));
-        close(*fd);
-        *fd = -1;
-        return st;
-    }
-    return CMF_OK;
-}
-
-static bool id_valid(const char *id) {
-    size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n > 64) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
 
 const cJSON *cmf_skill_entry(const cmf_file *f, const char *id) {
     const cJSON *sk = cJSON_GetObjectItemCaseSensitive(cmf_file_header(f), "skills"), *e;
@@ -239,7 +215,7 @@ cmf_status cmf_skill_add(const char *base, const cmf_skill_add_opts *o, cmf_skil
     if (!rep) rep = &r0;
     memset(rep, 0, sizeof *rep);
     if (!base || !o || !o->donor) return cmf_error_set(err, CMF_ERR_ARG, "cmf_skill_add: NULL argument");
-    if (!id_valid(o->id))
+    if (!cmf_skill_id_valid(o->id))
         return cmf_error_set(err, CMF_ERR_ARG, "--id '%s': a skill id is 1-64 characters of A-Z a-z 0-9 _ -",
                              o->id ? o->id : "");
     if (!(o->min_delta >= 0)) return cmf_error_set(err, CMF_ERR_ARG, "--min-delta must be >= 0");
@@ -254,7 +230,7 @@ cmf_status cmf_skill_add(const char *base, const cmf_skill_add_opts *o, cmf_skil
     cJSON *entry = NULL, *hdr = NULL;
     pending pd = {0};
     uint32_t *layers_used = NULL;
-    if ((st = lock_base(base, &fd, err))) return st;
+    if ((st = cmf_file_lock(base, &fd, err))) return st;
     if (o->stage) o->stage("locked", o->stage_ctx);
     if ((st = cmf_file_open(base, &f, err))) goto out;
     if (cmf_file_required_features(f) & CMF_FEAT_SKILL_FILE) {
@@ -409,7 +385,7 @@ cmf_status cmf_skill_remove(const char *base, const char *id, cmf_skill_stage_fn
                             cmf_error *err) {
     if (!base || !id) return cmf_error_set(err, CMF_ERR_ARG, "cmf_skill_remove: NULL argument");
     int fd;
-    cmf_status st = lock_base(base, &fd, err);
+    cmf_status st = cmf_file_lock(base, &fd, err);
     if (st) return st;
     if (stage) stage("locked", stage_ctx);
     cmf_file *f = NULL;
@@ -438,7 +414,7 @@ cmf_status cmf_skill_set_fields(const char *base, const char *id, const cJSON *s
                                 cmf_error *err) {
     if (!base || !id) return cmf_error_set(err, CMF_ERR_ARG, "cmf_skill_set_fields: NULL argument");
     int fd;
-    cmf_status st = lock_base(base, &fd, err);
+    cmf_status st = cmf_file_lock(base, &fd, err);
     if (st) return st;
     cmf_file *f = NULL;
     cJSON *h = NULL, *e = NULL;
@@ -539,15 +515,16 @@ cmf_status cmf_skill_apply(const char *base, const char *skill_file, cmf_skill_s
     const cJSON *bh = cJSON_GetObjectItemCaseSensitive(sh, "base_dir_hash");
     const cJSON *e = cJSON_GetArrayItem(sk, 0);
     const cJSON *idj = cJSON_GetObjectItemCaseSensitive(e, "id");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(e, "kind");
     if (!(cmf_file_required_features(s) & CMF_FEAT_SKILL_FILE) || !cJSON_IsString(bh) || cJSON_GetArraySize(sk) != 1 ||
-        !cJSON_IsString(idj) || !id_valid(idj->valuestring)) {
+        !cJSON_IsString(idj) || !cmf_skill_id_valid(idj->valuestring)) {
         st = cmf_error_set(err, CMF_ERR_FORMAT,
                            "%s: not a standalone skill file (needs feature bit 6, base_dir_hash and exactly one "
                            "skills[] entry with a valid id)", skill_file);
         goto out;
     }
     const char *id = idj->valuestring;
-    if ((st = lock_base(base, &fd, err))) goto out;
+    if ((st = cmf_file_lock(base, &fd, err))) goto out;
     if (stage) stage("locked", stage_ctx);
     if ((st = cmf_file_open(base, &f, err))) goto out;
     uint64_t dh;
@@ -571,7 +548,14 @@ cmf_status cmf_skill_apply(const char *base, const char *skill_file, cmf_skill_s
         const cmf_tensor *b = strncmp(t->name, "skill.", 6) || strncmp(t->name + 6, id, pl - 7) || t->name[pl - 1] != '.'
                                   ? NULL
                                   : cmf_file_find(f, t->name + pl);
-        if (!b || b->ndim != t->ndim || memcmp(b->shape, t->shape, sizeof t->shape)) {
+        /* a low-rank skill's tensors are <name>.lora_A/B, not replacements;
+         * the equal base_dir_hash already says the backbone is the one they
+         * were made for (cmf_lora_open_skill checks the shapes at use) */
+        size_t tl = strlen(t->name);
+        bool lora_t = cJSON_IsString(kind) && strcmp(kind->valuestring, "lora") == 0 && tl > pl + 7 &&
+                      !strncmp(t->name, "skill.", 6) && !strncmp(t->name + 6, id, pl - 7) && t->name[pl - 1] == '.' &&
+                      (!strcmp(t->name + tl - 7, ".lora_A") || !strcmp(t->name + tl - 7, ".lora_B"));
+        if (!lora_t && (!b || b->ndim != t->ndim || memcmp(b->shape, t->shape, sizeof t->shape))) {
             st = cmf_error_set(err, CMF_ERR_FORMAT, "%s: tensor '%s' replaces no backbone tensor of its shape in %s",
                                skill_file, t->name, base);
             goto out;

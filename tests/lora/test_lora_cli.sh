@@ -49,6 +49,34 @@ expect 0 "skill x: 56 projections" -- "$cmf" lora import "$tmp/pa" --into "$tmp/
 expect 0 "" -- "$cmf" verify "$tmp/base.cmf"
 expect 0 "arch: llama" -- "$cmf" lora info "$tmp/base.cmf" --id x
 expect 1 "exists already" -- "$cmf" lora import "$tmp/pa" --into "$tmp/base.cmf" --id x
+# a low-rank skill exported and applied onto a fresh copy of the base runs
+# as the adapter file does
+expect 0 "" -- "$cmf" skill export "$tmp/base.cmf" --id x -o "$tmp/x.skill.cmf"
+cp "$D" "$tmp/fresh.cmf"
+expect 0 "" -- "$cmf" skill apply "$tmp/fresh.cmf" "$tmp/x.skill.cmf"
+"$cmf" logits "$tmp/fresh.cmf" --tokens 1,50,300 -o "$tmp/xa.npy" --skill x 2>/dev/null || { echo "FAIL: logits --skill x"; fail=1; }
+"$cmf" logits "$D" --tokens 1,50,300 -o "$tmp/xb.npy" --lora "$tmp/a.cmf" 2>/dev/null || { echo "FAIL: logits --lora"; fail=1; }
+same "$tmp/xa.npy" "$tmp/xb.npy" "an applied low-rank skill = its adapter"
+# the output may not be the --base (it would overwrite the model), ids follow
+# the skill rule, a corrupt adapter is refused by its hashes (not NaN logits)
+cp "$D" "$tmp/same.cmf"
+expect 2 "is the input" -- "$cmf" lora import "$tmp/pa" -o "$tmp/same.cmf" --base "$tmp/same.cmf"
+same "$D" "$tmp/same.cmf" "-o = --base left the base alone"
+expect 2 "a skill id is 1-64 characters" -- "$cmf" lora import "$tmp/pa" --into "$tmp/base.cmf" --id "a/b"
+expect 2 "a skill id is 1-64 characters" -- "$cmf" lora import "$tmp/pa" --into "$tmp/base.cmf" --id "bad id"
+cp "$tmp/a.cmf" "$tmp/corrupt.cmf"
+printf '\377\377\377\377\377\377\377\377' | dd of="$tmp/corrupt.cmf" bs=1 seek=200000 conv=notrunc status=none
+expect 1 "hash64 mismatch" -- "$cmf" logits "$D" --tokens 1,2 -o "$tmp/c.npy" --lora "$tmp/corrupt.cmf"
+# writers of one base at the same time (lora import --into and skill add
+# under the same lock) both land
+cp "$D" "$tmp/conc.cmf"
+"$cmf" quantize "$D" -o "$tmp/donor4.cmf" --quant q4tp --allow-requantize >/dev/null 2>&1
+"$cmf" lora import "$tmp/pa" --into "$tmp/conc.cmf" --id l1 >/dev/null 2>&1 & p1=$!
+"$cmf" lora import "$tmp/pb" --into "$tmp/conc.cmf" --id l2 >/dev/null 2>&1 & p2=$!
+"$cmf" skill add "$tmp/conc.cmf" --id s1 --donor "$tmp/donor4.cmf" --layers 0-1 >/dev/null 2>&1 & p3=$!
+wait $p1 $p2 $p3
+expect 0 "" -- "$cmf" verify "$tmp/conc.cmf"
+for id in l1 l2 s1; do expect 0 "$id" -- "$cmf" skill list "$tmp/conc.cmf"; done
 
 T=1,50,300,7,99,1000
 L() { local o=$1; shift; "$cmf" logits "$D" --tokens $T -o "$tmp/$o.npy" "$@" 2>"$tmp/err" || { echo "FAIL: logits $*"; cat "$tmp/err"; fail=1; }; }
