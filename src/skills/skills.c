@@ -80,6 +80,8 @@ static cmf_status parse_layers(const char *spec, uint32_t n_layer, bool *mask, c
         if (v >= (long)n_layer)
             return cmf_error_set(err, CMF_ERR_ARG, "--layers '%s': layer %ld is past the model's %u layers", spec, v,
                                  n_layer);
+        if (mask[v])
+            return cmf_error_set(err, CMF_ERR_ARG, "--layers '%s': layer %ld is listed twice", spec, v);
         mask[v] = true;
         if (!*end) return CMF_OK;
         if (*end != ',') goto bad;

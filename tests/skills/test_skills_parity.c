@@ -231,6 +231,7 @@ static int one_arch(const char *data, const char *arch, const char *other_base, 
     CHECK(sh("'%s' skill add '%s' --id l1 --donor '%s' --layers 5-2 2>/dev/null", exe, base, donor) == 2, "bad --layers 5-2");
     CHECK(sh("'%s' skill add '%s' --id l2 --donor '%s' --layers 1,x 2>/dev/null", exe, base, donor) == 2, "bad --layers 1,x");
     CHECK(sh("'%s' skill add '%s' --id l3 --donor '%s' --layers 999 2>/dev/null", exe, base, donor) == 2, "--layers past the model");
+    CHECK(sh("'%s' skill add '%s' --id l7 --donor '%s' --layers 1,1 2>/dev/null", exe, base, donor) == 2, "--layers with a layer twice");
     CHECK(sh("'%s' skill add '%s' --id l4 --donor '%s' --tensors attn 2>/dev/null", exe, base, donor) == 1,
           "nothing differs in attention");
     CHECK(sh("'%s' skill add '%s' --id l5 --donor '%s' --layers 0 2>/dev/null", exe, base, donor) == 1, "nothing differs in layer 0");
