@@ -2,16 +2,19 @@
  * writer.c — the streaming CMF v2 writer (spec §1–§3, §5, §6, §9).
  *
  * Tensors are appended one at a time to a spool file per shard next to the
- * output ("<out>.spool<K>.<pid>.tmp"), 64-byte aligned, with their hash64
- * computed on the way; only the directory records stay in memory. finish()
- * then writes each output file under a temporary name ("<out>.<pid>.tmp"):
+ * output ("<out>.spool<K>.<pid>.tmp", unlinked as soon as it is open, so
+ * it vanishes with the process whatever kills it), 64-byte aligned, with
+ * their hash64 computed on the way; only the directory records stay in
+ * memory. finish() then writes each output file as an unnamed file in the
+ * output's directory (O_TMPFILE; a named "<out>.part<K>.<pid>.tmp" where
+ * the file system has none):
  *
  *   envelope (128) | header JSON @128 | directory | zero pad to 4096 |
  *   weight blob (spool copy; length = end of the last tensor) | masks |
  *   tokenizer
  *
- * — the layout of the files written by the original tool — fsyncs it and
- * renames it into place. On any failure every temporary is removed and
+ * — the layout of the files written by the original tool — fsyncs it,
+ * links it to the temporary name and renames it into place. On any failure every temporary is removed and
  * nothing appears at the output path; that includes a stop asked by the
  * caller's cancel callback (opts.cancel, polled before each tensor and
  * every MiB of the final copy), which is how a CLI interrupted by SIGINT
@@ -158,6 +161,9 @@ static cmf_status new_shard(cmf_writer *w, cmf_error *err) {
     s->fd = open(s->spool_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (s->fd < 0)
         return cmf_error_set(err, CMF_ERR_IO, "%s: cannot create spool file: %s", s->spool_path, strerror(errno));
+    /* Anonymous from here on: a process killed (SIGKILL, power) before
+     * finish leaves no spool behind; the name stays for messages only. */
+    unlink(s->spool_path);
     return CMF_OK;
 }
 
@@ -438,13 +444,50 @@ static cmf_status copy_fd(const cmf_writer *w, int src, const char *spath, int d
     return st;
 }
 
-/* Write shard k to tmp_path. */
-static cmf_status write_shard(cmf_writer *w, uint32_t k, const char *tmp_path, cmf_error *err) {
+/* An unnamed file in the directory of `path` (O_TMPFILE): it appears only
+ * when link_part() names it, so a killed process leaves nothing behind.
+ * -1 where the kernel or file system has no O_TMPFILE. */
+static int open_unnamed(const char *path) {
+#ifdef O_TMPFILE
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) : 0;
+    char *dir = malloc(dl + 2);
+    if (!dir) return -1;
+    if (slash) {
+        memcpy(dir, path, dl ? dl : 1); /* "/x.cmf" -> "/" */
+        dir[dl ? dl : 1] = 0;
+    } else {
+        dir[0] = '.';
+        dir[1] = 0;
+    }
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    free(dir);
+    return fd;
+#else
+    (void)path;
+    return -1;
+#endif
+}
+
+/* Give an unnamed file (open_unnamed) the name tmp_path. */
+static int link_part(int fd, const char *tmp_path) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, proc, AT_FDCWD, tmp_path, AT_SYMLINK_FOLLOW);
+}
+
+/* Write shard k, into an unnamed file when the system has them (*named
+ * false; finish links it to tmp_path) else to tmp_path itself. The file
+ * stays open in *fd_out. */
+static cmf_status write_shard(cmf_writer *w, uint32_t k, const char *tmp_path, int *fd_out, bool *named,
+                              cmf_error *err) {
     cmf_status st = CMF_OK;
     char *hdr = build_header(w, k);
     uint64_t dlen = 0;
     uint8_t *dir = build_directory(w, k, &dlen);
     int fd = -1;
+    *fd_out = -1;
+    *named = false;
     if (!hdr || !dir) { st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory (header/directory)", w->path); goto out; }
     cmf_envelope e = {0};
     e.version = 2;
@@ -462,7 +505,11 @@ static cmf_status write_shard(cmf_writer *w, uint32_t k, const char *tmp_path, c
     e.dir_hash = cmf_hash64(dir, (size_t)dlen);
     uint8_t env[CMF_ENVELOPE_SIZE];
     cmf_envelope_encode(&e, env);
-    fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open_unnamed(tmp_path);
+    if (fd < 0) {
+        fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        *named = fd >= 0;
+    }
     if (fd < 0) { st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot create: %s", tmp_path, strerror(errno)); goto out; }
     if ((st = write_all(fd, env, sizeof env, tmp_path, err)) ||
         (st = write_all(fd, hdr, (size_t)e.header_len, tmp_path, err)) ||
@@ -474,8 +521,8 @@ static cmf_status write_shard(cmf_writer *w, uint32_t k, const char *tmp_path, c
     if (k == 0 && w->tok_len && (st = write_all(fd, w->tok, w->tok_len, tmp_path, err))) goto out;
     if (fsync(fd) != 0) st = cmf_error_set(err, CMF_ERR_IO, "%s: fsync failed: %s", tmp_path, strerror(errno));
 out:
-    if (fd >= 0 && close(fd) != 0 && !st)
-        st = cmf_error_set(err, CMF_ERR_IO, "%s: close failed: %s", tmp_path, strerror(errno));
+    if (fd >= 0 && st) close(fd);
+    else *fd_out = fd;
     free(hdr);
     free(dir);
     return st;
@@ -486,7 +533,11 @@ cmf_status cmf_writer_finish(cmf_writer *w, cmf_error *err) {
     cmf_status st = CMF_OK;
     uint32_t n = w->nshards, done = 0, renamed = 0;
     char **finals = calloc(n, sizeof *finals), **tmps = calloc(n, sizeof *tmps);
-    if (!finals || !tmps) { st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", w->path); goto out; }
+    int *fds = malloc(n * sizeof *fds);
+    bool *named = calloc(n, sizeof *named);
+    if (fds)
+        for (uint32_t k = 0; k < n; k++) fds[k] = -1;
+    if (!finals || !tmps || !fds || !named) { st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", w->path); goto out; }
     size_t stem = cmf_shard_stem_len(w->path);
     for (uint32_t k = 0; k < n; k++) {
         if (n == 1) {
@@ -498,8 +549,22 @@ cmf_status cmf_writer_finish(cmf_writer *w, cmf_error *err) {
         if (!finals[k] || !tmps[k]) { st = cmf_error_set(err, CMF_ERR_NOMEM, "%s: out of memory", w->path); goto out; }
     }
     for (; done < n; done++)
-        if ((st = write_shard(w, done, tmps[done], err))) { done++; goto out; }
+        if ((st = write_shard(w, done, tmps[done], &fds[done], &named[done], err))) { done++; goto out; }
     if ((st = check_cancel(w, err))) goto out;
+    /* The parts get names only now, just before the renames. */
+    for (uint32_t k = 0; k < n; k++) {
+        if (!named[k] && link_part(fds[k], tmps[k]) != 0) {
+            st = cmf_error_set(err, CMF_ERR_IO, "%s: cannot name the written file: %s", tmps[k], strerror(errno));
+            goto out;
+        }
+        named[k] = true;
+        if (close(fds[k]) != 0) {
+            fds[k] = -1;
+            st = cmf_error_set(err, CMF_ERR_IO, "%s: close failed: %s", tmps[k], strerror(errno));
+            goto out;
+        }
+        fds[k] = -1;
+    }
     for (; renamed < n; renamed++)
         if (rename(tmps[renamed], finals[renamed]) != 0) {
             st = cmf_error_set(err, CMF_ERR_IO, "%s: rename from %s failed: %s", finals[renamed], tmps[renamed],
@@ -508,13 +573,16 @@ cmf_status cmf_writer_finish(cmf_writer *w, cmf_error *err) {
         }
 out:
     for (uint32_t k = 0; k < n; k++) {
-        if (st && tmps && tmps[k] && k < done) unlink(tmps[k]);
+        if (fds && fds[k] >= 0) close(fds[k]);
+        if (st && tmps && tmps[k] && k < done && named && named[k]) unlink(tmps[k]);
         if (st && finals && finals[k] && k < renamed) unlink(finals[k]);
         if (tmps) free(tmps[k]);
         if (finals) free(finals[k]);
     }
     free(tmps);
     free(finals);
+    free(fds);
+    free(named);
     cmf_writer_abort(w);
     return st;
 }

@@ -91,12 +91,13 @@ bad:
     return cmf_error_set(err, CMF_ERR_ARG, "--layers '%s': expected all, A-B or i,j,k (0-based layer numbers)", spec);
 }
 
-/* Donor and base must agree on the architecture's shape keys. */
-static cmf_status check_arch(const cmf_file *base, const cmf_file *donor, cmf_error *err) {
+/* Donor and base must agree on the architecture's shape keys. donor_name:
+ * what the user named (an HF folder's converted copy has a temporary path). */
+static cmf_status check_arch(const cmf_file *base, const cmf_file *donor, const char *donor_name, cmf_error *err) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(cmf_file_header(base), "arch");
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(cmf_file_header(donor), "arch");
     if (!cJSON_IsObject(b))
-        return cmf_error_set(err, CMF_ERR_FORMAT, "%s: donor has no header.arch", cmf_file_path(donor));
+        return cmf_error_set(err, CMF_ERR_FORMAT, "%s: donor has no header.arch", donor_name);
     static const char *const keys[] = {"arch_name",    "hidden_size", "intermediate_size", "num_layers",
                                  "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
@@ -106,7 +107,7 @@ static cmf_status check_arch(const cmf_file *base, const cmf_file *donor, cmf_er
             char *sx = x ? cJSON_PrintUnformatted(x) : NULL, *sy = y ? cJSON_PrintUnformatted(y) : NULL;
             cmf_status st = cmf_error_set(err, CMF_ERR_FORMAT,
                                           "%s: donor is another architecture: arch.%s is %s, the base's is %s",
-                                          cmf_file_path(donor), keys[i], sy ? sy : "absent", sx ? sx : "absent");
+                                          donor_name, keys[i], sy ? sy : "absent", sx ? sx : "absent");
             free(sx);
             free(sy);
             return st;
@@ -280,7 +281,7 @@ cmf_status cmf_skill_add(const char *base, const cmf_skill_add_opts *o, cmf_skil
         st = cmf_error_set(err, CMF_ERR_ARG, "%s: donor is a standalone skill file (use `cmf skill apply`)", o->donor);
         goto out;
     }
-    if ((st = check_arch(f, d, err))) goto out;
+    if ((st = check_arch(f, d, o->donor, err))) goto out;
     uint64_t maxel = 0;
     for (size_t i = 0; i < cmf_file_tensor_count(f); i++)
         if (cmf_file_tensor_at(f, i)->nelem > maxel) maxel = cmf_file_tensor_at(f, i)->nelem;
