@@ -22,7 +22,7 @@ bool cli_grammar_flag(int argc, char **argv, int *i, cli_grammar_opts *o, bool *
     for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
         const char *given = argv[*i];
         if (!cli_flag_value(argc, argv, i, flags[k], &v, missing)) continue;
-        if (o->flag) *rc = cli_usage_error("run", "%s: only one of --grammar, --grammar-file, --json-schema, "
+        if (o->flag) *rc = cli_usage_error(o->cmd ? o->cmd : "run", "%s: only one of --grammar, --grammar-file, --json-schema, "
                                            "--json-schema-file (%s was given already)", given, o->flag);
         o->flag = flags[k];
         o->value = v;

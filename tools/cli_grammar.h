@@ -1,5 +1,5 @@
 /*
- * cli_grammar.h — the grammar flags of `cmf run` (llama.cpp's names):
+ * cli_grammar.h — the grammar flags of `cmf run` and `cmf chat` (llama.cpp's names):
  * --grammar TEXT, --grammar-file F, -j/--json-schema SCHEMA (inline JSON,
  * or a path when the argument names a readable file), -jf /
  * --json-schema-file F. Parses the flag and compiles the grammar against
@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 typedef struct cli_grammar_opts {
+    const char *cmd;   /* the subcommand, for messages (NULL = "run") */
     const char *flag;  /* the flag given (for errors), NULL = none */
     const char *value; /* its value */
 } cli_grammar_opts;

@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "skill_flags.h"
 #include "cli_lora.h"
+#include "cli_grammar.h"
 
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
@@ -64,9 +65,11 @@ static void usage(FILE *o) {
             "  --load FILE           start from a saved conversation\n"
             "  --stats               after each answer, print prompt/KV-reuse and speed figures\n"
             "%s"
+            "%s"
+            "                        (chat: every answer is constrained by the grammar)\n"
             "Commands: /system TEXT, /reset, /save FILE, /load FILE, /help, /quit.\n"
             "Ctrl-C stops the current answer; Ctrl-D quits.\n",
-            cli_lora_help);
+            cli_lora_help, cli_grammar_help);
 }
 
 /* ---- conversation ----------------------------------------------------- */
@@ -208,12 +211,15 @@ typedef struct chat_opts {
     cmf_sampler_params sp;
     cli_skill skill; /* --skill, --route (on the first message), --blend */
     cli_lora lora;  /* --lora, --lora-scaled */
+    cli_grammar_opts gopt; /* --grammar, --grammar-file, -j, -jf */
+    cmf_grammar *grammar;  /* compiled once the tokenizer is loaded; every answer is constrained */
 } chat_opts;
 
 static int parse_args(int argc, char **argv, chat_opts *o) {
     const char *cmd = "chat";
     o->n_predict = -1;
     o->sp = cmf_sampler_default_params();
+    o->gopt.cmd = cmd;
     cli_skill_init(&o->skill);
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -225,6 +231,12 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &o->skill, &o->lora);
         if (wf < 0) return CLI_EXIT_USAGE;
         if (wf > 0) continue;
+        int grc = CLI_EXIT_OK;
+        if (cli_grammar_flag(argc, argv, &i, &o->gopt, &missing, &grc)) {
+            if (grc != CLI_EXIT_OK) return grc;
+            if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
         else if (cli_flag_value(argc, argv, &i, "-sysf", &v, &missing) || cli_flag_value(argc, argv, &i, "--system-prompt-file", &v, &missing)) o->system_file = v;
         else if (cli_flag_value(argc, argv, &i, "-p", &v, &missing) || cli_flag_value(argc, argv, &i, "--prompt", &v, &missing)) {
@@ -456,7 +468,7 @@ static int answer(const chat_opts *o, cmf_file *f, const cmf_tokenizer *tok, cmf
         return ANSWER_CONTEXT_FULL;
     }
     cmf_gen_params gp = {.n_predict = (int32_t)o->n_predict, .eos_ids = te->ids, .n_eos = te->n_ids,
-                         .stop_strings = te->stops, .n_stop = te->n_stops};
+                         .stop_strings = te->stops, .n_stop = te->n_stops, .grammar = o->grammar};
     cmf_gen_stats stats = {0};
     if (st == CMF_OK) st = cmf_session_generate(s, &gp, on_text, &sm, &stats, &err);
     sigaction(SIGINT, &old, NULL);
@@ -531,6 +543,12 @@ int cmd_chat(int argc, char **argv) {
     cmf_session_params sp = {.n_ctx = (uint32_t)o.n_ctx, .kv_type = CMF_KV_F16, .sampler = o.sp, .weight_set = ws};
     if (cmf_session_new(model, tok, &sp, &s, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     turn_end_init(te, f, tok);
+    {
+        cmf_model_info mi;
+        cmf_model_get_info(model, &mi);
+        int grc = cli_grammar_load("chat", &o.gopt, tok, mi.n_vocab, te->ids, te->n_ids, &o.grammar);
+        if (grc != CLI_EXIT_OK) { rc = grc; goto done; }
+    }
     if (o.load && !conv_load(&c, o.load)) goto done;
     if (o.system && !conv_set_system(&c, o.system)) goto done;
 
@@ -590,6 +608,7 @@ done:
     cmf_session_free(s);
     cmf_model_free(model);
     cli_lora_free(&o.lora);
+    cmf_grammar_free(o.grammar);
     cmf_tokenizer_free(tok);
     cmf_file_close(f);
     return rc;

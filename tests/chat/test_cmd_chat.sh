@@ -3,7 +3,7 @@
 # stories260K model (imported from ../shared/data; skipped when absent):
 # two turns (the second must reuse the KV prefix), /save, /system, /reset,
 # /load, unknown commands, and the exit codes; a chat that outgrows -c
-# (the demo model).
+# and grammar-constrained answers (the demo model).
 # Args: <cmf binary> <source dir> <build dir>.
 set -u
 CMF=$1; SRC=$2; BUILD=$3
@@ -16,6 +16,19 @@ check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
 "$CMF" chat --help > "$TMP/help.txt"; check '[ $? -eq 0 ] && grep -q -- --no-think "$TMP/help.txt"' "--help"
 "$CMF" chat 2> /dev/null; check '[ $? -eq 2 ]' "no model -> exit 2"
 "$CMF" chat "$TMP/missing.cmf" < /dev/null 2> /dev/null; check '[ $? -eq 1 ]' "missing model -> exit 1"
+
+# Grammar flags constrain every answer (the demo model): two turns under
+# a yes/no grammar answer exactly yes or no; a bad grammar is exit 1 naming
+# the flag, two grammar flags exit 2.
+DEMO=$SRC/models/demo/demo-base.cmf
+printf 'Tell me a story.\nHow do I make soup?\n' |
+    "$CMF" chat "$DEMO" -n 20 --seed 1 -t 1 --grammar 'root ::= "yes" | "no"' > "$TMP/g_out.txt" 2> "$TMP/g_err.txt"
+check '[ $? -eq 0 ] && [ "$(grep -cxE "yes|no" "$TMP/g_out.txt")" -eq 2 ] && [ "$(grep -cv "^$" "$TMP/g_out.txt")" -eq 2 ]' \
+    "--grammar constrains both answers ($(tr '\n' '|' < "$TMP/g_out.txt"))"
+"$CMF" chat "$DEMO" --grammar 'root ::= (' < /dev/null > /dev/null 2> "$TMP/g_err.txt"
+check '[ $? -eq 1 ] && grep -q -- "--grammar" "$TMP/g_err.txt"' "a bad grammar exits 1 naming the flag"
+"$CMF" chat "$DEMO" --grammar 'root ::= "a"' -j '{}' < /dev/null > /dev/null 2> "$TMP/g_err.txt"
+check '[ $? -eq 2 ] && grep -q "cmf chat: -j: only one of" "$TMP/g_err.txt"' "two grammar flags exit 2"
 
 # A chat that outgrows a small context (-c 64, the demo model in the
 # repository): the oldest whole turns are dropped (the system prompt stays)
