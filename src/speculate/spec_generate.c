@@ -181,6 +181,7 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
     double tg = now_s();
     bool stop = false;
     double t_plain = -1.0, c_draft = -1.0, c_verify = -1.0; /* measured costs */
+    uint32_t n_plain_timed = 0;
     int32_t t = cmf_sampler_sample(p->sampler, g.logits);
     cmf_sampler_accept(p->sampler, t);
     if (p->draft) {
@@ -195,7 +196,7 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
         if (p->cancel && p->cancel(p->cancel_user)) break;
         const uint32_t n_kv = g.n_hist - 1;
         uint32_t k = p->draft ? cmf_draft_seq_next_k(p->draft) : 0;
-        if (p->measure_costs && t_plain <= 0.0) k = 0; /* time one plain decode first */
+        if (p->measure_costs && n_plain_timed < 3) k = 0; /* time plain decodes first (min of 3) */
         if (p->n_predict >= 0) { /* no use drafting past the end */
             uint32_t left = (uint32_t)p->n_predict - stats->n_generated;
             if (k + 1 > left) k = left > 0 ? left - 1 : 0;
@@ -213,7 +214,11 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
             stats->draft_seconds += t_draft;
         }
         uint32_t nd = k > 0 ? rq.n_draft : 0;
-        for (uint32_t i = 0; i < nd; i++) /* ids never emitted end the draft */
+        /* ids never emitted end a deterministic draft (they would be
+         * rejected and the token drawn from p all the same); drafts drawn
+         * from q stay: the rule rejects them (p = 0), keeping the output
+         * distribution exact */
+        for (uint32_t i = 0; i < nd && (p->greedy || rq.q_onehot); i++)
             if ((uint32_t)g.tok[1 + i] >= g.n_sample) nd = i;
         g.tok[0] = g.hist[n_kv];
         double tv = now_s();
@@ -227,7 +232,9 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
             if (st) goto done;
             double t1 = now_s() - tv;
             stats->verify_seconds += t1;
-            t_plain = t_plain < 0 ? t1 : 0.8 * t_plain + 0.2 * t1;
+            t_plain = t_plain < 0 || (n_plain_timed < 3 && t1 < t_plain) ? t1 : n_plain_timed < 3 ? t_plain
+                                                                                              : 0.8 * t_plain + 0.2 * t1;
+            n_plain_timed++;
             if (p->draft) cmf_draft_seq_note_plain(p->draft);
             t = cmf_sampler_sample(p->sampler, g.logits);
             cmf_sampler_accept(p->sampler, t);
