@@ -134,8 +134,10 @@ typedef struct cmf_spec_step_out {
 cmf_status cmf_spec_accept_step(const cmf_spec_step_in *in, cmf_spec_step_out *out, cmf_error *err);
 
 /* ---- adaptive draft length ---------------------------------------------
- * Per sequence: an exponential moving average a of the per-token
- * acceptance (accepted / drafted of each step). With acceptance a, k
+ * Per sequence: an exponential moving average a (weight 0.2 per step) of
+ * the per-token acceptance of each step, accepted / tested, where tested =
+ * the accepted drafts and the first rejected one (the later drafts were
+ * never compared). With acceptance a, k
  * drafts emit E(k) = (1 - a^(k+1)) / (1 - a) tokens per step at a cost of
  * C(k) = 1 + k·(cost_draft + cost_verify) target decode steps; the rule
  * picks the k in [draft_min, draft_max] with the best E(k)/C(k), and 0

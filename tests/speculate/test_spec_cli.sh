@@ -19,6 +19,14 @@ for p in "Once upon a time" "Recipe: tomato soup" "Problem: Tom has 12 apples an
   "$CMF" run "$BASE" -p "$p" -n 48 --temp 0 -t 2 --lookup 2 --draft-fixed --draft-max 4 >"$OUT/lk.txt" 2>"$OUT/lk.err"
   check "lookup output equals plain ($p)" 'cmp -s "$OUT/plain.txt" "$OUT/lk.txt"'
 done
+# --chat, --stop, --echo go through the speculative path unchanged
+for extra in "--chat" "--stop park" "--echo"; do
+  # shellcheck disable=SC2086
+  "$CMF" run "$BASE" -p "tell me a story about a cat" -n 48 --temp 0 -t 2 $extra >"$OUT/a.txt" 2>/dev/null
+  # shellcheck disable=SC2086
+  "$CMF" run "$BASE" -p "tell me a story about a cat" -n 48 --temp 0 -t 2 $extra -md "$DRAFT" >"$OUT/b.txt" 2>/dev/null
+  check "$extra: draft-model output equals plain" 'cmp -s "$OUT/a.txt" "$OUT/b.txt" && [ -s "$OUT/a.txt" ]'
+done
 # sampling runs and reproduces with a seed
 "$CMF" run "$BASE" -p "Once upon a time" -n 32 --temp 0.7 -s 5 -t 2 -md "$DRAFT" >"$OUT/s1.txt" 2>/dev/null
 "$CMF" run "$BASE" -p "Once upon a time" -n 32 --temp 0.7 -s 5 -t 2 -md "$DRAFT" >"$OUT/s2.txt" 2>/dev/null
