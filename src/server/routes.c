@@ -47,6 +47,11 @@ static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err
     ep->n_seq_ctx = n_ctx < train ? (uint32_t)n_ctx : train;
     if (o->draft_path) {
         if ((st = cmf_file_open(o->draft_path, &s->draft_file, err)) != CMF_OK) return cmf_error_prefix(err, "--draft");
+        size_t la = 0, lb = 0;
+        const char *ta = cmf_file_tokenizer_json(s->file, &la), *tb = cmf_file_tokenizer_json(s->draft_file, &lb);
+        if (!tb || la != lb || memcmp(ta, tb, la) != 0)
+            return cmf_error_set(err, CMF_ERR_ARG, "--draft %s: its tokenizer differs from %s's (a draft model must "
+                                 "share the target's vocabulary)", o->draft_path, o->model_path);
         cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev};
         if ((st = cmf_model_load(s->draft_file, &mp, &s->draft_model, err)) != CMF_OK)
             return cmf_error_prefix(err, "--draft %s", o->draft_path);
@@ -61,7 +66,11 @@ static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err
     if (o->draft_max >= 0) ep->spec.draft_max = (uint32_t)o->draft_max;
     if (o->draft_min >= 0) ep->spec.draft_min = (uint32_t)o->draft_min;
     if (o->draft_p_min >= 0) ep->spec.p_min = o->draft_p_min;
-    if (o->lookup) ep->spec.cost_draft = 0;
+    if (s->draft_model) { /* one drafted token costs about the draft's decode over the target's (bytes read) */
+        cmf_model_info di;
+        cmf_model_get_info(s->draft_model, &di);
+        if (s->info.decode_bytes) ep->spec.cost_draft = (float)((double)di.decode_bytes / (double)s->info.decode_bytes);
+    }
     if ((st = cmf_spec_params_check(&ep->spec, err)) != CMF_OK) return st;
     return CMF_OK;
 }
