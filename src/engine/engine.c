@@ -105,6 +105,9 @@ struct cmf_engine {
     cmf_spec_stats spec;      /* speculation totals */
     cmf_spec_params sp;       /* draft lengths and the adaptive rule */
     float *p_row, *resid;     /* [n_vocab] acceptance scratch */
+    eseq **q_seq;             /* [n_seq_max] this step's proposals: sequence, */
+    cmf_draft_seq **q_ds;     /* its draft state, */
+    cmf_draft_request *q_rq, **q_rqp; /* its request */
     /* inbox, shared with other threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -349,7 +352,11 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     if (p->drafter) {
         e->p_row = malloc((size_t)info.n_vocab * sizeof *e->p_row);
         e->resid = malloc((size_t)info.n_vocab * sizeof *e->resid);
-        if (!e->p_row || !e->resid) {
+        e->q_seq = malloc(n_seq * sizeof *e->q_seq);
+        e->q_ds = malloc(n_seq * sizeof *e->q_ds);
+        e->q_rq = malloc(n_seq * sizeof *e->q_rq);
+        e->q_rqp = malloc(n_seq * sizeof *e->q_rqp);
+        if (!e->p_row || !e->resid || !e->q_seq || !e->q_ds || !e->q_rq || !e->q_rqp) {
             cmf_engine_free(e);
             return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", info.n_vocab);
         }
@@ -395,6 +402,10 @@ void cmf_engine_free(cmf_engine *e) {
     free(e->logits);
     free(e->p_row);
     free(e->resid);
+    free(e->q_seq);
+    free(e->q_ds);
+    free(e->q_rq);
+    free(e->q_rqp);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -811,10 +822,9 @@ static void spec_off(eseq *s) {
     s->dseq = NULL;
 }
 
-/* Up to k_cap drafts of s into s->draft (and q into s->dq when it
- * samples); the adaptive length may ask for fewer or none. Returns the
- * count. */
-static uint32_t spec_propose(cmf_engine *e, eseq *s, uint32_t k_cap) {
+/* The draft length s asks for this step (at most k_cap), with its draft
+ * state made and its buffers sized; 0 = a plain decode this step. */
+static uint32_t spec_want(cmf_engine *e, eseq *s, uint32_t k_cap) {
     cmf_error derr = {0};
     if (!s->dseq) {
         cmf_draft_seq_params dp = {.sample = !s->greedy, .sampler = s->sparams};
@@ -826,11 +836,6 @@ static uint32_t spec_propose(cmf_engine *e, eseq *s, uint32_t k_cap) {
     uint32_t k = cmf_draft_seq_next_k(s->dseq);
     if (k > k_cap) k = k_cap;
     if (k > CMF_SPEC_MAX_DRAFT) k = CMF_SPEC_MAX_DRAFT;
-    if (k == 0) {
-        cmf_draft_seq_note_plain(s->dseq);
-        e->spec.n_plain++;
-        return 0;
-    }
     if (k > s->cap_draft) {
         int32_t *d = realloc(s->draft, k * sizeof *d);
         if (!d) return 0;
@@ -842,21 +847,25 @@ static uint32_t spec_propose(cmf_engine *e, eseq *s, uint32_t k_cap) {
         }
         s->cap_draft = k;
     }
-    cmf_draft_request rq = {.history = s->tok, .n_history = (uint32_t)s->n_tok, .k_max = k, .p_min = e->sp.p_min,
-                            .draft = s->draft, .q = s->greedy ? NULL : s->dq};
-    if (cmf_draft_seq_propose(s->dseq, &rq, &derr) != CMF_OK) {
-        spec_off(s);
-        return 0;
-    }
-    assert(rq.n_draft <= k);
-    for (uint32_t i = 0; i < rq.n_draft; i++)
-        if (rq.draft[i] < 0 || (uint32_t)rq.draft[i] >= e->n_vocab) rq.n_draft = i; /* never run a bad id */
-    s->q_onehot = rq.q_onehot;
-    if (rq.n_draft == 0) {
+    if (k == 0) {
         cmf_draft_seq_note_plain(s->dseq);
         e->spec.n_plain++;
     }
-    return rq.n_draft;
+    return k;
+}
+
+/* The proposal rq of s: its drafts become this step's (ids outside the
+ * vocabulary are never run). */
+static void spec_got(cmf_engine *e, eseq *s, const cmf_draft_request *rq) {
+    uint32_t n = rq->n_draft;
+    for (uint32_t i = 0; i < n; i++)
+        if (rq->draft[i] < 0 || (uint32_t)rq->draft[i] >= e->n_vocab) n = i;
+    s->n_draft = n;
+    s->q_onehot = rq->q_onehot;
+    if (n == 0) {
+        cmf_draft_seq_note_plain(s->dseq);
+        e->spec.n_plain++;
+    }
 }
 
 /* The target's token of verify row i of s (row: its logits, ids past the
@@ -923,8 +932,8 @@ static void draft_all(cmf_engine *e) {
         s->n_draft = 0;
         if (s->state == SEQ_RUNNING && s->n_kv < s->n_tok && s->dec[s->n_kv]) need += (uint32_t)(s->n_tok - s->n_kv);
     }
-    uint32_t left = e->n_batch > need ? e->n_batch - need : 0;
-    for (size_t i = 0; i < e->n_seqs && left; i++) {
+    uint32_t left = e->n_batch > need ? e->n_batch - need : 0, nq = 0;
+    for (size_t i = 0; i < e->n_seqs && left && nq < e->n_seq_max; i++) {
         eseq *s = e->seqs[i];
         if (s->state != SEQ_RUNNING || !s->speculate || s->cancelled || s->n_kv + 1 != s->n_tok || !s->dec[s->n_kv])
             continue;
@@ -936,10 +945,24 @@ static void draft_all(cmf_engine *e) {
         }
         if (s->n_tok >= e->n_seq_ctx) continue;
         if (k > e->n_seq_ctx - s->n_tok) k = e->n_seq_ctx - s->n_tok; /* drafts sit at n_tok .. */
-        s->n_draft = spec_propose(e, s, (uint32_t)k);
-        assert(s->n_draft <= k);
-        left -= s->n_draft;
+        uint32_t want = spec_want(e, s, (uint32_t)k);
+        if (!want) continue;
+        left -= want; /* reserved: the drafter may return fewer */
+        e->q_seq[nq] = s;
+        e->q_ds[nq] = s->dseq;
+        e->q_rq[nq] = (cmf_draft_request){.history = s->tok, .n_history = (uint32_t)s->n_tok, .k_max = want,
+                                          .p_min = e->sp.p_min, .draft = s->draft, .q = s->greedy ? NULL : s->dq};
+        e->q_rqp[nq] = &e->q_rq[nq];
+        nq++;
     }
+    if (nq == 0) return;
+    /* every sequence's proposal at once (a draft model: one forward per position) */
+    cmf_error derr = {0};
+    if (cmf_draft_seq_propose_batch(e->q_ds, e->q_rqp, nq, &derr) != CMF_OK) {
+        for (uint32_t i = 0; i < nq; i++) spec_off(e->q_seq[i]);
+        return;
+    }
+    for (uint32_t i = 0; i < nq; i++) spec_got(e, e->q_seq[i], &e->q_rq[i]);
 }
 
 /* The verify rows of s: 1 + n_draft logits rows from lg, row i after the
