@@ -348,6 +348,8 @@ typedef struct cmf_spec_gen_params {
     bool (*cancel)(void *user); /* polled before every step; may be NULL */
     void *cancel_user;
     bool measure_costs;      /* time draft and verify steps and feed the adaptive rule */
+    uint32_t n_sample;       /* ids >= n_sample get logit -inf (a padded embedding, as
+                                the engine does: the tokenizer's size); 0 = n_vocab */
 } cmf_spec_gen_params;
 typedef struct cmf_spec_gen_stats {
     cmf_spec_stats spec;     /* drafted / accepted (the draft seq's, this run) */

@@ -12,6 +12,7 @@
 #include "cmf/speculate.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,7 +27,7 @@ static double now_s(void) {
 
 typedef struct gen {
     const cmf_spec_gen_params *p;
-    uint32_t V, n_embd, n_taps;
+    uint32_t V, n_sample, n_embd, n_taps;
     cmf_drafter_info dinfo;
     int32_t *hist; /* prompt + emitted */
     uint32_t n_hist, cap_hist;
@@ -75,6 +76,10 @@ static cmf_status forward(gen *g, const int32_t *toks, uint32_t n, uint32_t at, 
     }
     cmf_status st = cmf_model_forward_ex(p->target, p->kv, &b, &o, err);
     free(pos), free(sid);
+    uint32_t rows = 0;
+    for (uint32_t i = 0; !st && i < n; i++) rows += want ? want[i] != 0 : i == n - 1;
+    for (uint32_t r = 0; r < rows && g->n_sample < g->V; r++)
+        for (uint32_t v = g->n_sample; v < g->V; v++) logits[(size_t)r * g->V + v] = -INFINITY;
     return st;
 }
 
@@ -132,6 +137,7 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
     memset(&g, 0, sizeof g);
     g.p = p;
     g.V = mi.n_vocab;
+    g.n_sample = p->n_sample && p->n_sample < mi.n_vocab ? p->n_sample : mi.n_vocab;
     g.n_embd = mi.n_embd;
     if (p->draft) {
         /* the drafter's facts through the sequence's drafter */
@@ -206,7 +212,9 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
             t_draft = now_s() - td;
             stats->draft_seconds += t_draft;
         }
-        const uint32_t nd = k > 0 ? rq.n_draft : 0;
+        uint32_t nd = k > 0 ? rq.n_draft : 0;
+        for (uint32_t i = 0; i < nd; i++) /* ids never emitted end the draft */
+            if ((uint32_t)g.tok[1 + i] >= g.n_sample) nd = i;
         g.tok[0] = g.hist[n_kv];
         double tv = now_s();
         if (nd == 0) { /* a plain decode, as a session runs it */
