@@ -8,7 +8,7 @@
  * rows, so each gets the logits a one-token decode gives). Covered: the
  * draft model (demo-draft.cmf beside demo-base.cmf, on one shared device)
  * and n-gram prompt lookup; a mixed batch (some sequences speculating,
- * some opted out, some sampling, one with a grammar); cancellation from
+ * some opted out, some sampling, one with a grammar, which never drafts); cancellation from
  * the callback and stop strings inside an accepted draft; n_predict
  * reached inside a draft; preemptions by a small KV cache; kept sequences
  * resumed after a speculative turn; the token budget (drafts count); and
@@ -39,6 +39,7 @@ typedef struct job {
     int cancel_after;   /* return false from the callback at this many tokens (-1 never) */
     bool no_draft;
     bool keep;
+    const cmf_grammar *grammar;
 } job;
 
 typedef struct rec {
@@ -94,7 +95,7 @@ static cmf_seq_params seq_params(const job *j, rec *r) {
     memset(r, 0, sizeof *r);
     r->cancel_after = j->cancel_after;
     cmf_seq_params p = {.prompt = j->prompt, .n_prompt = j->n_prompt, .sampler = j->smp,
-                        .n_predict = j->n_predict, .no_draft = j->no_draft, .keep = j->keep,
+                        .n_predict = j->n_predict, .no_draft = j->no_draft, .keep = j->keep, .grammar = j->grammar,
                         .cb = on_ev, .user = r};
     if (j->stop) {
         p.stop_strings = &j->stop;
@@ -309,6 +310,11 @@ int main(void) {
         rec *mwant = calloc((size_t)n, sizeof *mwant), *alone = calloc((size_t)n, sizeof *alone);
         REQUIRE(mix && mwant && alone, "out of memory");
         memcpy(mix, jobs, (size_t)n * sizeof *mix);
+        /* a grammar sequence never drafts (the engine's rule) */
+        static const char gbnf[] = "root ::= [a-z ]+ \".\"";
+        cmf_grammar *gr = NULL;
+        REQUIRE(cmf_grammar_compile(gbnf, sizeof gbnf - 1, tok, info.n_vocab, NULL, 0, &gr, &err) == CMF_OK, "grammar: %s", err.msg);
+        mix[0].grammar = gr;
         for (int i = 0; i < n; i++) {
             if (i % 4 == 1) mix[i].no_draft = true;
             if (i % 4 >= 2) {
@@ -326,13 +332,15 @@ int main(void) {
         for (int i = 0; i < n; i++) {
             if (i % 4 != 3) {
                 compare("mixed", i, &mwant[i], &got[i]);
-                if (mix[i].no_draft) CHECK(got[i].n_drafted == 0, "mixed seq %d opted out but drafted %llu", i, (unsigned long long)got[i].n_drafted);
+                if (mix[i].no_draft || mix[i].grammar)
+                    CHECK(got[i].n_drafted == 0, "mixed seq %d opted out or has a grammar but drafted %llu", i, (unsigned long long)got[i].n_drafted);
             } else {
                 compare("speculative sampling, batch vs alone", i, &alone[i], &got[i]);
                 CHECK(got[i].n == (size_t)mix[i].n_predict || got[i].stop != CMF_STOP_MAX_TOKENS,
                       "sampled seq %d: %zu tokens of n_predict %d", i, got[i].n, (int)mix[i].n_predict);
             }
         }
+        cmf_grammar_free(gr);
         free(mix);
         free(mwant);
         free(alone);
