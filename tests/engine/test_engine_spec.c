@@ -8,10 +8,11 @@
  * rows, so each gets the logits a one-token decode gives). Covered: the
  * draft model (demo-draft.cmf beside demo-base.cmf, on one shared device)
  * and n-gram prompt lookup; a mixed batch (some sequences speculating,
- * some opted out, some sampling, one with a grammar, which never drafts); cancellation from
- * the callback and stop strings inside an accepted draft; n_predict
- * reached inside a draft; preemptions by a small KV cache; kept sequences
- * resumed after a speculative turn; the token budget (drafts count); and
+ * some opted out, some sampling, one with a grammar, which never drafts);
+ * cancellation from the callback and stop strings inside an accepted
+ * draft; n_predict reached inside a draft; preemptions by a small KV
+ * cache; a kept sequence resumed after a speculative turn (two turns =
+ * one); the token budget (drafts count); and
  * the stats (acceptance is checked to be non-zero, so the test tests
  * something). Sampling with a drafter cannot equal plain sampling token
  * for token (speculative sampling draws differently; its distribution is
@@ -377,6 +378,45 @@ int main(void) {
         free(cs);
         free(cwant);
         free(stops);
+    }
+
+    /* 6. a kept sequence: a speculative turn, then a resume over its tokens,
+     * gives the oracle's one uninterrupted run */
+    for (int i = 0; i < n && i < 4; i++) {
+        if (want[i].n < 4 || want[i].stop != CMF_STOP_MAX_TOKENS) continue;
+        cmf_engine_params ep = {.n_ctx = 1024, .n_seq_max = 2, .batch_invariant = true, .drafter = dr[D_MODEL]};
+        cmf_engine *e = NULL;
+        REQUIRE(cmf_engine_new(target, tok, &ep, &e, &err) == CMF_OK, "kept engine: %s", err.msg);
+        job j = jobs[i];
+        j.keep = true;
+        j.n_predict = (int32_t)want[i].n / 2;
+        rec r;
+        cmf_seq_params p = seq_params(&j, &r);
+        uint64_t id = 0;
+        CHECK(cmf_engine_add(e, &p, &id, &err) == CMF_OK, "kept add: %s", err.msg);
+        while (!r.done && cmf_engine_step(e, NULL, &err) == CMF_OK) {}
+        size_t nt = 0, first = r.n;
+        const int32_t *t = cmf_engine_seq_tokens(e, id, &nt);
+        int32_t all[256];
+        size_t na = 0;
+        for (size_t q = 0; t && q < nt && na < 256; q++) all[na++] = t[q];
+        CHECK(nt == j.n_prompt + first, "kept seq %d: %zu tokens after the first turn, want %zu", i, nt, j.n_prompt + first);
+        rec r2;
+        job j2 = jobs[i];
+        j2.n_predict = (int32_t)(want[i].n - first);
+        cmf_seq_params p2 = seq_params(&j2, &r2);
+        p2.prompt = all;
+        p2.n_prompt = na;
+        CHECK(cmf_engine_resume(e, id, &p2, &err) == CMF_OK, "resume: %s", err.msg);
+        while (!r2.done && cmf_engine_step(e, NULL, &err) == CMF_OK) {}
+        int bad = 0;
+        for (size_t q = 0; q < first && q < want[i].n; q++) bad += r.tok[q] != want[i].tok[q] || r.lh[q] != want[i].lh[q];
+        for (size_t q = 0; q < r2.n && first + q < want[i].n; q++)
+            bad += r2.tok[q] != want[i].tok[first + q] || r2.lh[q] != want[i].lh[first + q];
+        CHECK(first + r2.n == want[i].n && bad == 0, "kept seq %d: %zu + %zu tokens over two speculative turns, %d differ (one turn: %zu)",
+              i, first, r2.n, bad, want[i].n);
+        cmf_engine_release(e, id);
+        cmf_engine_free(e);
     }
 
     for (int k = 0; k < D_N; k++) cmf_drafter_free(dr[k]);
