@@ -335,6 +335,9 @@ int cmd_bench(int argc, char **argv) {
             for (int c = 0; c < n_par; c++)
                 if ((uint32_t)par[c] > dp.n_seq_max) dp.n_seq_max = (uint32_t)par[c];
             if (cmf_drafter_new_model(dm, info.n_vocab, &dp, &drafter, &err) != CMF_OK) goto fail;
+            cmf_model_info di; /* a drafted token costs about the draft's decode over the target's (bytes read) */
+            cmf_model_get_info(dm, &di);
+            if (info.decode_bytes) bs.params.cost_draft = (float)((double)di.decode_bytes / (double)info.decode_bytes);
             const char *b = strrchr(draft_path, '/');
             snprintf(name, sizeof name, "draft %s", b ? b + 1 : draft_path);
         } else if (lookup) {

@@ -259,7 +259,11 @@ static cmf_status seq_create(const cmf_engine *e, const cmf_seq_params *sp, eseq
     s->sparams.logit_bias = NULL; /* the caller's array: the drafter needs no bias */
     s->sparams.n_logit_bias = 0;
     cmf_status st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err);
-    if (st == CMF_OK) cmf_spec_rng_seed(&s->rng, cmf_sampler_seed(s->smp) ^ 0x5bd1e9955bd1e995ull);
+    if (st == CMF_OK) { /* the acceptance rule's and the drafter's draws follow the seed in use */
+        s->sparams.seed = cmf_sampler_seed(s->smp);
+        s->sparams.has_seed = true;
+        cmf_spec_rng_seed(&s->rng, s->sparams.seed ^ 0x5bd1e9955bd1e995ull);
+    }
     if (st == CMF_OK) st = seq_set_turn(e, s, sp, err);
     if (st != CMF_OK) {
         seq_free(s);
