@@ -26,9 +26,9 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 echo "== TSan build, with assertions (engine, KV pages, thread pool) =="
 # Debug: the scheduler's and the KV cache's invariant checks (assert) run here
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMF_WERROR=ON -DCMF_TSAN=ON -DCMF_TESTS=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine test_cpu_pool test_kv_pages
+cmake --build build-tsan -j"$jobs" --target test_engine test_engine_spec test_cpu_pool test_kv_pages
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CMF_TEST_QUICK=1 CMF_TEST_TSAN=1 \
-  ctest --test-dir build-tsan --output-on-failure -R '^(test_engine|test_cpu_pool|test_kv_pages)$'
+  ctest --test-dir build-tsan --output-on-failure -R '^(test_engine|test_engine_spec|test_cpu_pool|test_kv_pages)$'
 
 echo "== fuzzing (${CMF_FUZZ_SECONDS:-60} s per target) =="
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMF_FUZZ=ON -DCMF_TESTS=OFF >/dev/null

@@ -55,6 +55,11 @@ static void usage(FILE *o) {
             "            decode tok/s, inter-token latency and the ratio to N = 1\n"
             "            (like llama-batched-bench); -r runs, the best kept (default 1);\n"
             "            --batch-invariant: the engine's exact mode\n"
+            "  -md, --draft FILE | --lookup N  with --parallel: each count runs without and\n"
+            "            with speculative decoding (a draft model on the same device, or\n"
+            "            n-gram prompt lookup); --draft-max K (default 16), --draft-min K,\n"
+            "            --draft-p-min P; -f FILE: prompts cut from this text (default:\n"
+            "            random ids, which drafters rarely guess)\n"
             "  --progress  a line on stderr after each run (on by itself when -p or -n\n"
             "            exceeds the model's training context, which also warns)\n"
             "%s"
@@ -166,6 +171,9 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
     bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
     int par[16], n_par = 0;
+    const char *draft_path = NULL, *text_path = NULL;
+    long lookup = 0, draft_max = -1, draft_min = -1;
+    double draft_p_min = -1;
     cli_lora lo = {0};
     cli_skill so;
     cli_skill_init(&so);
@@ -207,6 +215,24 @@ int cmd_bench(int argc, char **argv) {
                 if (!q[len]) break;
                 q += len + 1;
             }
+        } else if (cli_flag_value(argc, argv, &i, "-md", &v, &missing) || cli_flag_value(argc, argv, &i, "--draft", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--draft needs a FILE");
+            draft_path = v;
+        } else if (cli_flag_value(argc, argv, &i, "-f", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "-f needs a FILE");
+            text_path = v;
+        } else if (cli_flag_value(argc, argv, &i, "--lookup", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--lookup needs N");
+            if (!cli_parse_long(cmd, "--lookup", v, 1, 8, &lookup)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "--draft-max", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--draft-max needs K");
+            if (!cli_parse_long(cmd, "--draft-max", v, 1, CMF_SPEC_MAX_DRAFT, &draft_max)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "--draft-min", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--draft-min needs K");
+            if (!cli_parse_long(cmd, "--draft-min", v, 0, CMF_SPEC_MAX_DRAFT, &draft_min)) return CLI_EXIT_USAGE;
+        } else if (cli_flag_value(argc, argv, &i, "--draft-p-min", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--draft-p-min needs P");
+            if (!cli_parse_double(cmd, "--draft-p-min", v, 0, 1, &draft_p_min)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "--device needs a value");
             device = v;
@@ -234,6 +260,10 @@ int cmd_bench(int argc, char **argv) {
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
     if (device && n_par) return cli_usage_error(cmd, "--device with --parallel is not supported yet");
+    if ((draft_path || lookup || text_path) && !n_par) return cli_usage_error(cmd, "--draft, --lookup and -f need --parallel");
+    if (draft_path && lookup) return cli_usage_error(cmd, "--draft and --lookup: choose one drafter");
+    if ((draft_max >= 0 || draft_min >= 0 || draft_p_min >= 0) && !draft_path && !lookup)
+        return cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft or --lookup");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -246,11 +276,25 @@ int cmd_bench(int argc, char **argv) {
     cmf_model *m = NULL;
     cmf_kv_cache *kv = NULL;
     int32_t *toks = NULL;
+    /* --parallel with speculation */
+    cmf_device *dev = NULL;
+    cmf_file *df = NULL;
+    cmf_model *dm = NULL;
+    cmf_drafter *drafter = NULL;
+    cmf_tokenizer *tk = NULL;
+    int32_t *text_ids = NULL;
     int rc = CLI_EXIT_FAIL;
     double t_load = now_s();
     if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
     long n_max = n_prompt > n_gen ? n_prompt : n_gen;
     cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16)};
+    if (draft_path) { /* the target and the draft share one device (one thread pool) */
+        char ds[32];
+        if (threads > 0) snprintf(ds, sizeof ds, "cpu:t=%ld", threads);
+        else snprintf(ds, sizeof ds, "cpu");
+        if (cmf_device_open(ds, &dev, &err) != CMF_OK) goto fail;
+        mp.device = dev;
+    }
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
     t_load = now_s() - t_load;
     cmf_model_info info;
@@ -275,7 +319,48 @@ int cmd_bench(int argc, char **argv) {
     if (n_par) {
         cli_warn_ctx(cmd, m, n_prompt + n_gen); /* each sequence's context */
         int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
-        rc = bench_parallel(path, m, ws, n_ws, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, exact, json);
+        bench_spec bs = {.params = cmf_spec_default_params()};
+        char name[300];
+        if (draft_path || lookup) {
+            if (draft_max >= 0) bs.params.draft_max = (uint32_t)draft_max;
+            if (draft_min >= 0) bs.params.draft_min = (uint32_t)draft_min;
+            if (draft_p_min >= 0) bs.params.p_min = (float)draft_p_min;
+            if (lookup) bs.params.cost_draft = 0;
+            if (cmf_spec_params_check(&bs.params, &err) != CMF_OK) goto fail;
+        }
+        if (draft_path) {
+            if (!cli_open_file(cmd, draft_path, &df)) goto done;
+            if (cmf_model_load(df, &mp, &dm, &err) != CMF_OK) goto fail;
+            cmf_drafter_model_params dp = {.n_ctx = (uint32_t)(n_prompt + n_gen + 16), .n_seq_max = 1};
+            for (int c = 0; c < n_par; c++)
+                if ((uint32_t)par[c] > dp.n_seq_max) dp.n_seq_max = (uint32_t)par[c];
+            if (cmf_drafter_new_model(dm, info.n_vocab, &dp, &drafter, &err) != CMF_OK) goto fail;
+            cmf_model_info di; /* a drafted token costs about the draft's decode over the target's (bytes read) */
+            cmf_model_get_info(dm, &di);
+            if (info.decode_bytes) bs.params.cost_draft = (float)((double)di.decode_bytes / (double)info.decode_bytes);
+            const char *b = strrchr(draft_path, '/');
+            snprintf(name, sizeof name, "draft %s", b ? b + 1 : draft_path);
+        } else if (lookup) {
+            if (cmf_drafter_new_lookup((uint32_t)lookup, info.n_vocab, &drafter, &err) != CMF_OK) goto fail;
+            snprintf(name, sizeof name, "lookup %ld", lookup);
+        }
+        bs.drafter = drafter;
+        bs.name = name;
+        if (text_path) { /* the prompts' text, tokenized by the model's tokenizer */
+            char *text = NULL;
+            size_t tl = 0, nj = 0;
+            const char *tj = cmf_file_tokenizer_json(f, &nj);
+            if (cli_read_input(cmd, text_path, &text, &tl) != CLI_EXIT_OK) goto done;
+            if (!tj || cmf_tokenizer_load_json(tj, nj, &tk, &err) != CMF_OK ||
+                cmf_tokenizer_encode(tk, text, tl, false, &text_ids, &bs.n_prompt, &err) != CMF_OK) {
+                free(text);
+                if (!tj) cmf_error_set(&err, CMF_ERR_FORMAT, "%s has no tokenizer for -f", path);
+                goto fail;
+            }
+            free(text);
+            bs.prompt = text_ids;
+        }
+        rc = bench_parallel(path, m, ws, n_ws, par, n_par, (int)n_prompt, (int)n_gen, (int)reps, nt, exact, &bs, json);
         goto done;
     }
     if (info.n_ctx_train > 0 && n_max > (long)info.n_ctx_train) {
@@ -362,8 +447,14 @@ fail:
     rc = cli_fail(cmd, &err);
 done:
     free(toks);
+    free(text_ids);
+    cmf_tokenizer_free(tk);
+    cmf_drafter_free(drafter);
     cmf_kv_free(kv);
     cmf_model_free(m);
+    cmf_model_free(dm);
+    cmf_device_free(dev);
+    cmf_file_close(df);
     cli_lora_free(&lo);
     cmf_file_close(f);
     return rc;

@@ -2,8 +2,9 @@
  * cmd_serve.c — `cmf serve FILE`: the OpenAI-compatible server
  * (src/server/, issue 21). Parses llama-server's flag names where one
  * exists, reads API keys (--api-key, repeatable, and --api-key-file: one
- * key per line, blank lines and # comments skipped), and runs the server
- * until SIGINT/SIGTERM.
+ * key per line, blank lines and # comments skipped) and the speculative
+ * decoding flags (llama-server's -md/--draft, --draft-max, --draft-min,
+ * --draft-p-min; --lookup), and runs the server until SIGINT/SIGTERM.
  */
 #include "cli.h"
 #include "server/server.h"
@@ -45,7 +46,15 @@ static const char serve_help[] =
     "                         more: 429 with Retry-After)\n"
     "  --max-per-key N        concurrent requests per API key (default 0 = no limit)\n"
     "  --sse-ping S           a \": ping\" SSE comment every S seconds while a stream\n"
-    "                         waits for its first token (default 5)\n";
+    "                         waits for its first token (default 5)\n"
+    "speculative decoding (every request drafts unless it sends \"speculative\": false\n"
+    "or constrains its output with a grammar; greedy output is unchanged):\n"
+    "  -md, --draft FILE      a draft model with the same tokenizer, on the same device\n"
+    "  --lookup N             n-gram prompt lookup: continue the last N tokens as they\n"
+    "                         went earlier in the prompt or output (no model)\n"
+    "  --draft-max K          most tokens drafted per step (default 16)\n"
+    "  --draft-min K          fewest worth verifying (default 0)\n"
+    "  --draft-p-min P        stop drafting below this draft probability (default 0.75)\n";
 
 static bool read_keys(const char *path, char ***keys, size_t *n) {
     char *buf = NULL;
@@ -104,7 +113,17 @@ int cmd_serve(int argc, char **argv) {
         LONGFLAG("--max-n", NULL, 1, 128, o.max_n)
         LONGFLAG("--queue", NULL, 0, 1 << 20, o.queue)
         LONGFLAG("--max-per-key", NULL, 0, 1 << 20, o.per_key)
+        LONGFLAG("--draft-max", NULL, 0, 256, o.draft_max)
+        LONGFLAG("--draft-min", NULL, 0, 256, o.draft_min)
+        LONGFLAG("--lookup", NULL, 1, 64, o.lookup)
 #undef LONGFLAG
+        if (cli_flag_value(argc, argv, &i, "--draft-p-min", &v, &missing)) {
+            if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
+            double pm;
+            if (!cli_parse_double(cmd, flag, v, 0, 1, &pm)) goto out;
+            o.draft_p_min = (float)pm;
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--sse-ping", &v, &missing)) {
             if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
             if (!cli_parse_double(cmd, flag, v, 0.001, 3600, &o.ping_s)) goto out;
@@ -125,17 +144,25 @@ int cmd_serve(int argc, char **argv) {
         } else if (strcmp(flag, "--insecure") == 0) o.insecure = true;
         else if (strcmp(flag, "--no-batch-invariant") == 0) o.batch_invariant = false;
         else if (strcmp(flag, "--no-prefix-cache") == 0) o.prefix_cache = false;
-        else if (strcmp(flag, "--draft") == 0) {
-            cli_usage_error(cmd, "--draft: speculative decoding is not implemented yet");
-            goto out;
-        } else if (flag[0] == '-') { cli_usage_error(cmd, "unknown option %s (see --help)", flag); goto out; }
+        else if (cli_flag_value(argc, argv, &i, "-md", &v, &missing) || cli_flag_value(argc, argv, &i, "--draft", &v, &missing) ||
+                 cli_flag_value(argc, argv, &i, "--model-draft", &v, &missing)) o.draft_path = v;
+        else if (flag[0] == '-') { cli_usage_error(cmd, "unknown option %s (see --help)", flag); goto out; }
         else if (!o.model_path) o.model_path = flag;
         else { cli_usage_error(cmd, "unexpected argument %s", flag); goto out; }
         if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
     }
     if (!o.model_path) { cli_usage_error(cmd, "need FILE (see --help)"); goto out; }
+    if (o.draft_path && o.lookup) { cli_usage_error(cmd, "--draft and --lookup: choose one drafter"); goto out; }
+    if ((o.draft_max >= 0 || o.draft_min >= 0 || o.draft_p_min >= 0) && !o.draft_path && !o.lookup) {
+        cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft or --lookup");
+        goto out;
+    }
+    if (o.draft_max >= 0 && o.draft_min > o.draft_max) {
+        cli_usage_error(cmd, "--draft-min %d is above --draft-max %d", (int)o.draft_min, (int)o.draft_max);
+        goto out;
+    }
     rc = CLI_EXIT_FAIL;
-    if (cli_refuse_foreign(cmd, o.model_path)) goto out;
+    if (cli_refuse_foreign(cmd, o.model_path) || (o.draft_path && cli_refuse_foreign(cmd, o.draft_path))) goto out;
     o.api_keys = (const char *const *)keys;
     o.n_api_keys = n_keys;
     o.should_stop = cli_interrupt_poll;

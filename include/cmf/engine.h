@@ -37,6 +37,7 @@
 #include "cmf/grammar.h"
 #include "cmf/model.h"
 #include "cmf/sample.h"
+#include "cmf/speculate.h"
 #include "cmf/tokenizer.h"
 
 #ifdef __cplusplus
@@ -54,6 +55,15 @@ typedef struct cmf_engine_params {
     cmf_kv_type kv_type; /* CMF_KV_F16 default */
     bool prefix_cache;   /* reuse the KV pages of prompts already seen */
     bool batch_invariant;/* exact mode: see "Batch invariance" above */
+    /* Speculative decoding (see "Speculation" above): NULL = none. Not
+     * owned; it must outlive the engine and be used by no other thread
+     * while the engine steps. A draft model drafter needs n_seq_max
+     * sequences (cmf_drafter_model_params) and n_seq_ctx positions each;
+     * drafters that ask for hidden states (cmf_drafter_info.n_taps) are
+     * refused (CMF_ERR_UNSUPPORTED) for now. */
+    cmf_drafter *drafter;
+    cmf_spec_params spec;   /* draft lengths, p_min, the adaptive rule (all zero =
+                               cmf_spec_default_params()); checked with a drafter */
 } cmf_engine_params;
 
 /* What a sequence's callback is told, once per sampled token and once at
@@ -69,6 +79,8 @@ typedef struct cmf_seq_event {
                               was drawn from (cmf_sampler_sample_probs); else NULL */
     uint32_t n_vocab;
     size_t n_generated;    /* tokens sampled so far, this one included */
+    uint64_t n_drafted;    /* speculation, this sequence so far: drafted tokens verified */
+    uint64_t n_accepted;   /* of which the target accepted (this token included when it was one) */
     bool done;             /* last event of the sequence (or of this turn, for kept ones) */
     cmf_stop_reason stop;  /* when done */
     cmf_status status;     /* when done: CMF_OK, or the error that ended it (message in msg) */
@@ -91,6 +103,7 @@ typedef struct cmf_seq_params {
                                cmf_model_weight_set / cmf_model_weight_set_overlay */
     bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
     bool want_probs;        /* deliver each token's sampling distribution (costs n_vocab floats) */
+    bool no_draft;          /* do not speculate for this sequence (the engine's drafter is not asked) */
     const cmf_grammar *grammar; /* NULL = none. Constrained sampling (cmf/grammar.h): the grammar,
                                with cmf_grammar_set_vocab done for this model's n_vocab (else
                                CMF_ERR_ARG), must outlive the turn and may be shared by many
@@ -172,6 +185,13 @@ void cmf_engine_release(cmf_engine *e, uint64_t id);
 const int32_t *cmf_engine_seq_tokens(const cmf_engine *e, uint64_t id, size_t *n);
 const float *cmf_engine_seq_logits(const cmf_engine *e, uint64_t id);
 uint64_t cmf_engine_seq_seed(const cmf_engine *e, uint64_t id);
+
+/* Speculation totals of the engine, every sequence and step so far
+ * (cmf_spec_stats: n_steps verify chunks with drafts, n_plain decodes of
+ * speculating sequences without one, drafted, accepted, emitted; rates
+ * with cmf_spec_stats_acceptance / cmf_spec_stats_mean_accepted). All
+ * zero without a drafter. Stepping thread only. */
+void cmf_engine_get_spec_stats(const cmf_engine *e, cmf_spec_stats *out);
 
 /* Token budget of later steps (clamped to [n_seq_max, the budget given at
  * creation]). Stepping thread only. */

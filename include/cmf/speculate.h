@@ -240,6 +240,11 @@ typedef struct cmf_drafter_ops {
     /* the sequence is cut to its first n_history tokens (0 = reset) */
     cmf_status (*truncate)(void *impl, void *seq, uint32_t n_history, cmf_error *err);
     void (*free)(void *impl);
+    /* optional: propose for n sequences at once (the engine; a draft model
+     * runs them in one forward per draft position); each rq[i] as for
+     * propose. NULL: propose is called per sequence. */
+    cmf_status (*propose_batch)(void *impl, void *const *seqs, cmf_draft_request *const *rq, uint32_t n,
+                                cmf_error *err);
 } cmf_drafter_ops;
 
 typedef struct cmf_drafter_info {
@@ -294,6 +299,13 @@ uint32_t cmf_draft_seq_next_k(cmf_draft_seq *ds);
 /* Ask for up to rq->k_max drafts (clamped to draft_max). Errors: CMF_ERR_ARG
  * (NULL arrays, n_history 0, k_max 0), the drafter's. */
 cmf_status cmf_draft_seq_propose(cmf_draft_seq *ds, cmf_draft_request *rq, cmf_error *err);
+/* cmf_draft_seq_propose for n sequences of one drafter at once (through
+ * its propose_batch when it has one: a draft model drafts all of them in
+ * one forward per position, each sequence's numerics independent of the
+ * others). Errors: those of propose (CMF_ERR_ARG also for sequences of
+ * different drafters); on an error no rq[i] is to be used. */
+cmf_status cmf_draft_seq_propose_batch(cmf_draft_seq *const *ds, cmf_draft_request *const *rq, uint32_t n,
+                                       cmf_error *err);
 /* After a step (or a prefill): passes the feedback to the drafter and
  * counts the step in the stats and the adaptive rule. Errors:
  * CMF_ERR_ARG (n_accepted > n_drafted, n_history 0), the drafter's. */

@@ -62,10 +62,22 @@ typedef struct eseq {
     float *logits;            /* [n_vocab], kept sequences only */
     float *probs;             /* [n_vocab] with want_probs */
     bool want_probs;
+    bool greedy;              /* the sampler is argmax (greedy, or temp <= 0) */
     cmf_grammar_matcher *gm;  /* this turn's grammar state, or NULL */
     uint32_t *gbits;          /* [(n_vocab+31)/32] its allowed set, read by smp */
     cmf_seq_cb cb;
     void *user;
+    /* speculation: this step's drafted tokens, verified after the pending one */
+    bool speculate;           /* this turn may draft (a drafter, no grammar, not opted out) */
+    cmf_draft_seq *dseq;      /* the drafter's state (made at the first draft, freed at
+                                 the end of a turn and on preemption) */
+    cmf_sampler_params sparams; /* the chain's params (the drafter samples with them) */
+    int32_t *draft;           /* [cap_draft] */
+    float *dq;                /* [cap_draft][n_vocab] the drafter's q (sampling only) */
+    bool q_onehot;            /* q is one-hot at each draft (dq unused) */
+    uint32_t n_draft, cap_draft;
+    cmf_spec_rng rng;         /* speculative sampling's draws (seeded by the sampler's seed) */
+    uint64_t n_drafted, n_accepted; /* this sequence's totals (all turns) */
     struct eseq *next;        /* inbox link */
 } eseq;
 
@@ -76,6 +88,7 @@ struct cmf_engine {
     uint32_t n_vocab, n_sample, n_seq_max, n_seq_ctx, n_batch;
     uint32_t cap_batch;       /* rows of the batch scratch */
     bool prefix_cache, batch_invariant;
+    cmf_drafter *drafter;     /* NULL = no speculation (not owned) */
     /* owned by the stepping thread */
     eseq **seqs;              /* [n_seqs] every known sequence, by id */
     size_t n_seqs, cap_seqs;
@@ -87,7 +100,14 @@ struct cmf_engine {
     int8_t *b_logits;
     eseq **b_owner;           /* [n_seq_max] sequence of each chunk */
     uint32_t *b_off, *b_len;  /* its rows in the batch */
-    float *logits;            /* [n_seq_max][n_vocab] */
+    float *logits;            /* [cap_rows][n_vocab] */
+    size_t cap_rows;          /* logits rows: n_seq_max, more while drafts are verified */
+    cmf_spec_stats spec;      /* speculation totals */
+    cmf_spec_params sp;       /* draft lengths and the adaptive rule */
+    float *p_row, *resid;     /* [n_vocab] acceptance scratch */
+    eseq **q_seq;             /* [n_seq_max] this step's proposals: sequence, */
+    cmf_draft_seq **q_ds;     /* its draft state, */
+    cmf_draft_request *q_rq, **q_rqp; /* its request */
     /* inbox, shared with other threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -112,6 +132,9 @@ static void seq_free(eseq *s) {
     free(s->probs);
     cmf_grammar_matcher_free(s->gm);
     free(s->gbits);
+    free(s->draft);
+    free(s->dq);
+    cmf_draft_seq_free(s->dseq);
     free(s);
 }
 
@@ -198,6 +221,8 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
         if ((st = cmf_grammar_matcher_new(sp->grammar, &s->gm, err))) return st;
         if ((st = cmf_sampler_set_allowed(s->smp, s->gbits, err))) return st;
     }
+    s->speculate = e->drafter && !sp->no_draft && !sp->grammar;
+    s->n_draft = 0;
     s->want_probs = sp->want_probs;
     if (s->want_probs && !s->probs && !(s->probs = malloc((size_t)e->n_vocab * sizeof *s->probs)))
         return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", e->n_vocab);
@@ -229,7 +254,16 @@ static cmf_status seq_create(const cmf_engine *e, const cmf_seq_params *sp, eseq
     memcpy(s->tok, sp->prompt, sp->n_prompt * sizeof *s->tok);
     memset(s->dec, 0, sp->n_prompt);
     s->n_tok = sp->n_prompt;
+    s->greedy = sp->sampler.greedy || !(sp->sampler.temp > 0.0f);
+    s->sparams = sp->sampler;
+    s->sparams.logit_bias = NULL; /* the caller's array: the drafter needs no bias */
+    s->sparams.n_logit_bias = 0;
     cmf_status st = cmf_sampler_new(&sp->sampler, e->n_vocab, &s->smp, err);
+    if (st == CMF_OK) { /* the acceptance rule's and the drafter's draws follow the seed in use */
+        s->sparams.seed = cmf_sampler_seed(s->smp);
+        s->sparams.has_seed = true;
+        cmf_spec_rng_seed(&s->rng, s->sparams.seed ^ 0x5bd1e9955bd1e995ull);
+    }
     if (st == CMF_OK) st = seq_set_turn(e, s, sp, err);
     if (st != CMF_OK) {
         seq_free(s);
@@ -268,6 +302,19 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     uint32_t n_batch = p->n_batch ? p->n_batch : 512;
     if (n_batch < n_seq) n_batch = n_seq; /* every decode fits one step */
 
+    cmf_spec_params spec = p->spec;
+    if (p->drafter) {
+        const cmf_drafter_info *di = cmf_drafter_get_info(p->drafter);
+        if (di->n_vocab != info.n_vocab)
+            return cmf_error_set(err, CMF_ERR_ARG, "engine: the drafter's vocabulary has %u ids, the model %u",
+                                 di->n_vocab, info.n_vocab);
+        if (di->n_taps)
+            return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "engine: the %s drafter needs hidden states of the target; "
+                                 "the engine does not tap them yet", di->name ? di->name : "");
+        if (spec.draft_max == 0 && spec.draft_min == 0 && spec.p_min == 0) spec = cmf_spec_default_params();
+        cmf_status sst = cmf_spec_params_check(&spec, err);
+        if (sst != CMF_OK) return cmf_error_prefix(err, "engine: speculation");
+    }
     cmf_engine *e = calloc(1, sizeof *e);
     if (!e) return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory");
     e->model = model;
@@ -283,6 +330,8 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     e->n_batch = e->cap_batch = n_batch;
     e->prefix_cache = p->prefix_cache;
     e->batch_invariant = p->batch_invariant;
+    e->drafter = p->drafter;
+    e->sp = spec;
     e->next_id = 1;
     if (pthread_mutex_init(&e->mu, NULL)) {
         free(e);
@@ -303,6 +352,19 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     e->b_off = malloc(n_seq * sizeof *e->b_off);
     e->b_len = malloc(n_seq * sizeof *e->b_len);
     e->logits = malloc((size_t)n_seq * info.n_vocab * sizeof *e->logits);
+    e->cap_rows = n_seq;
+    if (p->drafter) {
+        e->p_row = malloc((size_t)info.n_vocab * sizeof *e->p_row);
+        e->resid = malloc((size_t)info.n_vocab * sizeof *e->resid);
+        e->q_seq = malloc(n_seq * sizeof *e->q_seq);
+        e->q_ds = malloc(n_seq * sizeof *e->q_ds);
+        e->q_rq = malloc(n_seq * sizeof *e->q_rq);
+        e->q_rqp = malloc(n_seq * sizeof *e->q_rqp);
+        if (!e->p_row || !e->resid || !e->q_seq || !e->q_ds || !e->q_rq || !e->q_rqp) {
+            cmf_engine_free(e);
+            return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", info.n_vocab);
+        }
+    }
     if (!e->free_slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_ws || !e->b_logits || !e->b_owner ||
         !e->b_off || !e->b_len || !e->logits) {
         cmf_engine_free(e);
@@ -342,6 +404,12 @@ void cmf_engine_free(cmf_engine *e) {
     free(e->b_off);
     free(e->b_len);
     free(e->logits);
+    free(e->p_row);
+    free(e->resid);
+    free(e->q_seq);
+    free(e->q_ds);
+    free(e->q_rq);
+    free(e->q_rqp);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -458,7 +526,8 @@ static bool deliver(eseq *s, int32_t token, const char *text, size_t len, const 
                     uint32_t n_vocab, bool done, cmf_stop_reason stop, cmf_status status, const char *msg) {
     if (!s->cb) return true;
     cmf_seq_event ev = {.id = s->id, .token = token, .text = text ? text : "", .len = len,
-                        .logits = logits, .probs = logits && s->want_probs ? s->probs : NULL, .n_vocab = n_vocab, .n_generated = s->n_gen, .done = done,
+                        .logits = logits, .probs = logits && s->want_probs ? s->probs : NULL, .n_vocab = n_vocab, .n_generated = s->n_gen,
+                        .n_drafted = s->n_drafted, .n_accepted = s->n_accepted, .done = done,
                         .stop = stop, .status = status, .msg = msg};
     return s->cb(&ev, s->user);
 }
@@ -500,6 +569,11 @@ static void finish(cmf_engine *e, eseq *s, cmf_stop_reason why, cmf_status statu
     if (was_queued) pending_done(e);
     if (s->keep && status == CMF_OK) {
         s->state = SEQ_IDLE; /* keeps its slot and KV */
+        cmf_draft_seq_free(s->dseq); /* its draft KV: the next turn starts a new one */
+        s->dseq = NULL;
+        s->n_draft = 0;      /* a turn that ended inside verified drafts: their KV goes */
+        if (s->slot >= 0 && cmf_kv_seq_len(e->kv, s->slot) > s->n_kv)
+            cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
         return;
     }
     unslot(e, s);
@@ -548,28 +622,38 @@ static void drain(cmf_engine *e) {
 
 /* Sample the next token of s from logits (ids past the tokenizer masked),
  * append it as pending, run the stop checks and deliver it. */
-static void sample_one(cmf_engine *e, eseq *s, float *logits) {
+static bool commit_token(cmf_engine *e, eseq *s, int32_t t, const float *logits);
+
+static bool sample_one(cmf_engine *e, eseq *s, float *logits) {
     for (uint32_t i = e->n_sample; i < e->n_vocab; i++) logits[i] = -INFINITY;
     if (s->gm) { /* the grammar's allowed set, read by the sampler's step -1 */
         cmf_error gerr = {0};
         size_t n_ok = cmf_grammar_matcher_done(s->gm) ? 0 : cmf_grammar_matcher_allowed(s->gm, s->gbits, &gerr);
-        if (gerr.status) { finish(e, s, CMF_STOP_CALLBACK, gerr.status, gerr.msg); return; }
+        if (gerr.status) { finish(e, s, CMF_STOP_CALLBACK, gerr.status, gerr.msg); return false; }
         if (n_ok == 0) { /* complete and nothing may follow: the end; incomplete: a dead end for this vocabulary */
             if (cmf_grammar_matcher_can_end(s->gm)) finish(e, s, CMF_STOP_EOS, CMF_OK, NULL);
             else finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_LIMIT, "grammar: no token of the vocabulary can continue the output");
-            return;
+            return false;
         }
     }
     int32_t t = s->want_probs ? cmf_sampler_sample_probs(s->smp, logits, s->probs)
                               : cmf_sampler_sample(s->smp, logits);
     if (s->gm) {
         cmf_error gerr = {0};
-        if (cmf_grammar_matcher_accept_token(s->gm, t, &gerr)) { finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_INTERNAL, gerr.msg); return; }
+        if (cmf_grammar_matcher_accept_token(s->gm, t, &gerr)) { finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_INTERNAL, gerr.msg); return false; }
     }
+    return commit_token(e, s, t, logits);
+}
+
+/* Append t (sampled from logits) to s as its pending token and run what
+ * follows a sampled token: the penalty history, EOS, the streaming
+ * detokenizer, stop strings, the callback, n_predict. Returns false when
+ * the sequence's turn ended (s may be freed then). */
+static bool commit_token(cmf_engine *e, eseq *s, int32_t t, const float *logits) {
     cmf_sampler_accept(s->smp, t);
     if (!seq_reserve(s, s->n_tok + 1)) {
         finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for a sampled token");
-        return;
+        return false;
     }
     s->tok[s->n_tok] = t;
     s->dec[s->n_tok] = 1;
@@ -580,7 +664,7 @@ static void sample_one(cmf_engine *e, eseq *s, float *logits) {
         if (s->eos[i] == t) {
             bool go = deliver(s, t, NULL, 0, logits, e->n_vocab, false, CMF_STOP_EOS, CMF_OK, NULL);
             finish(e, s, go ? CMF_STOP_EOS : CMF_STOP_CALLBACK, CMF_OK, NULL);
-            return;
+            return false;
         }
     const char *text = NULL, *out = NULL;
     size_t len = 0, out_len = 0;
@@ -589,19 +673,23 @@ static void sample_one(cmf_engine *e, eseq *s, float *logits) {
         cmf_error derr;
         if (cmf_detok_stream_push(s->ds, t, &text, &len, &derr) != CMF_OK) {
             finish(e, s, CMF_STOP_CALLBACK, derr.status, derr.msg);
-            return;
+            return false;
         }
         stop = cmf_stop_matcher_feed(s->stop, text, len, &out, &out_len);
     }
     if (!deliver(s, t, out, out_len, logits, e->n_vocab, false, CMF_STOP_MAX_TOKENS, CMF_OK, NULL)) {
         finish(e, s, CMF_STOP_CALLBACK, CMF_OK, NULL);
-        return;
+        return false;
     }
     if (stop) {
         finish(e, s, CMF_STOP_STRING, CMF_OK, NULL);
-        return;
+        return false;
     }
-    if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
+    if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) {
+        finish(e, s, CMF_STOP_MAX_TOKENS, CMF_OK, NULL);
+        return false;
+    }
+    return true;
 }
 
 /* Tokens of s before its first decode-class one: the part whose K/V a
@@ -646,6 +734,9 @@ static bool preempt_youngest(cmf_engine *e, uint32_t *n_preempted) {
         }
     if (running < 2) return false;
     unslot(e, y);
+    y->n_draft = 0;
+    cmf_draft_seq_free(y->dseq); /* frees its draft KV too; re-made when it drafts again */
+    y->dseq = NULL;
     y->state = SEQ_QUEUED;
     y->ready = false;
     (*n_preempted)++;
@@ -667,6 +758,18 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
         e->b_logits[n + i] = 0;
     }
     if (end == s->n_tok) e->b_logits[n + len - 1] = 1; /* its next token is due */
+    if (s->n_draft) { /* verify: the drafts after the pending token, logits on every row */
+        assert(cls == 1 && len == 1 && end == s->n_tok);
+        if (s->n_draft > room - len) s->n_draft = room - len;
+        for (uint32_t i = 0; i < s->n_draft; i++) {
+            e->b_tok[n + len] = s->draft[i];
+            e->b_pos[n + len] = (int32_t)(s->n_kv + len);
+            e->b_seq[n + len] = s->slot;
+            e->b_ws[n + len] = (uint32_t)s->weight_set;
+            e->b_logits[n + len] = 1;
+            len++;
+        }
+    }
     uint32_t c = (*n_chunks)++;
     e->b_owner[c] = s;
     e->b_off[c] = n;
@@ -698,6 +801,216 @@ static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
         if (pass == 0) *n_dec = n;
     }
     return n;
+}
+
+/* ---- speculation ------------------------------------------------------- */
+
+/* Logits rows for a batch of n tokens (as many as it asks for). */
+static bool logits_rows(cmf_engine *e, uint32_t n) {
+    size_t rows = 0;
+    for (uint32_t i = 0; i < n; i++) rows += e->b_logits[i] != 0;
+    if (rows <= e->cap_rows) return true;
+    float *l = realloc(e->logits, rows * e->n_vocab * sizeof *l);
+    if (!l) return false;
+    e->logits = l;
+    e->cap_rows = rows;
+    return true;
+}
+
+/* Stop speculating for the rest of s's turn (the drafter failed it, e.g.
+ * no draft KV sequence free): it decodes plainly, its output unchanged. */
+static void spec_off(eseq *s) {
+    s->speculate = false;
+    s->n_draft = 0;
+    cmf_draft_seq_free(s->dseq);
+    s->dseq = NULL;
+}
+
+/* The draft length s asks for this step (at most k_cap), with its draft
+ * state made and its buffers sized; 0 = a plain decode this step. */
+static uint32_t spec_want(cmf_engine *e, eseq *s, uint32_t k_cap) {
+    cmf_error derr = {0};
+    if (!s->dseq) {
+        cmf_draft_seq_params dp = {.sample = !s->greedy, .sampler = s->sparams};
+        if (cmf_draft_seq_new(e->drafter, &e->sp, &dp, &s->dseq, &derr) != CMF_OK) {
+            spec_off(s);
+            return 0;
+        }
+    }
+    uint32_t k = cmf_draft_seq_next_k(s->dseq);
+    if (k > k_cap) k = k_cap;
+    if (k > CMF_SPEC_MAX_DRAFT) k = CMF_SPEC_MAX_DRAFT;
+    if (k > s->cap_draft) {
+        int32_t *d = realloc(s->draft, k * sizeof *d);
+        if (!d) return 0;
+        s->draft = d;
+        if (!s->greedy) {
+            float *q = realloc(s->dq, (size_t)k * e->n_vocab * sizeof *q);
+            if (!q) return 0;
+            s->dq = q;
+        }
+        s->cap_draft = k;
+    }
+    if (k == 0) {
+        cmf_draft_seq_note_plain(s->dseq);
+        e->spec.n_plain++;
+    }
+    return k;
+}
+
+/* The proposal rq of s: its drafts become this step's (ids outside the
+ * vocabulary are never run). */
+static void spec_got(cmf_engine *e, eseq *s, const cmf_draft_request *rq) {
+    uint32_t n = rq->n_draft;
+    for (uint32_t i = 0; i < n; i++)
+        if (rq->draft[i] < 0 || (uint32_t)rq->draft[i] >= e->n_vocab) n = i;
+    s->n_draft = n;
+    s->q_onehot = rq->q_onehot;
+    if (n == 0) {
+        cmf_draft_seq_note_plain(s->dseq);
+        e->spec.n_plain++;
+    }
+}
+
+/* The target's token of verify row i of s (row: its logits, ids past the
+ * tokenizer masked) and whether it is draft i (*ok; never for the row
+ * after the last draft). Greedy: the sampler's own argmax, the very token
+ * a one-token decode picks. Sampling: speculative sampling
+ * (cmf_spec_accept_token) of draft i against p = the sampler chain's
+ * distribution of the row (cmf_sampler_probs, with the penalty window of
+ * the tokens committed so far); the row after the last draft draws its
+ * bonus from p. */
+static int32_t spec_pick(cmf_engine *e, eseq *s, const float *row, uint32_t i, uint32_t nd, bool *ok) {
+    if (s->greedy) {
+        int32_t t = s->want_probs ? cmf_sampler_sample_probs(s->smp, row, s->probs) : cmf_sampler_sample(s->smp, row);
+        *ok = i < nd && t == s->draft[i];
+        return t;
+    }
+    float *p = s->want_probs ? s->probs : e->p_row;
+    cmf_sampler_probs(s->smp, row, p);
+    int32_t t;
+    if (i < nd) {
+        const float *q = s->q_onehot ? NULL : s->dq + (size_t)i * e->n_vocab;
+        *ok = cmf_spec_accept_token(e->n_vocab, p, q, s->draft[i], &s->rng, e->resid, &t);
+        if (*ok) t = s->draft[i];
+    } else {
+        *ok = false;
+        t = cmf_spec_sample_probs(e->n_vocab, p, &s->rng);
+    }
+    return t;
+}
+
+/* After a verify of s (nd drafts, acc accepted): the drafter learns the
+ * new history (the last token pending). */
+static void spec_observe(cmf_engine *e, eseq *s, uint32_t nd, uint32_t acc) {
+    (void)e;
+    if (!s->dseq) return;
+    cmf_draft_feedback fb = {.history = s->tok, .n_history = (uint32_t)s->n_tok, .n_drafted = nd,
+                             .n_accepted = acc, .n_new = 1 + acc};
+    cmf_error derr = {0};
+    if (cmf_draft_seq_observe(s->dseq, &fb, &derr) != CMF_OK) spec_off(s);
+}
+
+/* Forget this step's drafts (a full KV cache: their rows go before any
+ * sequence is preempted). Returns true when there were any. */
+static bool drop_drafts(cmf_engine *e) {
+    bool any = false;
+    for (size_t i = 0; i < e->n_seqs; i++) {
+        eseq *s = e->seqs[i];
+        any |= s->n_draft != 0;
+        s->n_draft = 0;
+    }
+    return any;
+}
+
+/* This step's drafts: every decoding sequence that speculates (one pending
+ * decode-class token) asks the drafter for up to its adaptive draft length,
+ * bounded by what it may still generate (n_predict, n_seq_ctx) and by the
+ * token budget left after every sequence's decode rows (the drafts count
+ * against n_batch; prompt chunks get what remains). */
+static void draft_all(cmf_engine *e) {
+    if (!e->drafter) return;
+    uint32_t need = 0;
+    for (size_t i = 0; i < e->n_seqs; i++) {
+        eseq *s = e->seqs[i];
+        s->n_draft = 0;
+        if (s->state == SEQ_RUNNING && s->n_kv < s->n_tok && s->dec[s->n_kv]) need += (uint32_t)(s->n_tok - s->n_kv);
+    }
+    uint32_t left = e->n_batch > need ? e->n_batch - need : 0, nq = 0;
+    for (size_t i = 0; i < e->n_seqs && left && nq < e->n_seq_max; i++) {
+        eseq *s = e->seqs[i];
+        if (s->state != SEQ_RUNNING || !s->speculate || s->cancelled || s->n_kv + 1 != s->n_tok || !s->dec[s->n_kv])
+            continue;
+        uint64_t k = left;
+        if (s->n_predict >= 0) { /* the last token of the turn is never a draft */
+            size_t rest = (size_t)s->n_predict - s->n_gen;
+            if (rest <= 1) continue;
+            if (k > rest - 1) k = rest - 1;
+        }
+        if (s->n_tok >= e->n_seq_ctx) continue;
+        if (k > e->n_seq_ctx - s->n_tok) k = e->n_seq_ctx - s->n_tok; /* drafts sit at n_tok .. */
+        uint32_t want = spec_want(e, s, (uint32_t)k);
+        if (!want) continue;
+        left -= want; /* reserved: the drafter may return fewer */
+        e->q_seq[nq] = s;
+        e->q_ds[nq] = s->dseq;
+        e->q_rq[nq] = (cmf_draft_request){.history = s->tok, .n_history = (uint32_t)s->n_tok, .k_max = want,
+                                          .p_min = e->sp.p_min, .draft = s->draft, .q = s->greedy ? NULL : s->dq};
+        e->q_rqp[nq] = &e->q_rq[nq];
+        nq++;
+    }
+    if (nq == 0) return;
+    /* every sequence's proposal at once (a draft model: one forward per position) */
+    cmf_error derr = {0};
+    if (cmf_draft_seq_propose_batch(e->q_ds, e->q_rqp, nq, &derr) != CMF_OK) {
+        for (uint32_t i = 0; i < nq; i++) spec_off(e->q_seq[i]);
+        return;
+    }
+    for (uint32_t i = 0; i < nq; i++) spec_got(e, e->q_seq[i], &e->q_rq[i]);
+}
+
+/* The verify rows of s: 1 + n_draft logits rows from lg, row i after the
+ * pending token and drafts [0, i). Row by row: the target's token (greedy:
+ * the sampler's argmax, the very token a one-token decode would give;
+ * sampling: speculative sampling against the drafter's proposal) is
+ * committed through commit_token, so EOS, stop strings, the callback,
+ * cancellation and n_predict act exactly as on single decodes; a row
+ * whose token is the draft continues, the first that is not (or the row
+ * after the last draft: the bonus) ends the verify. The KV of rejected
+ * drafts is rolled back (cmf_kv_seq_truncate); the last committed token is
+ * pending as after a one-token decode. */
+static void verify(cmf_engine *e, eseq *s, float *lg) {
+    uint32_t nd = s->n_draft, acc = 0;
+    s->n_draft = 0;
+    s->n_kv++; /* the pending token */
+    s->n_drafted += nd;
+    e->spec.n_drafted += nd;
+    e->spec.n_steps++;
+    bool alive = true;
+    if (s->cancelled) { /* ends next step, as a cancelled decode does */
+        cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
+        return;
+    }
+    for (uint32_t i = 0; i <= nd && alive; i++) {
+        float *row = lg + (size_t)i * e->n_vocab;
+        for (uint32_t j = e->n_sample; j < e->n_vocab; j++) row[j] = -INFINITY;
+        bool ok = false;
+        int32_t t = spec_pick(e, s, row, i, nd, &ok);
+        if (ok) {
+            acc++;
+            s->n_accepted++;
+            e->spec.n_accepted++;
+        }
+        assert(s->n_kv == s->n_tok);
+        e->spec.n_emitted++;
+        alive = commit_token(e, s, t, row);
+        if (!ok) break;
+        if (alive) s->n_kv++; /* the accepted draft's K/V is in the cache */
+    }
+    if (!alive) return; /* ended (s freed, or kept with its KV cut to n_kv by finish) */
+    assert(s->n_kv + 1 == s->n_tok);
+    cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
+    spec_observe(e, s, nd, acc);
 }
 
 /* The scheduler's invariants, asserted after every step in debug builds:
@@ -763,11 +1076,16 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             finish(e, s, CMF_STOP_CONTEXT_FULL, CMF_OK, NULL);
         i += i < e->n_seqs && e->seqs[i] == s;
     }
+    draft_all(e);
     uint32_t n_dec = 0, n_chunks = 0, n;
     cmf_status st;
     for (;;) {
         n = build(e, &n_dec, &n_chunks);
         if (n == 0) break;
+        if (!logits_rows(e, n)) {
+            for (uint32_t c = 0; c < n_chunks; c++) finish(e, e->b_owner[c], CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for logits rows");
+            return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory for the logits of %u rows", n);
+        }
         cmf_batch b = {.n_tokens = n, .tokens = e->b_tok, .pos = e->b_pos, .seq_id = e->b_seq,
                        .logits = e->b_logits, .row_classes = e->batch_invariant, .n_decode = n_dec,
                        .weight_set = e->b_ws};
@@ -776,6 +1094,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         st = cmf_model_forward(e->model, e->kv, &b, e->logits, &ferr);
         if (st == CMF_OK) break;
         if (st == CMF_ERR_CONTEXT_FULL) {
+            if (drop_drafts(e)) continue; /* the drafts' rows first, then a sequence */
             if (preempt_youngest(e, &info->n_preempted)) continue;
             /* the only running sequence does not fit alone: end it */
             for (size_t i = 0; i < e->n_seqs; i++)
@@ -796,6 +1115,13 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
     uint32_t row = 0;
     for (uint32_t c = 0; c < n_chunks; c++) {
         eseq *s = e->b_owner[c];
+        if (s->n_draft) { /* a verify chunk: 1 + n_draft logits rows */
+            assert(e->b_len[c] == 1 + s->n_draft);
+            float *lg = e->logits + (size_t)row * e->n_vocab;
+            row += e->b_len[c];
+            verify(e, s, lg);
+            continue;
+        }
         s->n_kv += e->b_len[c];
         assert(cmf_kv_seq_len(e->kv, s->slot) == s->n_kv);
         if (e->prefix_cache) { /* its full prompt-class pages become findable */
@@ -818,7 +1144,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             continue;
         }
         if (s->cancelled) continue; /* ends next step */
-        sample_one(e, s, lg);
+        if (sample_one(e, s, lg) && s->dseq) spec_observe(e, s, 0, 0); /* a plain decode of a speculating one */
     }
     for (size_t i = 0; i < e->n_seqs; i++) {
         if (e->seqs[i]->state == SEQ_RUNNING) info->n_running++;
@@ -949,4 +1275,10 @@ const float *cmf_engine_seq_logits(const cmf_engine *e, uint64_t id) {
 uint64_t cmf_engine_seq_seed(const cmf_engine *e, uint64_t id) {
     const eseq *s = e ? find(e, id) : NULL;
     return s ? cmf_sampler_seed(s->smp) : 0;
+}
+
+void cmf_engine_get_spec_stats(const cmf_engine *e, cmf_spec_stats *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (e) *out = e->spec;
 }

@@ -455,7 +455,8 @@ unsigned srv_gen_submit(srv_req *r, char *msg, size_t cap) {
             cmf_seq_params sp = {.prompt = g->prompts[p], .n_prompt = g->n_prompt[p], .sampler = g->sampler,
                                  .n_predict = g->max_tokens, .eos_ids = g->eos, .n_eos = g->n_eos,
                                  .stop_strings = (const char *const *)g->stops, .n_stop = g->n_stop,
-                                 .weight_set = g->weight_set, .grammar = g->grammar, .cb = on_event, .user = c};
+                                 .weight_set = g->weight_set, .grammar = g->grammar, .no_draft = g->no_draft,
+                                 .cb = on_event, .user = c};
             if (g->sampler.has_seed) sp.sampler.seed = g->sampler.seed + j; /* choice j of n: its own draw */
             cmf_error err = {0};
             c->live = true;
@@ -534,6 +535,7 @@ void srv_engine_loop(srv *s) {
         s->m.running = info.n_running;
         s->m.waiting = info.n_waiting;
         cmf_kv_get_stats(cmf_engine_kv(s->eng), &s->m.kv);
+        cmf_engine_get_spec_stats(s->eng, &s->m.spec);
         pthread_mutex_unlock(&s->mu);
         if (st != CMF_OK) {
             FILE *log = s->o.log ? s->o.log : stderr;

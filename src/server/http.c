@@ -462,6 +462,8 @@ void cmf_server_default_opts(cmf_server_opts *o) {
     o->max_n = 16;
     o->queue = 64;
     o->ping_s = 5.0;
+    o->draft_max = o->draft_min = -1;
+    o->draft_p_min = -1.0f;
 }
 
 static bool is_loopback(const struct sockaddr *sa) {

@@ -3,7 +3,9 @@
  * (version 0.0.4): request counts by status class, prompt and generated
  * tokens, cancellations and 429s, sequences running and waiting, KV pages
  * by state, and histograms of time to first token, inter-token latency
- * and request latency (seconds, cumulative `le` buckets).
+ * and request latency (seconds, cumulative `le` buckets), and the
+ * speculative decoding counters (drafted, accepted, acceptance rate, mean
+ * accepted length).
  */
 #include "server/server.h"
 
@@ -84,6 +86,19 @@ char *srv_metrics_text(srv *s) {
         m->kv.n_free, m->kv.n_cached, m->kv.n_used);
     put(&b, "# HELP cmf_engine_steps_total Engine steps run.\n# TYPE cmf_engine_steps_total counter\n");
     put(&b, "cmf_engine_steps_total %llu\n", (unsigned long long)m->steps);
+    const cmf_spec_stats *sp = &m->spec;
+    put(&b, "# HELP cmf_spec_draft_tokens_total Drafted tokens verified (speculative decoding).\n# TYPE cmf_spec_draft_tokens_total counter\n");
+    put(&b, "cmf_spec_draft_tokens_total %llu\n", (unsigned long long)sp->n_drafted);
+    put(&b, "# HELP cmf_spec_accepted_tokens_total Drafted tokens the target accepted.\n# TYPE cmf_spec_accepted_tokens_total counter\n");
+    put(&b, "cmf_spec_accepted_tokens_total %llu\n", (unsigned long long)sp->n_accepted);
+    put(&b, "# HELP cmf_spec_verify_steps_total Verify chunks with drafts (one per sequence and step).\n# TYPE cmf_spec_verify_steps_total counter\n");
+    put(&b, "cmf_spec_verify_steps_total %llu\n", (unsigned long long)sp->n_steps);
+    put(&b, "# HELP cmf_spec_plain_steps_total Decodes of speculating sequences without drafts (adaptive length 0, no guess).\n# TYPE cmf_spec_plain_steps_total counter\n");
+    put(&b, "cmf_spec_plain_steps_total %llu\n", (unsigned long long)sp->n_plain);
+    put(&b, "# HELP cmf_spec_acceptance_rate Accepted over drafted tokens since start (0 before any draft).\n# TYPE cmf_spec_acceptance_rate gauge\n");
+    put(&b, "cmf_spec_acceptance_rate %.6f\n", cmf_spec_stats_acceptance(sp));
+    put(&b, "# HELP cmf_spec_mean_accepted_length Accepted drafts per verify step since start (tokens per step minus one).\n# TYPE cmf_spec_mean_accepted_length gauge\n");
+    put(&b, "cmf_spec_mean_accepted_length %.6f\n", cmf_spec_stats_mean_accepted(sp));
     hist(&b, "cmf_time_to_first_token_seconds", "From request arrival to its first token.", &m->ttft);
     hist(&b, "cmf_inter_token_latency_seconds", "Between two tokens of one sequence.", &m->itl);
     hist(&b, "cmf_request_latency_seconds", "From request arrival to its last token.", &m->e2e);

@@ -452,6 +452,10 @@ unsigned srv_gen_parse(srv *s, const cJSON *b, bool chat, srv_gen *g, char *msg,
     if (!int_field(b, "max_completion_tokens", 0, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_completion_tokens"; return 400; }
     if (given) g->max_tokens = (int32_t)ll;
     if (g->max_tokens == 0) g->max_tokens = 1; /* the engine's 0 is prefill only */
+    /* speculative decoding (cmf's field; default: on when the server has a drafter) */
+    bool spec = true;
+    if (!bool_field(b, "speculative", &spec, msg, cap)) { *param = "speculative"; return 400; }
+    g->no_draft = !spec;
     /* stream */
     if (!bool_field(b, "stream", &g->stream, msg, cap)) { *param = "stream"; return 400; }
     const cJSON *so = field(b, "stream_options");

@@ -32,6 +32,49 @@ static char *dup_print(cJSON *o) {
     return r;
 }
 
+/* --draft / --lookup: the drafter the engine verifies against (ep gets it
+ * and the draft lengths). The draft model must share the target's
+ * vocabulary; it runs on the target's device. Its KV holds every engine
+ * sequence's whole context: the engine's n_seq_ctx, set here explicitly
+ * by the engine's own default rule (cmf/engine.h). */
+static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err) {
+    const cmf_server_opts *o = &s->o;
+    if (!o->draft_path && !o->lookup) return CMF_OK;
+    cmf_status st;
+    uint32_t train = s->info.n_ctx_train && s->info.n_ctx_train < 4096 ? s->info.n_ctx_train : 4096;
+    uint64_t n_ctx = o->n_ctx ? o->n_ctx : (uint64_t)train * o->parallel;
+    if (!o->n_ctx && n_ctx > 65536) n_ctx = 65536;
+    ep->n_seq_ctx = n_ctx < train ? (uint32_t)n_ctx : train;
+    if (o->draft_path) {
+        if ((st = cmf_file_open(o->draft_path, &s->draft_file, err)) != CMF_OK) return cmf_error_prefix(err, "--draft");
+        size_t la = 0, lb = 0;
+        const char *ta = cmf_file_tokenizer_json(s->file, &la), *tb = cmf_file_tokenizer_json(s->draft_file, &lb);
+        if (!tb || la != lb || memcmp(ta, tb, la) != 0)
+            return cmf_error_set(err, CMF_ERR_ARG, "--draft %s: its tokenizer differs from %s's (a draft model must "
+                                 "share the target's vocabulary)", o->draft_path, o->model_path);
+        cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev};
+        if ((st = cmf_model_load(s->draft_file, &mp, &s->draft_model, err)) != CMF_OK)
+            return cmf_error_prefix(err, "--draft %s", o->draft_path);
+        cmf_drafter_model_params dp = {.n_ctx = ep->n_seq_ctx, .n_seq_max = o->parallel};
+        if ((st = cmf_drafter_new_model(s->draft_model, s->info.n_vocab, &dp, &s->drafter, err)) != CMF_OK)
+            return cmf_error_prefix(err, "--draft %s", o->draft_path);
+    } else if ((st = cmf_drafter_new_lookup(o->lookup, s->info.n_vocab, &s->drafter, err)) != CMF_OK) {
+        return cmf_error_prefix(err, "--lookup %u", o->lookup);
+    }
+    ep->drafter = s->drafter;
+    ep->spec = cmf_spec_default_params();
+    if (o->draft_max >= 0) ep->spec.draft_max = (uint32_t)o->draft_max;
+    if (o->draft_min >= 0) ep->spec.draft_min = (uint32_t)o->draft_min;
+    if (o->draft_p_min >= 0) ep->spec.p_min = o->draft_p_min;
+    if (s->draft_model) { /* one drafted token costs about the draft's decode over the target's (bytes read) */
+        cmf_model_info di;
+        cmf_model_get_info(s->draft_model, &di);
+        if (s->info.decode_bytes) ep->spec.cost_draft = (float)((double)di.decode_bytes / (double)s->info.decode_bytes);
+    }
+    if ((st = cmf_spec_params_check(&ep->spec, err)) != CMF_OK) return st;
+    return CMF_OK;
+}
+
 cmf_status srv_load(srv *s, cmf_error *err) {
     const cmf_server_opts *o = &s->o;
     cmf_status st = cmf_file_open(o->model_path, &s->file, err);
@@ -53,8 +96,15 @@ cmf_status srv_load(srv *s, cmf_error *err) {
         cmf_error_prefix(err, "%s: tokenizer", o->model_path);
         return st;
     }
-    if (o->device && (st = cmf_device_open(o->device, &s->dev, err)) != CMF_OK) {
-        cmf_error_prefix(err, "--device %s", o->device);
+    char dspec[32];
+    const char *device = o->device;
+    if (!device && (o->draft_path)) { /* the draft shares the target's device (one thread pool) */
+        if (o->n_threads > 0) snprintf(dspec, sizeof dspec, "cpu:t=%d", o->n_threads);
+        else snprintf(dspec, sizeof dspec, "cpu");
+        device = dspec;
+    }
+    if (device && (st = cmf_device_open(device, &s->dev, err)) != CMF_OK) {
+        cmf_error_prefix(err, "--device %s", device);
         return st;
     }
     cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev};
@@ -80,6 +130,7 @@ cmf_status srv_load(srv *s, cmf_error *err) {
     }
     cmf_engine_params ep = {.n_ctx = o->n_ctx, .n_seq_max = o->parallel, .n_batch = o->n_batch,
                             .prefix_cache = o->prefix_cache, .batch_invariant = o->batch_invariant};
+    if ((st = srv_load_drafter(s, &ep, err)) != CMF_OK) return st;
     if ((st = cmf_engine_new(s->model, s->tok, &ep, &s->eng, err)) != CMF_OK) return st;
     s->n_seq_ctx = cmf_engine_n_seq_ctx(s->eng);
     int32_t eos[CMF_MODEL_EOS_MAX];
@@ -97,6 +148,9 @@ cmf_status srv_load(srv *s, cmf_error *err) {
 void srv_unload(srv *s) {
     cmf_kv_free(s->embed_kv);
     cmf_engine_free(s->eng);
+    cmf_drafter_free(s->drafter);
+    cmf_model_free(s->draft_model);
+    cmf_file_close(s->draft_file);
     cmf_grammar_vocab_free(s->gvocab);
     cmf_model_free(s->model);
     cmf_device_free(s->dev);

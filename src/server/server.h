@@ -52,6 +52,10 @@ typedef struct cmf_server_opts {
     uint32_t n_batch;           /* engine token budget per step (0 = default) */
     bool batch_invariant;       /* engine exact mode */
     bool prefix_cache;
+    const char *draft_path;     /* --draft: a draft model of the same tokenizer (NULL: none) */
+    uint32_t lookup;            /* --lookup N: n-gram prompt lookup drafter of N tokens (0: off) */
+    int32_t draft_max, draft_min; /* --draft-max / --draft-min (-1: the drafter's defaults) */
+    float draft_p_min;          /* --draft-p-min (< 0: the default) */
     size_t max_body;            /* request body bytes */
     uint32_t max_prompt;        /* prompt tokens (0 = the sequence context) */
     uint32_t max_tokens;        /* max_tokens ceiling (0 = the sequence context) */
@@ -97,6 +101,7 @@ typedef struct srv_metrics {
     uint32_t running, waiting;
     uint64_t steps;
     cmf_kv_stats kv;        /* after the last step */
+    cmf_spec_stats spec; /* speculation totals after the last step */
 } srv_metrics;
 
 /* One choice of a generation request: one engine sequence. */
@@ -145,6 +150,7 @@ typedef struct srv_gen {
     char *model;            /* as the request named it */
     cmf_grammar *grammar;   /* response_format or a forced tool call (NULL: none) */
     bool tools;             /* parse tool calls from the output (tool_choice not "none") */
+    bool no_draft;          /* "speculative": false (the server's drafter is not used) */
 } srv_gen;
 
 struct srv_req {
@@ -206,6 +212,9 @@ struct srv {
     cmf_model *model;
     cmf_tokenizer *tok;
     cmf_engine *eng;
+    cmf_file *draft_file;   /* --draft (NULL: none) */
+    cmf_model *draft_model;
+    cmf_drafter *drafter;   /* --draft or --lookup (NULL: no speculation) */
     cmf_model_info info;
     uint32_t n_seq_ctx;
     bool loopback;

@@ -26,6 +26,8 @@ typedef struct dm {
     float *logits;  /* [n_vocab] */
     int32_t *pos;   /* [cap_pos] batch positions */
     uint32_t cap_pos;
+    float *blogits; /* [cap_rows][n_vocab] logits of a batched proposal */
+    size_t cap_rows;
 } dm;
 
 typedef struct dm_seq {
@@ -165,6 +167,125 @@ static cmf_status dm_propose(void *impl, void *seq, cmf_draft_request *rq, cmf_e
     return CMF_OK;
 }
 
+/* One forward of a batched proposal: n tokens (the first n_dec of them
+ * decode-class, the rest prompt-class: cmf_batch.row_classes), logits of
+ * the rows flagged in lg into d->blogits. */
+static cmf_status batch_forward(dm *d, const int32_t *tok, const int32_t *pos, const int32_t *sq, const int8_t *lg,
+                                uint32_t n, uint32_t n_dec, uint32_t n_out, cmf_error *err) {
+    if (n_out > d->cap_rows) {
+        float *l = realloc(d->blogits, (size_t)n_out * d->n_vocab * sizeof *l);
+        if (!l) return cmf_error_set(err, CMF_ERR_NOMEM, "speculate: draft model: out of memory");
+        d->blogits = l, d->cap_rows = n_out;
+    }
+    cmf_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq_id = sq, .logits = lg, .row_classes = true,
+                   .n_decode = n_dec};
+    return cmf_model_forward(d->m, d->kv, &b, d->blogits, err);
+}
+
+/* propose for n sequences at once (the engine): the tokens each slot
+ * lacks run in one forward, then one forward per draft position over the
+ * sequences still drafting. Row classes make a token's numerics
+ * independent of its batch-mates (a one-token catch-up and every draft
+ * step decode-class, longer catch-ups prompt-class), so a sequence drafts
+ * the same alone or among others. A full draft cache ends the drafting
+ * (at the catch-up: no drafts for any). */
+static cmf_status dm_propose_batch(void *impl, void *const *seqs, cmf_draft_request *const *rqs, uint32_t n,
+                                   cmf_error *err) {
+    dm *d = impl;
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        dm_seq *s = seqs[i];
+        const cmf_draft_request *rq = rqs[i];
+        uint32_t c = 0; /* common prefix of fed and history, leaving >= 1 token to run */
+        while (c < s->n_fed && c + 1 < rq->n_history && s->fed[c] == rq->history[c]) c++;
+        cut(d, s, c);
+        total += rq->n_history - c;
+        cmf_status st = grow(d, s, rq->n_history + rq->k_max, err);
+        if (st) return st;
+    }
+    size_t cap = total > n ? total : n;
+    int32_t *tok = malloc(cap * sizeof *tok), *pos = malloc(cap * sizeof *pos), *sq = malloc(cap * sizeof *sq);
+    int8_t *lg = malloc(cap);
+    uint32_t *order = malloc(2 * (size_t)n * sizeof *order), *next = order + n, *k = calloc(n, sizeof *k);
+    cmf_status st = tok && pos && sq && lg && order && k ? CMF_OK
+                                                          : cmf_error_set(err, CMF_ERR_NOMEM, "speculate: draft model: out of memory");
+    uint32_t m = 0, n_dec = 0, rows = 0;
+    for (int pass = 0; pass < 2 && !st; pass++) /* one-token catch-ups (decode class) first */
+        for (uint32_t i = 0; i < n; i++) {
+            dm_seq *s = seqs[i];
+            const cmf_draft_request *rq = rqs[i];
+            uint32_t len = rq->n_history - s->n_fed;
+            if ((len == 1) != (pass == 0)) continue;
+            for (uint32_t j = 0; j < len; j++, m++) {
+                tok[m] = rq->history[s->n_fed + j];
+                pos[m] = (int32_t)(s->n_fed + j);
+                sq[m] = s->slot;
+                lg[m] = j + 1 == len;
+            }
+            order[rows++] = i;
+            if (pass == 0) n_dec = m;
+        }
+    if (!st) st = batch_forward(d, tok, pos, sq, lg, m, n_dec, rows, err);
+    if (st == CMF_ERR_CONTEXT_FULL) { /* nothing was written: no drafts this step */
+        st = CMF_OK;
+        rows = 0;
+    } else if (!st) {
+        for (uint32_t r = 0; r < rows; r++) {
+            dm_seq *s = seqs[order[r]];
+            const cmf_draft_request *rq = rqs[order[r]];
+            uint32_t len = rq->n_history - s->n_fed;
+            memcpy(s->fed + s->n_fed, rq->history + s->n_fed, (size_t)len * sizeof *s->fed);
+            s->n_fed += len;
+        }
+    }
+    while (!st && rows) { /* rows: the sequences whose next draft's logits are in blogits */
+        uint32_t nn = 0;
+        for (uint32_t r = 0; r < rows; r++) {
+            uint32_t i = order[r];
+            dm_seq *s = seqs[i];
+            cmf_draft_request *rq = rqs[i];
+            const float *l = d->blogits + (size_t)r * d->n_vocab;
+            const bool sample = rq->q && s->smp;
+            float ptop;
+            int32_t t = top1(l, d->n_vocab, &ptop);
+            if (ptop < rq->p_min) continue;
+            if (sample) t = cmf_sampler_sample_probs(s->smp, l, rq->q + (size_t)k[i] * d->n_vocab);
+            rq->draft[k[i]++] = t;
+            if (k[i] == rq->k_max) continue;
+            tok[nn] = t;
+            pos[nn] = (int32_t)s->n_fed;
+            sq[nn] = s->slot;
+            lg[nn] = 1;
+            next[nn++] = i;
+        }
+        rows = 0;
+        if (nn == 0) break;
+        st = batch_forward(d, tok, pos, sq, lg, nn, nn, nn, err);
+        if (st == CMF_ERR_CONTEXT_FULL) {
+            st = CMF_OK;
+            break;
+        }
+        for (uint32_t r = 0; !st && r < nn; r++) {
+            dm_seq *s = seqs[next[r]];
+            s->fed[s->n_fed++] = tok[r];
+            order[r] = next[r];
+        }
+        rows = st ? 0 : nn;
+    }
+    for (uint32_t i = 0; i < n && !st; i++) {
+        dm_seq *s = seqs[i];
+        rqs[i]->n_draft = k[i];
+        rqs[i]->q_onehot = !(rqs[i]->q && s->smp);
+    }
+    free(tok);
+    free(pos);
+    free(sq);
+    free(lg);
+    free(order);
+    free(k);
+    return st ? cmf_error_prefix(err, "speculate: draft model") : CMF_OK;
+}
+
 static cmf_status dm_truncate(void *impl, void *seq, uint32_t n_history, cmf_error *err) {
     (void)err;
     cut(impl, seq, n_history);
@@ -177,6 +298,7 @@ static void dm_free(void *impl) {
     free(d->used);
     free(d->logits);
     free(d->pos);
+    free(d->blogits);
     free(d);
 }
 
@@ -215,7 +337,7 @@ cmf_status cmf_drafter_new_model(cmf_model *draft, uint32_t target_n_vocab, cons
         return cmf_error_prefix(err, "speculate: draft model KV cache");
     }
     static const cmf_drafter_ops ops = {.seq_new = dm_seq_new, .seq_free = dm_seq_free, .propose = dm_propose,
-                                        .truncate = dm_truncate, .free = dm_free};
+                                        .truncate = dm_truncate, .free = dm_free, .propose_batch = dm_propose_batch};
     cmf_drafter_info info = {.name = "draft-model", .n_vocab = target_n_vocab};
     return cmf_drafter_new(&ops, d, &info, out, err);
 }

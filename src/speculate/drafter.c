@@ -167,14 +167,16 @@ uint32_t cmf_draft_seq_next_k(cmf_draft_seq *ds) {
     return k;
 }
 
-cmf_status cmf_draft_seq_propose(cmf_draft_seq *ds, cmf_draft_request *rq, cmf_error *err) {
+static cmf_status propose_in(cmf_draft_seq *ds, cmf_draft_request *rq, cmf_error *err) {
     if (!ds || !rq || !rq->history || !rq->draft || rq->n_history == 0 || rq->k_max == 0)
         return cmf_error_set(err, CMF_ERR_ARG, "speculate: propose: NULL arrays, empty history or k_max 0");
     if (rq->k_max > ds->sp.draft_max) rq->k_max = ds->sp.draft_max;
     rq->n_draft = 0;
     rq->q_onehot = false;
-    cmf_status st = ds->d->ops.propose(ds->d->impl, ds->state, rq, err);
-    if (st) return st;
+    return CMF_OK;
+}
+
+static cmf_status propose_out(const cmf_draft_seq *ds, const cmf_draft_request *rq, cmf_error *err) {
     if (rq->n_draft > rq->k_max)
         return cmf_error_set(err, CMF_ERR_INTERNAL, "speculate: %s drafted %u > k_max %u", ds->d->info.name,
                              rq->n_draft, rq->k_max);
@@ -183,6 +185,37 @@ cmf_status cmf_draft_seq_propose(cmf_draft_seq *ds, cmf_draft_request *rq, cmf_e
             return cmf_error_set(err, CMF_ERR_INTERNAL, "speculate: %s drafted id %d outside [0, %u)",
                                  ds->d->info.name, rq->draft[i], ds->d->info.n_vocab);
     return CMF_OK;
+}
+
+cmf_status cmf_draft_seq_propose(cmf_draft_seq *ds, cmf_draft_request *rq, cmf_error *err) {
+    cmf_status st = propose_in(ds, rq, err);
+    if (!st) st = ds->d->ops.propose(ds->d->impl, ds->state, rq, err);
+    return st ? st : propose_out(ds, rq, err);
+}
+
+cmf_status cmf_draft_seq_propose_batch(cmf_draft_seq *const *ds, cmf_draft_request *const *rq, uint32_t n,
+                                       cmf_error *err) {
+    if (n == 0) return CMF_OK;
+    if (!ds || !rq) return cmf_error_set(err, CMF_ERR_ARG, "speculate: propose batch: NULL arrays");
+    cmf_status st = CMF_OK;
+    for (uint32_t i = 0; i < n && !st; i++) {
+        st = propose_in(ds[i], rq[i], err);
+        if (!st && ds[i]->d != ds[0]->d)
+            st = cmf_error_set(err, CMF_ERR_ARG, "speculate: propose batch: sequences of different drafters");
+    }
+    if (st) return st;
+    cmf_drafter *d = ds[0]->d;
+    if (!d->ops.propose_batch) {
+        for (uint32_t i = 0; i < n && !st; i++) st = cmf_draft_seq_propose(ds[i], rq[i], err);
+        return st;
+    }
+    void **states = malloc((size_t)n * sizeof *states);
+    if (!states) return cmf_error_set(err, CMF_ERR_NOMEM, "speculate: propose batch: out of memory");
+    for (uint32_t i = 0; i < n; i++) states[i] = ds[i]->state;
+    st = d->ops.propose_batch(d->impl, states, rq, n, err);
+    free(states);
+    for (uint32_t i = 0; i < n && !st; i++) st = propose_out(ds[i], rq[i], err);
+    return st;
 }
 
 cmf_status cmf_draft_seq_observe(cmf_draft_seq *ds, const cmf_draft_feedback *fb, cmf_error *err) {

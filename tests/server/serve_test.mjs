@@ -6,7 +6,9 @@
 // alone), then the official `openai` npm client (chat and completions,
 // streamed = non-streamed, same seed alone and among 16 concurrent, stop
 // strings, n=3, logprobs, embeddings, a skill per request), and the chat
-// page (headless Chromium when installed).
+// page (headless Chromium when installed), and speculative decoding
+// (--draft and --lookup servers give the plain server's greedy text,
+// /metrics counts accepted drafts).
 // usage: node serve_test.mjs <cmf> <model.cmf> <build dir>
 import { spawn, spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
@@ -265,8 +267,10 @@ async function limitTests() {
   // a non-loopback bind without a key is refused
   const p = spawnSync(cmf, ["serve", model, "--host", "0.0.0.0", "--port", "0"], { encoding: "utf8", timeout: 20000 });
   check(p.status === 2 && /api-key/.test(p.stderr), "non-loopback bind without a key refused: " + p.status + " " + p.stderr);
-  const d = spawnSync(cmf, ["serve", model, "--draft", "x.cmf"], { encoding: "utf8", timeout: 20000 });
-  eq(d.status, 2, "--draft is not offered");
+  const d = spawnSync(cmf, ["serve", model, "--draft", "x.cmf", "--port", "0"], { encoding: "utf8", timeout: 20000 });
+  check(d.status !== 0 && /x\.cmf/.test(d.stderr), "--draft of a missing file fails naming it: " + d.status + " " + d.stderr);
+  const d2 = spawnSync(cmf, ["serve", model, "--draft-max", "4"], { encoding: "utf8", timeout: 20000 });
+  check(d2.status === 2 && /need --draft/.test(d2.stderr), "--draft-max without a drafter is a usage error: " + d2.stderr);
   srv.proc.kill("SIGTERM");
 }
 
@@ -382,6 +386,46 @@ async function openaiTests(port, skillPort) {
   }
 }
 
+// speculative decoding (issue 22): a server with --draft (and one with
+// --lookup) gives the greedy completions of the plain server byte for byte,
+// sampling requests complete, "speculative": false opts out, and /metrics
+// counts drafted and accepted tokens.
+async function specTests(plainPort) {
+  stage("speculative");
+  const metric = (body, name) => { const m = new RegExp("^" + name + " ([0-9.e+-]+)$", "m").exec(body); return m ? Number(m[1]) : NaN; };
+  const draftModel = path.join(path.dirname(model), "demo-draft.cmf");
+  const prompts = ["Once upon a time", "Recipe: tomato soup", "Problem: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:",
+    "The little dog", "Once upon a time there was a girl named Mia. Once upon a time there was a girl named"];
+  const greedy = (p, extra = {}) => ({ model: "demo-base", prompt: p, max_tokens: 48, temperature: 0, ...extra });
+  const want = await Promise.all(prompts.map((p) => req(plainPort, "POST", "/v1/completions", { body: greedy(p) })));
+  for (const args of [["--draft", draftModel], ["--lookup", "3"]]) {
+    const sp = await startServer([model, "-np", "8", "--api-key", KEY, ...args]);
+    const got = await Promise.all(prompts.map((p) => req(sp.port, "POST", "/v1/completions", { body: greedy(p) })));
+    for (let i = 0; i < prompts.length; i++) {
+      const w = json(want[i]), g = json(got[i]);
+      check(w && g && got[i].status === 200, `${args[0]}: completion ${i} answered: ${got[i].status} ${got[i].body.slice(0, 200)}`);
+      if (w && g) eq(g.choices[0].text, w.choices[0].text, `${args[0]}: greedy completion ${i} equals the plain server's`);
+    }
+    // streamed, a sampled request, and one that opts out
+    const st = await stream(sp.port, "/v1/completions", greedy(prompts[0]));
+    eq(st.texts[0], json(want[0]).choices[0].text, `${args[0]}: streamed greedy completion equals the plain one`);
+    const smp = await req(sp.port, "POST", "/v1/completions", { body: { model: "demo-base", prompt: prompts[1], max_tokens: 32, temperature: 0.8, seed: 3 } });
+    check(smp.status === 200 && json(smp).usage.completion_tokens > 0, `${args[0]}: a sampled request completes`);
+    const m0 = metric((await req(sp.port, "GET", "/metrics")).body, "cmf_spec_draft_tokens_total");
+    const off = await req(sp.port, "POST", "/v1/completions", { body: greedy(prompts[2], { speculative: false }) });
+    eq(json(off).choices[0].text, json(want[2]).choices[0].text, `${args[0]}: "speculative": false gives the same text`);
+    const mt = (await req(sp.port, "GET", "/metrics")).body;
+    eq(metric(mt, "cmf_spec_draft_tokens_total"), m0, `${args[0]}: "speculative": false drafts nothing`);
+    eq((await req(sp.port, "POST", "/v1/completions", { body: greedy(prompts[0], { speculative: 1 }) })).status, 400, "'speculative' must be a boolean");
+    const acc = metric(mt, "cmf_spec_accepted_tokens_total"), drafted = metric(mt, "cmf_spec_draft_tokens_total");
+    check(acc > 0 && drafted >= acc, `${args[0]}: /metrics counts accepted drafts: ${acc} of ${drafted}`);
+    const rate = metric(mt, "cmf_spec_acceptance_rate"), mean = metric(mt, "cmf_spec_mean_accepted_length");
+    check(rate > 0 && rate <= 1 && Math.abs(rate - acc / drafted) < 1e-4 && mean > 0, `${args[0]}: acceptance rate ${rate}, mean accepted ${mean}`);
+    console.log(`${args.join(" ")}: ${acc} of ${drafted} drafts accepted (${(100 * rate).toFixed(1)}%), mean accepted length ${mean.toFixed(2)}`);
+    sp.proc.kill("SIGTERM");
+  }
+}
+
 async function pageTest(port) {
   const chromium = ["chromium", "chromium-browser", "google-chrome"].find((b) => spawnSync("which", [b]).status === 0);
   if (!chromium) { console.log("SKIP (part): chromium is not installed: the chat page is checked by HTTP only"); return; }
@@ -399,6 +443,7 @@ try {
   let skillPort = 0;
   if (fs.existsSync(bld + "/skill.cmf")) skillPort = (await startServer([bld + "/skill.cmf", "-np", "8", "--api-key", KEY])).port;
   await openaiTests(main.port, skillPort);
+  await specTests(main.port);
   const open = await startServer([model, "-np", "2"]);
   await pageTest(open.port);
   check(/POST \/v1\/chat\/completions 200/.test(main.log()), "one log line per request");
