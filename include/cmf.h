@@ -34,5 +34,6 @@
 #include "cmf/grammar.h"
 #include "cmf/skills.h"
 #include "cmf/tools.h"
+#include "cmf/speculate.h"
 
 #endif /* CMF_H */

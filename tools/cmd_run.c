@@ -11,6 +11,7 @@
 #include "skill_flags.h"
 #include "cli_lora.h"
 #include "cli_grammar.h"
+#include "run_spec.h"
 
 #include <cjson/cJSON.h>
 
@@ -29,15 +30,16 @@ static double now_s(void) {
 }
 
 /* Open FILE and bind a model for a context of n_ctx tokens (0 = the
- * default; longrope models pick their factors by it); prints the error and
- * returns false on failure. */
-static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t n_ctx,
-                       cmf_file **f, cmf_model **m) {
+ * default; longrope models pick their factors by it), on dev when not NULL
+ * (shared with a draft model) else on a private device; prints the error
+ * and returns false on failure. */
+static bool open_model_on(const char *cmd, const char *path, int n_threads, const char *device, cmf_device *dev,
+                          uint32_t n_ctx, cmf_file **f, cmf_model **m) {
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
     if (!cli_open_file(cmd, path, f)) return false;
-    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .n_ctx = n_ctx};
+    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .device = dev, .n_ctx = n_ctx};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         cmf_file_close(*f);
@@ -45,6 +47,11 @@ static bool open_model(const char *cmd, const char *path, int n_threads, const c
         return false;
     }
     return true;
+}
+
+static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t n_ctx,
+                       cmf_file **f, cmf_model **m) {
+    return open_model_on(cmd, path, n_threads, device, NULL, n_ctx, f, m);
 }
 
 static bool load_tokenizer(const char *cmd, const cmf_file *f, cmf_tokenizer **tok) {
@@ -359,7 +366,7 @@ static const char run_help[] =
     "  --echo                  also print the prompt\n"
     "  --stop STR              stop when STR appears (repeatable)\n"
     "  --kv-f32                keep the KV cache in float32 (default f16)\n"
-    "%s%s"
+    "%s%s%s"
     "  BOS is added as the tokenizer's post-processor says, and also when the\n"
     "  file's tokenizer_config.add_bos_token is true. Generation stops on every\n"
     "  id of tokenizer_config.eos_token_ids and the tokenizer's EOS (with --chat\n"
@@ -446,16 +453,22 @@ int cmd_run(int argc, char **argv) {
     cli_grammar_opts gopt = {0};
     cmf_grammar *grammar = NULL;
     int rc_flag = 0;
+    cli_spec spo; /* speculative decoding (run_spec.c) */
+    cli_spec_init(&spo);
+    cmf_device *dev = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (cli_is_help(flag)) {
-            printf(run_help, cli_lora_help, cli_grammar_help);
+            printf(run_help, cli_lora_help, cli_grammar_help, cli_spec_help);
             fputs(cli_skill_help, stdout);
             return CLI_EXIT_OK;
         }
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (wf > 0) continue;
+        int sf = cli_spec_flag(cmd, argc, argv, &i, &spo);
+        if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (sf > 0) continue;
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -517,6 +530,13 @@ int cmd_run(int argc, char **argv) {
     if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+    if (cli_spec_wanted(&spo)) {
+        if (cli_spec_check(cmd, &spo) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+        if (gopt.flag || n_probs > 0) {
+            cli_lora_free(&lo);
+            return cli_usage_error(cmd, "%s does not go with a drafter yet", gopt.flag ? gopt.flag : "--n-probs");
+        }
+    }
     for (size_t k = 0; k < n_stops; k++) { /* llama.cpp escapes its stop strings (-r) too */
         if (escape) cli_process_escapes((char *)stops[k], strlen(stops[k]));
         if (!*stops[k]) return cli_usage_error(cmd, "--stop: the stop string is empty");
@@ -535,7 +555,19 @@ int cmd_run(int argc, char **argv) {
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, device, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
+    if (cli_spec_wanted(&spo)) { /* one device for the target and the draft model */
+        char spec[64];
+        if (!device || strcmp(device, "cpu") == 0) snprintf(spec, sizeof spec, threads ? "cpu:t=%ld" : "cpu", threads);
+        else snprintf(spec, sizeof spec, "%s", device);
+        cmf_error derr = {0};
+        if (cmf_device_open(spec, &dev, &derr) != CMF_OK) { free(text); cli_lora_free(&lo); return cli_fail(cmd, &derr); }
+    }
+    if (!open_model_on(cmd, file, (int)threads, device, dev, (uint32_t)ctx, &f, &m)) {
+        free(text);
+        cmf_device_free(dev);
+        cli_lora_free(&lo);
+        return CLI_EXIT_FAIL;
+    }
     rc = CLI_EXIT_FAIL;
     cmf_error err = {0};
     cmf_tokenizer *tok = NULL;
@@ -604,6 +636,26 @@ int cmd_run(int argc, char **argv) {
     sp.sampler.greedy = greedy || temp <= 0.0;
     sp.sampler.logit_bias = bias;
     sp.sampler.n_logit_bias = n_bias;
+    if (cli_spec_wanted(&spo)) { /* the speculative path (run_spec.c) */
+        uint32_t nc = ctx > 0 ? (uint32_t)ctx : info.n_ctx_train && info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+        if (n_ids > nc) {
+            fprintf(stderr, "cmf run: the prompt is %zu tokens, longer than the context of %u tokens; "
+                            "shorten it or raise -c (the model was trained on %u)\n", n_ids, nc, info.n_ctx_train);
+            goto done;
+        }
+        if (chat) { /* end-of-turn markers that are not single tokens stop as strings */
+            size_t room = 64 - n_stops, k = cmf_model_chat_stop_strings(f, tok, stops + n_stops, room);
+            n_stops += k < room ? k : room;
+        }
+        cli_spec_run sr = {.cmd = cmd, .device = dev, .target = m, .target_file = f, .tok = tok, .ids = ids,
+                           .n_ids = n_ids, .sampler = sp.sampler, .weight_set = ws, .n_ctx = nc,
+                           .kv_type = sp.kv_type, .eos = eos, .n_eos = ignore_eos ? 0 : n_eos, .stops = stops,
+                           .n_stops = n_stops, .n_predict = n_predict, .echo = echo ? input : NULL,
+                           .echo_len = input_len, .t_load = t_load};
+        cli_interrupt_begin(true);
+        rc = cli_spec_generate(&spo, &sr);
+        goto done;
+    }
     if (cmf_session_new(m, tok, &sp, &s, &err) != CMF_OK) { cli_fail(cmd, &err); goto done; }
     if (n_ids > cmf_session_n_ctx(s)) {
         fprintf(stderr,
@@ -670,6 +722,7 @@ done:
     cmf_tokenizer_free(tok);
     cmf_model_free(m);
     cmf_file_close(f);
+    cmf_device_free(dev);
     cli_lora_free(&lo);
     return rc;
 }

@@ -76,6 +76,11 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits);
  * after logit bias and penalties (NaN counts as -inf); the token is its
  * argmax. When every logit is -inf the token gets probability 1. */
 int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *probs);
+/* The distribution cmf_sampler_sample_probs would draw from (the same
+ * probs [n_vocab]), without drawing: the RNG is not used (speculative
+ * decoding's verify rows, cmf/speculate.h). Returns the most probable id
+ * (greedy: the token cmf_sampler_sample returns). */
+int32_t cmf_sampler_probs(cmf_sampler *s, const float *logits, float *probs);
 /* The allowed-token set of step -1: bits[(n_vocab + 31) / 32], bit i of
  * word i / 32 set = id i may be sampled (the layout of
  * cmf_grammar_matcher_allowed). The sampler keeps the pointer (not a

@@ -396,7 +396,9 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
     return cmf_sampler_sample_probs(s, logits, NULL);
 }
 
-int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *probs) {
+/* Steps -1..6: the chosen token, the distribution into probs when not
+ * NULL, and a draw only when draw (else the most probable survivor). */
+static int32_t sample_dist(cmf_sampler *s, const float *logits, float *probs, bool draw) {
     bool sorted;
     logits = apply_bias(s, logits);
     size_t n = run_chain(s, logits, &sorted);
@@ -417,6 +419,12 @@ int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *pro
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += weight(c[i].logit, mx, inv);
     for (size_t i = 0; probs && i < n; i++) probs[c[i].id] = (float)(weight(c[i].logit, mx, inv) / sum);
+    if (!draw) { /* no RNG use: report the best survivor */
+        size_t b = 0;
+        for (size_t i = 1; i < n; i++)
+            if (c[i].logit > c[b].logit || (c[i].logit == c[b].logit && c[i].id < c[b].id)) b = i;
+        return c[b].id;
+    }
     /* 6. draw */
     double u = cmf_rng_uniform(&s->rng) * sum, cum = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -428,6 +436,15 @@ int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *pro
     for (size_t i = n; i-- > 0;)
         if (weight(c[i].logit, mx, inv) > 0.0) return c[i].id;
     return c[0].id;
+}
+
+int32_t cmf_sampler_sample_probs(cmf_sampler *s, const float *logits, float *probs) {
+    return sample_dist(s, logits, probs, true);
+}
+
+int32_t cmf_sampler_probs(cmf_sampler *s, const float *logits, float *probs) {
+    assert(probs);
+    return sample_dist(s, logits, probs, false);
 }
 
 size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, int32_t *ids,
