@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "cmf/format.h"
+#include "cmf/speculate.h"
 #include "model/model_internal.h"
 
 #include <assert.h>
@@ -120,7 +121,7 @@ static cmf_status vec(cmf_block_drafter *d, const char *name, uint32_t n, float 
 static cmf_status check_target(cmf_block_drafter *d, const cJSON *tg, cmf_error *err) {
     const char *path = cmf_file_path(d->file);
     const cmf_hparams *hp = &d->target->hp;
-    uint32_t e, nl, nv;
+    uint32_t e = 0, nl = 0, nv = 0;
     cmf_status st;
     if (!cJSON_IsObject(tg)) return cmf_error_set(err, CMF_ERR_FORMAT, "%s: header key drafter.target missing", path);
     if ((st = get_u32(path, tg, "drafter.target", "n_embd", &e, err)) ||
@@ -173,7 +174,7 @@ static cmf_status open_impl(cmf_block_drafter *d, const char *path, cmf_error *e
                                  i);
         d->tap_layers[i] = (uint32_t)x->valuedouble;
     }
-    float theta;
+    float theta = 0;
     if ((st = get_u32(path, arch, "arch", "num_layers", &d->n_layer, err)) ||
         (st = get_u32(path, arch, "arch", "num_heads", &d->n_head, err)) ||
         (st = get_u32(path, arch, "arch", "num_kv_heads", &d->n_kv, err)) ||
@@ -182,7 +183,7 @@ static cmf_status open_impl(cmf_block_drafter *d, const char *path, cmf_error *e
         (st = get_f(path, arch, "arch", "rms_norm_eps", &d->eps, err)) ||
         (st = get_f(path, arch, "arch", "rope_theta", &theta, err)))
         return st;
-    uint32_t hs;
+    uint32_t hs = 0;
     if ((st = get_u32(path, arch, "arch", "hidden_size", &hs, err))) return st;
     if (hs != d->target->hp.n_embd)
         return cmf_error_set(err, CMF_ERR_FORMAT, "%s: arch.hidden_size %u differs from the target's n_embd %u", path,
@@ -464,4 +465,95 @@ sub:;
     }
     free(lg_host);
     return st;
+}
+
+/* ---- the drafter interface (cmf/speculate.h) on top of the above ---- */
+
+typedef struct bd_impl {
+    cmf_block_drafter *d;
+    uint32_t n_ctx;
+    float *lg; /* [B-1][n_vocab] host logits of the last proposal */
+} bd_impl;
+
+static cmf_status bd_seq_new_op(void *impl, const cmf_draft_seq_params *p, void **seq, cmf_error *err) {
+    (void)p; /* drafts are the argmax, q one-hot: exact under both acceptance rules */
+    bd_impl *b = impl;
+    return cmf_bd_seq_new(b->d, b->n_ctx, (cmf_bd_seq **)seq, err);
+}
+
+static void bd_seq_free_op(void *impl, void *seq) {
+    (void)impl;
+    cmf_bd_seq_free(seq);
+}
+
+static cmf_status bd_propose_op(void *impl, void *seq, cmf_draft_request *rq, cmf_error *err) {
+    bd_impl *b = impl;
+    cmf_bd_seq *s = seq;
+    rq->n_draft = 0;
+    rq->q_onehot = true;
+    /* the context must be exactly the tokens in the target's KV */
+    if (rq->n_history < 1 || s->len != rq->n_history - 1) return CMF_OK;
+    const uint32_t B = b->d->block, V = b->d->n_vocab;
+    int32_t draft[CMF_BD_MAX_BLOCK];
+    cmf_status st = cmf_bd_propose(b->d, s, rq->history[rq->n_history - 1], draft, b->lg, err);
+    if (st) return st;
+    uint32_t n = rq->k_max < B - 1 ? rq->k_max : B - 1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (rq->p_min > 0) { /* top probability of row i */
+            const float *r = b->lg + (size_t)i * V, mx = r[draft[i]];
+            double z = 0;
+            for (uint32_t j = 0; j < V; j++) z += exp((double)r[j] - mx);
+            if (1.0 / z < rq->p_min) break;
+        }
+        rq->draft[rq->n_draft++] = draft[i];
+    }
+    return CMF_OK;
+}
+
+static cmf_status bd_observe_op(void *impl, void *seq, const cmf_draft_feedback *fb, cmf_error *err) {
+    bd_impl *b = impl;
+    cmf_bd_seq *s = seq;
+    if (fb->n_history < 1 + fb->n_new) return CMF_OK;
+    const uint32_t start = fb->n_history - 1 - fb->n_new;
+    if (s->len > start) cmf_bd_seq_truncate(s, start);
+    if (!fb->taps || s->len != start || fb->n_embd != b->d->n_embd) return CMF_OK; /* out of sync: no drafts */
+    if (start + fb->n_new > b->n_ctx) return CMF_OK;                               /* past the drafter's context */
+    return cmf_bd_seq_append(b->d, s, fb->taps, fb->tap_stride, fb->n_new, err);
+}
+
+static cmf_status bd_truncate_op(void *impl, void *seq, uint32_t n_history, cmf_error *err) {
+    (void)impl, (void)err;
+    cmf_bd_seq_truncate(seq, n_history ? n_history - 1 : 0);
+    return CMF_OK;
+}
+
+static void bd_free_op(void *impl) {
+    bd_impl *b = impl;
+    cmf_block_drafter_free(b->d);
+    free(b->lg);
+    free(b);
+}
+
+cmf_status cmf_drafter_new_block(const char *path, cmf_model *target, uint32_t n_ctx, cmf_drafter **out,
+                                 cmf_error *err) {
+    *out = NULL;
+    if (!n_ctx) return cmf_error_set(err, CMF_ERR_ARG, "block drafter: n_ctx must be > 0");
+    bd_impl *b = calloc(1, sizeof *b);
+    if (!b) return cmf_error_set(err, CMF_ERR_NOMEM, "block drafter: out of memory");
+    cmf_status st = cmf_block_drafter_open(path, target, &b->d, err);
+    if (st) {
+        free(b);
+        return st;
+    }
+    b->n_ctx = n_ctx;
+    b->lg = malloc((size_t)(b->d->block - 1) * b->d->n_vocab * sizeof(float));
+    if (!b->lg) {
+        bd_free_op(b);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "block drafter: out of memory");
+    }
+    static const cmf_drafter_ops ops = {bd_seq_new_op, bd_seq_free_op, bd_propose_op,
+                                        bd_observe_op, bd_truncate_op, bd_free_op};
+    cmf_drafter_info info = {.name = "block", .n_vocab = b->d->n_vocab, .n_taps = b->d->n_taps, .needs_probs = false};
+    for (uint32_t t = 0; t < b->d->n_taps; t++) info.tap_layers[t] = b->d->tap_layers[t];
+    return cmf_drafter_new(&ops, b, &info, out, err);
 }
