@@ -1,6 +1,7 @@
 /*
  * block_drafter.c — the block drafter's file, per-sequence context K/V and
- * forward (docs/DRAFTER.md). Every piece of arithmetic is a backend op
+ * forward (docs/DRAFTER.md), and its cmf_drafter_ops adapter
+ * (cmf_drafter_new_block, cmf/speculate.h). Every piece of arithmetic is a backend op
  * (src/backend/backend.h), as in src/model/forward.c: appending context
  * tokens and drafting a block are each one step (begin .. submit), so a
  * device backend can record them as one submission.
