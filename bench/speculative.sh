@@ -13,7 +13,7 @@
 # with the speculative runs; each figure is the median of REPS runs.
 #
 # usage: bench/speculative.sh [BUILD_DIR] [WORK_DIR]
-#   env: REPS (5), N (192 tokens), THREADS (2), MODEL_1B, GEN_1B, K_MAX (16)
+#   env: REPS (5), N (192 tokens), THREADS (2), MODEL_1B, GEN_1B, K_MAX (16), ONLY (block)
 set -u
 build=${1:-build}
 work=${2:-/tmp/cmf_speculative}
@@ -22,6 +22,8 @@ cmf=$build/tools/cmf
 vc=$build/bench/verify_cost
 reps=${REPS:-5} n=${N:-192} t=${THREADS:-2} kmax=${K_MAX:-16}
 base=$src/models/demo/demo-base.cmf draft=$src/models/demo/demo-draft.cmf
+bd=$src/models/demo/demo-drafter.cmf  # the block drafter (docs/DRAFTER.md)
+only=${ONLY:-}  # ONLY=block: the block drafter's rows (and their baselines) only
 [ -x "$cmf" ] || { echo "speculative.sh: no $cmf (build first)" >&2; exit 1; }
 mkdir -p "$work"
 
@@ -57,10 +59,18 @@ row() {
 printf 'Once upon a time' >"$work/story.txt"
 "$cmf" run "$base" -p "Once upon a time" -n 160 --temp 0 -t "$t" 2>/dev/null >"$work/body.txt"
 { printf 'Once upon a time'; cat "$work/body.txt"; printf '\n\nRepeat the story above word for word.\n\nOnce upon a time'; } >"$work/repeat.txt"
+# held-out text (a recipe and a story the model never saw): its first 400 bytes
+head -c 400 "$src/models/demo/heldout.txt" >"$work/heldout.txt"
 
 echo "| drafter | prompt | temp | plain tok/s | speculative tok/s | speedup | acceptance | mean accepted |"
 echo "|---|---|---|---|---|---|---|---|"
 for temp in 0 0.7; do
+  row "block drafter (adaptive)" "$work/story.txt" $temp --drafter "$bd"
+  row "block drafter k=15 fixed" "$work/story.txt" $temp --drafter "$bd" --draft-fixed --draft-max 15 --draft-p-min 0
+  row "block drafter (adaptive)" "$work/heldout.txt" $temp --drafter "$bd"
+  row "block drafter k=15 fixed" "$work/heldout.txt" $temp --drafter "$bd" --draft-fixed --draft-max 15 --draft-p-min 0
+  [ "$only" = block ] && continue
+  row "draft model (adaptive)" "$work/heldout.txt" $temp -md "$draft"
   row "draft model (adaptive)" "$work/story.txt" $temp -md "$draft"
   row "draft model k=4 fixed" "$work/story.txt" $temp -md "$draft" --draft-fixed --draft-max 4 --draft-p-min 0
   row "draft model k=8 fixed" "$work/story.txt" $temp -md "$draft" --draft-fixed --draft-max 8 --draft-p-min 0
@@ -71,6 +81,7 @@ done
 echo
 
 # the cost side
+[ "$only" = block ] && exit 0
 m1b=${MODEL_1B:-}
 if [ -z "$m1b" ] && [ "${GEN_1B:-0}" = 1 ]; then
   ${PYTHON:-python3} "$src/bench/gen_llama_hf.py" "$work/hf" >/dev/null && "$cmf" convert "$work/hf" -o "$work/q8.cmf" --quant q8 --no-progress >/dev/null && m1b=$work/q8.cmf

@@ -121,9 +121,11 @@ static int open_drafter(const cli_spec *o, const cli_spec_run *r, cmf_file **df,
         return CLI_EXIT_OK;
     }
     if (o->drafter) {
-        fprintf(stderr, "cmf %s: --drafter %s: the block drafter is not built into this cmf yet\n", r->cmd,
-                o->drafter);
-        return CLI_EXIT_FAIL;
+        if (cmf_drafter_new_block(o->drafter, r->target, r->n_ctx, d, &err) != CMF_OK) {
+            cmf_error_prefix(&err, "--drafter %s", o->drafter);
+            return cli_fail(r->cmd, &err);
+        }
+        return CLI_EXIT_OK;
     }
     if (!cli_open_file(r->cmd, o->draft, df)) return CLI_EXIT_FAIL;
     size_t la = 0, lb = 0;

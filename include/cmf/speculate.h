@@ -286,6 +286,16 @@ cmf_status cmf_drafter_new_model(cmf_model *draft, uint32_t target_n_vocab, cons
  * tokens that followed it are drafted (one-hot q). Errors: CMF_ERR_ARG
  * (n_gram outside [1, 8], n_vocab 0), CMF_ERR_NOMEM. */
 cmf_status cmf_drafter_new_lookup(uint32_t n_gram, uint32_t n_vocab, cmf_drafter **out, cmf_error *err);
+/* The block drafter (docs/DRAFTER.md, src/speculate/block_drafter.h):
+ * the drafter file `path` trained for `target` (which must outlive it),
+ * fed with the target's hidden states at the layers its info names; it
+ * runs on the target's backend and reads the target's token embedding.
+ * Drafts are its argmax (q one-hot), up to block_size - 1 per step; n_ctx
+ * is the context it keeps per sequence (the target's). Errors: those of
+ * cmf_block_drafter_open (CMF_ERR_ARG for a drafter of another target,
+ * naming the file and key), CMF_ERR_ARG (n_ctx 0), CMF_ERR_NOMEM. */
+cmf_status cmf_drafter_new_block(const char *path, cmf_model *target, uint32_t n_ctx, cmf_drafter **out,
+                                 cmf_error *err);
 
 /* A sequence's state (drafter state, adaptive length, stats). Errors:
  * CMF_ERR_ARG (params out of range, cmf_spec_params_check), the drafter's

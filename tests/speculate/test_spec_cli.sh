@@ -1,12 +1,12 @@
 #!/bin/bash
 # test_spec_cli.sh — `cmf run` with a drafter: greedy output identical to
-# the plain run's for the draft model and prompt lookup (stdout byte for
+# the plain run's for the draft model, prompt lookup and the block drafter (stdout byte for
 # byte), the speculative summary on stderr, and bad flags refused with a
 # message naming them. Args: <cmf> <source dir> <build dir>.
 set -u
 CMF=$1 SRC=$2 OUT=$3/tmp_spec_cli
 mkdir -p "$OUT"
-BASE=$SRC/models/demo/demo-base.cmf DRAFT=$SRC/models/demo/demo-draft.cmf
+BASE=$SRC/models/demo/demo-base.cmf DRAFT=$SRC/models/demo/demo-draft.cmf BD=$SRC/models/demo/demo-drafter.cmf
 fail=0
 check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
 for p in "Once upon a time" "Recipe: tomato soup" "Problem: Tom has 12 apples and gets 7 more."; do
@@ -18,6 +18,9 @@ for p in "Once upon a time" "Recipe: tomato soup" "Problem: Tom has 12 apples an
   check "draft-model summary" 'grep -q "speculative: draft-model, .* acceptance [0-9.]*, mean accepted length" "$OUT/md.err"'
   "$CMF" run "$BASE" -p "$p" -n 48 --temp 0 -t 2 --lookup 2 --draft-fixed --draft-max 4 >"$OUT/lk.txt" 2>"$OUT/lk.err"
   check "lookup output equals plain ($p)" 'cmp -s "$OUT/plain.txt" "$OUT/lk.txt"'
+  "$CMF" run "$BASE" -p "$p" -n 48 --temp 0 -t 2 --drafter "$BD" --draft-fixed --draft-max 15 >"$OUT/bd.txt" 2>"$OUT/bd.err"
+  check "block drafter output equals plain ($p)" 'cmp -s "$OUT/plain.txt" "$OUT/bd.txt"'
+  check "block drafter summary" 'grep -q "speculative: block, .* acceptance [0-9.]*, mean accepted length" "$OUT/bd.err"'
 done
 # --chat, --stop, --echo go through the speculative path unchanged
 for extra in "--chat" "--stop park" "--echo"; do
@@ -45,7 +48,8 @@ bad "p-min 2" "--draft-p-min" -md "$DRAFT" --draft-p-min 2
 bad "two drafters" "one drafter" -md "$DRAFT" --lookup 2
 bad "missing draft file" "nope.cmf" -md "$OUT/nope.cmf"
 bad "n-probs" "--n-probs" --lookup 2 --n-probs 3
-bad "block drafter" "not built" --drafter "$DRAFT"
+bad "block drafter: a model file" "header key drafter missing" --drafter "$DRAFT"
+bad "block drafter: missing file" "nope.cmf" --drafter "$OUT/nope.cmf"
 printf 'not a cmf file' >"$OUT/junk.cmf"
 bad "junk draft" "junk.cmf" -md "$OUT/junk.cmf"
 [ $fail -eq 0 ] && echo "test_spec_cli: ok"
