@@ -6,8 +6,15 @@
  *   prefill (n = 128): GFLOP/s (2*rows*in*n / time), best of 3;
  * next to the memory read bandwidth of bench/membw_probe.c, so decode can be
  * read as a fraction of the roofline.
+ *   decode class (--dec N): the same weight set for N rows of X computed
+ *                      as N decode rows (cmf_cpu_matmul_parts_split with
+ *                      n_dec = N: the engine's exact batched decode,
+ *                      speculative verify), next to N one-row calls and to
+ *                      one call of N rows with the class chosen by N (the
+ *                      GEMM from N >= 6..16), all in the same run: GB/s of
+ *                      weights per pass and the speedup over N calls.
  *   usage: matmul_bench [-t THREADS] [--mb MIB] [-n PREFILL_TOKENS]
- *                       [--dtypes q8_row,q4tp,...]
+ *                       [--dec N] [--dtypes q8_row,q4tp,...]
  */
 #include "membw.h"
 
@@ -71,22 +78,23 @@ static int clone(const mat *m, mat *c) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, n_pp = 128;
+    int threads = 0, n_pp = 128, n_dec = 0;
     long mb = 512;
     const char *dtypes = "f32,f16,bf16,q8_row,q8_2f,q4_block,q4_tiled,q4tp";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mb") == 0 && i + 1 < argc) mb = atol(argv[++i]);
         else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_pp = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--dec") == 0 && i + 1 < argc) n_dec = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) dtypes = argv[++i];
         else {
-            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dtypes a,b]\n");
+            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b]\n");
             return 2;
         }
     }
     if (threads <= 0) threads = cmf_cpu_physical_cores();
-    if (n_pp < 1 || mb < 16) {
-        fprintf(stderr, "matmul_bench: bad -n or --mb\n");
+    if (n_pp < 1 || mb < 16 || n_dec < 0 || n_dec > n_pp) {
+        fprintf(stderr, "matmul_bench: bad -n, --dec (0..n) or --mb\n");
         return 2;
     }
     cmf_cpu_pool *pool;
@@ -99,7 +107,9 @@ int main(int argc, char **argv) {
     double bw = cmf_membw_probe((size_t)1 << 30, threads, 5, &how);
     printf("cpu level %s, %d threads; read bandwidth %.2f GB/s (%s, 1 GiB, best of 5)\n",
            cmf_cpu_level_name(cmf_cpu_pool_level(pool)), threads, bw / 1e9, how);
-    printf("%-9s %12s %10s %9s %14s\n", "dtype", "bytes/weight", "n=1 GB/s", "of bw", "n=128 GFLOP/s");
+    char pp_col[32];
+    snprintf(pp_col, sizeof pp_col, "n=%d GFLOP/s", n_pp);
+    printf("%-9s %12s %10s %9s %14s\n", "dtype", "bytes/weight", "n=1 GB/s", "of bw", pp_col);
     float *X = malloc(sizeof(float) * (size_t)n_pp * 5632);
     float *Y = malloc(sizeof(float) * (size_t)n_pp * 5632);
     if (!X || !Y) return 1;
@@ -135,6 +145,28 @@ int main(int argc, char **argv) {
             if (pass > 0 && dt_s < best) best = dt_s; /* pass 0 warms up */
         }
         double gbs = (double)per * copies / best;
+        double td[3] = {1e30, 1e30, 1e30}; /* --dec: decode class, N calls, class by N */
+        for (int pass = 0; n_dec > 0 && pass < 3; pass++)
+            for (int how_ = 0; how_ < 3; how_++) {
+                double t0 = now();
+                for (int k = 0; k < 2 * copies; k++) {
+                    const cmf_tensor *W = &set[k].t;
+                    int rows = (int)W->shape[0], in = (int)W->shape[1];
+                    cmf_cpu_mm_part part = {W, 0, (uint64_t)rows, Y, rows};
+                    cmf_status st = CMF_OK;
+                    if (how_ == 0) st = cmf_cpu_matmul_parts_split(pool, &part, 1, X, n_dec, n_dec, &e);
+                    for (int t = 0; how_ == 1 && t < n_dec && st == CMF_OK; t++)
+                        st = cmf_cpu_matmul(pool, W, 0, (uint64_t)rows, X + (size_t)t * in, 1,
+                                            Y + (size_t)t * rows, rows, &e);
+                    if (how_ == 2) st = cmf_cpu_matmul(pool, W, 0, (uint64_t)rows, X, n_dec, Y, rows, &e);
+                    if (st != CMF_OK) {
+                        fprintf(stderr, "matmul_bench: %s\n", e.msg);
+                        return 1;
+                    }
+                }
+                double dt_s = now() - t0;
+                if (dt_s < td[how_]) td[how_] = dt_s;
+            }
         double bestp = 1e30;
         for (int pass = 0; pass < 3; pass++) {
             double t0 = now();
@@ -151,6 +183,9 @@ int main(int argc, char **argv) {
         double gflops = 2.0 * 2 * 5632.0 * 2048.0 * n_pp / bestp / 1e9;
         printf("%-9s %12.3f %10.2f %8.0f%% %14.1f\n", tok, (double)per / (2 * 5632.0 * 2048.0),
                gbs / 1e9, 100.0 * gbs / bw, gflops);
+        if (n_dec > 0)
+            printf("  decode class of %d rows: %.2f GB/s, %.2fx %d one-row calls, %.2fx one call by size\n",
+                   n_dec, (double)per * copies / td[0] / 1e9, td[1] / td[0], n_dec, td[2] / td[0]);
         fflush(stdout);
         for (int c = 0; c < 2 * copies; c++) free(set[c].buf);
         free(set);

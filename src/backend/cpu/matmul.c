@@ -482,10 +482,15 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     int gemm_min = fam == FAM_Q8 ? MM_GEMM_MIN_N_Q8 : fam == FAM_Q4 ? MM_GEMM_MIN_N_Q4 : MM_GEMM_MIN_N;
     bool prompt = cls == MM_CLASS_PROMPT || (cls == MM_CLASS_AUTO && n >= gemm_min);
     if (cmf_cpu_level_is_avx512(lv) && fam != FAM_SLOW && prompt) fn = mm_gemm_avx512;
+    /* decode class, several rows, q4: one-token numerics, weights read once
+     * per call (mm_multi_avx512.c; q8's token tiles already are) */
+    if (cmf_cpu_level_is_avx512(lv) && fam == FAM_Q4 && cls == MM_CLASS_DECODE && n >= 2)
+        fn = mm_q4_decode_rows_avx512;
+    bool gemm = fn == mm_gemm_avx512;
 #else
     (void)cls;
+    bool gemm = false;
 #endif
-    bool gemm = fn != pick(fam, lv);
     mm_act act;
     memset(&act, 0, sizeof act);
     act.n = n;

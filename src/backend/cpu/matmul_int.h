@@ -179,6 +179,10 @@ void mm_q4_avx512(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q8_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512vnni(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_avx512gfni(mm_job *j, uint64_t rb, uint64_t re);
+/* mm_multi_avx512.c: the decode class of q4-family weights for n >= 2 rows
+ * of X, each row bit-identical to the one-token kernel (mm_q4_avx512* with
+ * n = 1) at the job's level (avx512, avx512vnni, avx512gfni/amx). */
+void mm_q4_decode_rows_avx512(mm_job *j, uint64_t rb, uint64_t re);
 /* gemm_avx512.c: prefill path of the AVX-512 levels for every fast dtype
  * (n >= MM_GEMM_MIN_N*, see below): float X, weights decoded once per call into 32-row
  * panels (matmul.c gives it chunks of whole panels, at most MM_GEMM_ROWS
