@@ -93,7 +93,7 @@ static unsigned parse_term(srv *s, const char *name, const char *t, size_t len, 
             buf[sl] = 0;
             d = strtod(buf, &e);
         }
-        if (!e || *e || sl == 0 || buf[0] == ' ' || !isfinite(d) || d < -SRV_MAX_LORA_SCALE || d > SRV_MAX_LORA_SCALE) {
+        if (!e || *e || sl == 0 || !strchr("+-.0123456789", buf[0]) || !isfinite(d) || d < -SRV_MAX_LORA_SCALE || d > SRV_MAX_LORA_SCALE) {
             snprintf(msg, cap, "model '%.200s': the scale of adapter '%.*s' must be a number in [%g, %g]", name,
                      (int)(nl > 200 ? 200 : nl), t, -SRV_MAX_LORA_SCALE, SRV_MAX_LORA_SCALE);
             return 400;

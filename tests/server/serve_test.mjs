@@ -430,7 +430,7 @@ async function adapterTests(port, file, adapter) {
   eq(two, [alone["skill:shout+story"], alone["skill:shout+story"]], "n=2 with an adapter (greedy): both choices = alone");
   // malformed model strings
   for (const [m, code] of [["skill+nope", 404], ["skill:nope+story", 404], ["skill+", 400], ["skill+story@", 400],
-    ["skill+story@x", 400], ["skill+story@nan", 400], ["skill+story@1e9", 400], ["skill+@1", 400], ["skill:", 400],
+    ["skill+story@x", 400], ["skill+story@ 1", 400], ["skill+story@\t1", 400], ["skill+story@nan", 400], ["skill+story@1e9", 400], ["skill+@1", 400], ["skill:", 400],
     ["skill++story", 400], ["skill+story@1@2", 400], ["other+story", 404], ["skill+story ", 404],
     ["skill" + "+story".repeat(17), 400]]) {
     const r = await req(port, "POST", "/v1/completions", { body: body(m) });
@@ -440,6 +440,12 @@ async function adapterTests(port, file, adapter) {
   }
   const ok = await req(port, "GET", "/health");
   check(ok.status === 200, "the server answers after malformed model strings");
+  // bad --lora flags: exit 1 or 2 naming the file or the name, before serving
+  for (const [fl, rc, pat] of [[["--lora", bld + "/nope.cmf"], 1, /nope\.cmf/], [["--lora", adapter, "--lora", adapter], 2, /second adapter named 'story'/],
+    [["--lora", "a:b=" + adapter], 2, /adapter name 'a:b'/], [["--lora-scaled", adapter, "x"], 2, /--lora-scaled/], [["--lora", "x=" + file], 1, /not a LoRA adapter/]]) {
+    const p = spawnSync(cmf, ["serve", file, "--port", "0", ...fl], { encoding: "utf8", timeout: 30000 });
+    check(p.status === rc && pat.test(p.stderr), `serve ${fl.join(" ")}: rc ${p.status} (want ${rc}): ${p.stderr}`);
+  }
   // the official client: a skill and an adapter per request
   let OpenAI;
   try {
