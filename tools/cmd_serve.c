@@ -2,8 +2,9 @@
  * cmd_serve.c — `cmf serve FILE`: the OpenAI-compatible server
  * (src/server/, issue 21). Parses llama-server's flag names where one
  * exists, reads API keys (--api-key, repeatable, and --api-key-file: one
- * key per line, blank lines and # comments skipped), and runs the server
- * until SIGINT/SIGTERM.
+ * key per line, blank lines and # comments skipped) and the LoRA adapters
+ * requests may name (--lora [NAME=]FILE, --lora-scaled [NAME=]FILE S), and
+ * runs the server until SIGINT/SIGTERM.
  */
 #include "cli.h"
 #include "server/server.h"

@@ -8,6 +8,14 @@
  * none) and the BOS rule of cmf/policy.h; the stop-id set and the chat
  * end-of-turn stop strings come from the same policy as `cmf run --chat`.
  *
+ * The `model` field names a weight set: the backbone, a skill
+ * ("base:SKILL", resolved at load), and LoRA adapters on top
+ * ("+NAME[@SCALE]" terms, the --lora adapters). A combination not seen
+ * before is a job for the engine thread (weight-set calls may not run
+ * beside a step), which resolves it between two steps
+ * (cmf_model_weight_set_extend) while this thread waits; the result is
+ * cached here under srv.mu.
+ *
  * Sampling defaults when a field is absent are cmf's (llama-server's):
  * temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties; a
  * request that names a field gets exactly that value (temperature 0 is
