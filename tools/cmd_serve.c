@@ -2,9 +2,11 @@
  * cmd_serve.c — `cmf serve FILE`: the OpenAI-compatible server
  * (src/server/, issue 21). Parses llama-server's flag names where one
  * exists, reads API keys (--api-key, repeatable, and --api-key-file: one
- * key per line, blank lines and # comments skipped) and the speculative
- * decoding flags (llama-server's -md/--draft, --draft-max, --draft-min,
- * --draft-p-min; --lookup), and runs the server until SIGINT/SIGTERM.
+ * key per line, blank lines and # comments skipped), the LoRA adapters
+ * requests may name (--lora [NAME=]FILE, --lora-scaled [NAME=]FILE S) and
+ * the speculative decoding flags (llama-server's -md/--draft, --draft-max,
+ * --draft-min, --draft-p-min; --lookup), and runs the server until
+ * SIGINT/SIGTERM.
  */
 #include "cli.h"
 #include "server/server.h"
@@ -54,7 +56,41 @@ static const char serve_help[] =
     "                         went earlier in the prompt or output (no model)\n"
     "  --draft-max K          most tokens drafted per step (default 16)\n"
     "  --draft-min K          fewest worth verifying (default 0)\n"
-    "  --draft-p-min P        stop drafting below this draft probability (default 0.75)\n";
+    "  --draft-p-min P        stop drafting below this draft probability (default 0.75)\n"
+    "  --lora [NAME=]FILE     load a LoRA adapter (`cmf lora import`) that requests name\n"
+    "                         per request: model \"MODEL+NAME\", \"MODEL+NAME@SCALE\",\n"
+    "                         \"MODEL:SKILL+A@0.5+B\" (NAME: FILE's base name without\n"
+    "                         .cmf; repeatable; a request without +NAME gets no adapter)\n"
+    "  --lora-scaled [NAME=]FILE S  the same, S the scale of \"+NAME\" without @SCALE\n"
+    "                         (default 1)\n";
+
+/* --lora [NAME=]FILE / --lora-scaled [NAME=]FILE S: the API name (FILE's stem
+ * by default) into names[n] (malloc'd), the path into paths[n]. */
+static bool lora_name(const char *cmd, const char *flag, const char *v, char **name, const char **path) {
+    const char *eq = strchr(v, '='), *slash = strrchr(v, '/');
+    const char *b, *e;
+    if (eq && (!slash || eq < slash)) {
+        b = v;
+        e = eq;
+        *path = eq + 1;
+    } else {
+        b = slash ? slash + 1 : v;
+        e = b + strlen(b);
+        if (e - b > 4 && strcmp(e - 4, ".cmf") == 0) e -= 4;
+        *path = v;
+    }
+    if (!**path) { cli_usage_error(cmd, "%s %s: empty adapter path", flag, v); return false; }
+    if (e == b || e - b > 64) { cli_usage_error(cmd, "%s %s: the adapter name must have 1 to 64 characters", flag, v); return false; }
+    for (const char *c = b; c < e; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' ||
+              *c == '.')) {
+            cli_usage_error(cmd, "%s %s: the adapter name '%.*s' may hold only letters, digits, '_', '-' and '.' "
+                            "(give NAME=FILE)", flag, v, (int)(e - b), b);
+            return false;
+        }
+    if (!(*name = strndup(b, (size_t)(e - b)))) { fprintf(stderr, "cmf serve: out of memory\n"); return false; }
+    return true;
+}
 
 static bool read_keys(const char *path, char ***keys, size_t *n) {
     char *buf = NULL;
@@ -91,6 +127,10 @@ int cmd_serve(int argc, char **argv) {
     size_t n_keys = 0;
     bool missing = false;
     int rc = CLI_EXIT_USAGE;
+    char *lnames[CMF_MODEL_MAX_LORA * 4];
+    const char *lpaths[CMF_MODEL_MAX_LORA * 4];
+    float lscales[CMF_MODEL_MAX_LORA * 4];
+    size_t n_lora = 0;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         long x;
@@ -129,6 +169,29 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_double(cmd, flag, v, 0.001, 3600, &o.ping_s)) goto out;
             continue;
         }
+        if (strcmp(flag, "--lora") == 0 || strcmp(flag, "--lora-scaled") == 0) {
+            bool scaled = flag[6] == '-';
+            if (i + (scaled ? 2 : 1) >= argc) {
+                cli_usage_error(cmd, scaled ? "--lora-scaled needs FILE and SCALE" : "--lora needs FILE");
+                goto out;
+            }
+            if (n_lora == sizeof lnames / sizeof lnames[0]) {
+                cli_usage_error(cmd, "too many adapters (%zu at most)", sizeof lnames / sizeof lnames[0]);
+                goto out;
+            }
+            double sc = 1.0;
+            if (scaled && !cli_parse_double(cmd, flag, argv[i + 2], -SRV_MAX_LORA_SCALE, SRV_MAX_LORA_SCALE, &sc)) goto out;
+            if (!lora_name(cmd, flag, argv[i + 1], &lnames[n_lora], &lpaths[n_lora])) goto out;
+            lscales[n_lora++] = (float)sc;
+            for (size_t k = 0; k + 1 < n_lora; k++)
+                if (strcmp(lnames[k], lnames[n_lora - 1]) == 0) {
+                    cli_usage_error(cmd, "%s %s: a second adapter named '%s' (give NAME=FILE)", flag, argv[i + 1],
+                                    lnames[k]);
+                    goto out;
+                }
+            i += scaled ? 2 : 1;
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--host", &v, &missing)) o.host = v;
         else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) o.cors_origin = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;
@@ -164,6 +227,12 @@ int cmd_serve(int argc, char **argv) {
     rc = CLI_EXIT_FAIL;
     if (cli_refuse_foreign(cmd, o.model_path) || (o.draft_path && cli_refuse_foreign(cmd, o.draft_path))) goto out;
     o.api_keys = (const char *const *)keys;
+    o.lora_names = (const char *const *)lnames;
+    o.lora_paths = lpaths;
+    o.lora_scales = lscales;
+    o.n_lora = n_lora;
+    for (size_t k = 0; k < n_lora; k++)
+        if (cli_refuse_foreign(cmd, lpaths[k])) goto out;
     o.n_api_keys = n_keys;
     o.should_stop = cli_interrupt_poll;
     cli_interrupt_begin(false);
@@ -179,5 +248,6 @@ int cmd_serve(int argc, char **argv) {
 out:
     for (size_t i = 0; i < n_keys; i++) free(keys[i]);
     free(keys);
+    for (size_t i = 0; i < n_lora; i++) free(lnames[i]);
     return rc;
 }

@@ -526,6 +526,7 @@ void srv_engine_loop(srv *s) {
             srv_embed_run(s, jobs);
             jobs = nx;
         }
+        srv_ws_jobs_run(s); /* overlays requests wait for (the HTTP thread is blocked on them) */
         if (!cmf_engine_wait(s->eng, 20)) continue;
         cmf_engine_step_info info = {0};
         cmf_error err = {0};
@@ -549,6 +550,7 @@ void srv_engine_loop(srv *s) {
 void srv_shutdown_requests(srv *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
+    pthread_cond_broadcast(&s->ws_cv); /* overlay waiters answer 503 */
     for (srv_req *r = s->live; r; r = r->next_live)
         for (size_t i = 0; i < r->n_choices; i++)
             if (r->choices[i].live) cmf_engine_cancel(s->eng, r->choices[i].seq_id);

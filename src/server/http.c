@@ -487,6 +487,11 @@ cmf_status cmf_server_run(const cmf_server_opts *o, cmf_error *err) {
         free(s);
         return cmf_error_set(err, CMF_ERR_NOMEM, "serve: mutex");
     }
+    if (pthread_cond_init(&s->ws_cv, NULL) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return cmf_error_set(err, CMF_ERR_NOMEM, "serve: condition variable");
+    }
     cmf_status st = CMF_OK;
     const char *host = o->host ? o->host : "127.0.0.1";
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
@@ -539,6 +544,7 @@ out:
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (ai) freeaddrinfo(ai);
     srv_unload(s);
+    pthread_cond_destroy(&s->ws_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return st;

@@ -8,6 +8,14 @@
  * none) and the BOS rule of cmf/policy.h; the stop-id set and the chat
  * end-of-turn stop strings come from the same policy as `cmf run --chat`.
  *
+ * The `model` field names a weight set: the backbone, a skill
+ * ("base:SKILL", resolved at load), and LoRA adapters on top
+ * ("+NAME[@SCALE]" terms, the --lora adapters). A combination not seen
+ * before is a job for the engine thread (weight-set calls may not run
+ * beside a step), which resolves it between two steps
+ * (cmf_model_weight_set_extend) while this thread waits; the result is
+ * cached here under srv.mu.
+ *
  * Sampling defaults when a field is absent are cmf's (llama-server's):
  * temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties; a
  * request that names a field gets exactly that value (temperature 0 is
@@ -15,6 +23,7 @@
  */
 #include "server/server.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,27 +74,162 @@ static bool bool_field(const cJSON *o, const char *k, bool *out, char *msg, size
     return true;
 }
 
+/* An adapter term "NAME" or "NAME@SCALE" of a model string (len bytes at t). */
+static unsigned parse_term(srv *s, const char *name, const char *t, size_t len, srv_overlay *ov, char *msg,
+                           size_t cap) {
+    const char *at = memchr(t, '@', len);
+    size_t nl = at ? (size_t)(at - t) : len;
+    if (nl == 0) {
+        snprintf(msg, cap, "model '%.200s': an empty adapter name after '+' (the form is BASE+ADAPTER@SCALE)", name);
+        return 400;
+    }
+    size_t k = 0;
+    while (k < s->o.n_lora && !(strlen(s->o.lora_names[k]) == nl && memcmp(s->o.lora_names[k], t, nl) == 0)) k++;
+    if (k == s->o.n_lora) {
+        snprintf(msg, cap, "model '%.200s': no adapter '%.*s' is loaded (--lora; GET /v1/models lists them)", name,
+                 (int)(nl > 200 ? 200 : nl), t);
+        return 404;
+    }
+    float scale = s->o.lora_scales ? s->o.lora_scales[k] : 1.0f;
+    if (at) {
+        char buf[64];
+        size_t sl = len - nl - 1;
+        char *e = NULL;
+        double d = 0;
+        if (sl > 0 && sl < sizeof buf) {
+            memcpy(buf, at + 1, sl);
+            buf[sl] = 0;
+            d = strtod(buf, &e);
+        }
+        if (!e || *e || sl == 0 || !strchr("+-.0123456789", buf[0]) || !isfinite(d) || d < -SRV_MAX_LORA_SCALE || d > SRV_MAX_LORA_SCALE) {
+            snprintf(msg, cap, "model '%.200s': the scale of adapter '%.*s' must be a number in [%g, %g]", name,
+                     (int)(nl > 200 ? 200 : nl), t, -SRV_MAX_LORA_SCALE, SRV_MAX_LORA_SCALE);
+            return 400;
+        }
+        scale = (float)d;
+    }
+    if (ov->n == CMF_MODEL_MAX_LORA) {
+        snprintf(msg, cap, "model '%.200s': more than %d adapters", name, CMF_MODEL_MAX_LORA);
+        return 400;
+    }
+    ov->lora[ov->n] = (uint32_t)k;
+    ov->scale[ov->n++] = scale;
+    return 0;
+}
+
+static bool overlay_eq(const srv_overlay *a, const srv_overlay *b) {
+    if (a->base != b->base || a->n != b->n) return false;
+    for (uint32_t i = 0; i < a->n; i++)
+        if (a->lora[i] != b->lora[i] || memcmp(&a->scale[i], &b->scale[i], sizeof a->scale[i]) != 0) return false;
+    return true;
+}
+
+/* The weight set of an overlay: the cache, else a job for the engine
+ * thread, waited for. */
+static unsigned overlay_ws(srv *s, const char *name, const srv_overlay *ov, uint64_t *ws, char *msg, size_t cap) {
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_ws_cache; i++)
+        if (overlay_eq(&s->ws_cache[i].ov, ov)) {
+            *ws = s->ws_cache[i].ws;
+            pthread_mutex_unlock(&s->mu);
+            return 0;
+        }
+    bool stopping = s->stopping;
+    if (stopping || s->n_ws_cache >= SRV_MAX_OVERLAYS) {
+        pthread_mutex_unlock(&s->mu);
+        if (stopping) snprintf(msg, cap, "the server is shutting down");
+        else snprintf(msg, cap, "model '%.200s': this server holds %d adapter combinations already; use one of those "
+                      "(same adapters and scales)", name, SRV_MAX_OVERLAYS);
+        return stopping ? 503 : 400;
+    }
+    srv_wsjob job = {.ov = *ov};
+    job.next = s->ws_head;
+    s->ws_head = &job;
+    while (!job.done && (job.taken || !s->stopping)) pthread_cond_wait(&s->ws_cv, &s->mu);
+    if (!job.done) { /* stopping: take the job back if the engine thread did not */
+        for (srv_wsjob **p = &s->ws_head; *p; p = &(*p)->next)
+            if (*p == &job) { *p = job.next; break; }
+        pthread_mutex_unlock(&s->mu);
+        snprintf(msg, cap, "the server is shutting down");
+        return 503;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (job.st != CMF_OK) {
+        snprintf(msg, cap, "model '%.200s': %s", name, job.msg);
+        return job.st == CMF_ERR_NOMEM ? 500 : 400;
+    }
+    *ws = job.ws;
+    return 0;
+}
+
+void srv_ws_jobs_run(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    srv_wsjob *jobs = s->ws_head;
+    s->ws_head = NULL;
+    for (srv_wsjob *j = jobs; j; j = j->next) j->taken = true;
+    pthread_mutex_unlock(&s->mu);
+    if (!jobs) return;
+    for (srv_wsjob *j = jobs; j; j = j->next) {
+        const cmf_lora *l[CMF_MODEL_MAX_LORA];
+        for (uint32_t i = 0; i < j->ov.n; i++) l[i] = s->loras[j->ov.lora[i]];
+        cmf_error err = {0};
+        j->st = cmf_model_weight_set_extend(s->model, j->ov.base, l, j->ov.scale, j->ov.n, &j->ws, &err);
+        if (j->st != CMF_OK) snprintf(j->msg, sizeof j->msg, "%.250s", err.msg);
+    }
+    pthread_mutex_lock(&s->mu);
+    for (srv_wsjob *j = jobs, *nx; j; j = nx) {
+        nx = j->next; /* j lives on its waiter's stack: read next before done */
+        if (j->st == CMF_OK) {
+            if (s->n_ws_cache == s->cap_ws_cache) {
+                size_t nc = s->cap_ws_cache ? 2 * s->cap_ws_cache : 16;
+                srv_wscache *c = realloc(s->ws_cache, nc * sizeof *c);
+                if (c) { s->ws_cache = c; s->cap_ws_cache = nc; }
+            }
+            if (s->n_ws_cache < s->cap_ws_cache) s->ws_cache[s->n_ws_cache++] = (srv_wscache){j->ov, j->ws};
+        }
+        j->done = true;
+    }
+    pthread_cond_broadcast(&s->ws_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 unsigned srv_resolve_model(srv *s, const char *name, uint64_t *ws, char *msg, size_t cap) {
     *ws = 0;
     if (!name || strcmp(name, s->model_id) == 0) return 0;
     size_t bl = strlen(s->model_id);
-    if (strncmp(name, s->model_id, bl) == 0 && name[bl] == ':') {
-        for (size_t i = 0; i < s->n_skills; i++)
-            if (strcmp(name + bl + 1, s->skills[i]) == 0) {
-                *ws = s->skill_ws[i];
-                return 0;
-            }
-        snprintf(msg, cap, "model '%.200s': the file has no skill '%.200s' (GET /v1/models lists them)", name,
-                 name + bl + 1);
+    if (strncmp(name, s->model_id, bl) != 0 || (name[bl] != ':' && name[bl] != '+')) {
+        snprintf(msg, cap, "the model '%.200s' does not exist; this server serves '%.200s' (GET /v1/models)", name,
+                 s->model_id);
         return 404;
     }
-    if (strncmp(name, s->model_id, bl) == 0 && name[bl] == '+') {
-        snprintf(msg, cap, "model '%.200s': LoRA adapters are not supported by this server yet", name);
-        return 400;
+    srv_overlay ov = {0};
+    const char *p = name + bl;
+    if (*p == ':') {
+        const char *sk = p + 1, *plus = strchr(sk, '+');
+        size_t sl = plus ? (size_t)(plus - sk) : strlen(sk);
+        size_t i = 0;
+        while (i < s->n_skills && !(strlen(s->skills[i]) == sl && memcmp(s->skills[i], sk, sl) == 0)) i++;
+        if (i == s->n_skills) {
+            snprintf(msg, cap, "model '%.200s': the file has no skill '%.*s' (GET /v1/models lists them)", name,
+                     (int)(sl > 200 ? 200 : sl), sk);
+            return sl ? 404 : 400;
+        }
+        ov.base = (uint32_t)s->skill_ws[i];
+        p = sk + sl;
     }
-    snprintf(msg, cap, "the model '%.200s' does not exist; this server serves '%.200s' (GET /v1/models)", name,
-             s->model_id);
-    return 404;
+    while (*p == '+') {
+        const char *t = p + 1, *nx = strchr(t, '+');
+        size_t tl = nx ? (size_t)(nx - t) : strlen(t);
+        unsigned st = parse_term(s, name, t, tl, &ov, msg, cap);
+        if (st) return st;
+        p = t + tl;
+    }
+    assert(*p == 0);
+    if (ov.n == 0) {
+        *ws = ov.base;
+        return 0;
+    }
+    return overlay_ws(s, name, &ov, ws, msg, cap);
 }
 
 unsigned srv_prompt_ids(srv *s, const cJSON *item, const char *fld, int32_t **ids, size_t *n, char *msg,

@@ -4,6 +4,8 @@
  * each skill of the file as MODEL:SKILL), POST /tokenize and /detokenize
  * (llama-server's shapes), GET /v1/status (sequences, KV pages, queue),
  * GET /metrics (metrics.c), the chat page at /, and POST /v1/embeddings.
+ * GET /v1/models also lists each --lora adapter as MODEL+NAME (with its
+ * default scale); adapters are opened and checked at load.
  *
  * Embeddings: the input's tokens (a string is encoded by the raw-prompt
  * BOS rule) run through the whole network on the engine thread (a KV
@@ -14,6 +16,8 @@
  * bytes in base64, as OpenAI's SDKs ask for by default.
  */
 #include "server/server.h"
+
+#include "cmf/lora.h"
 
 #include <microhttpd.h>
 #include <sodium.h>
@@ -128,6 +132,20 @@ cmf_status srv_load(srv *s, cmf_error *err) {
         if (!(s->skills[s->n_skills] = strdup(id->valuestring))) return cmf_error_set(err, CMF_ERR_NOMEM, "oom");
         s->skill_ws[s->n_skills++] = ws;
     }
+    /* adapters (--lora): opened and checked against the model now; their
+     * overlays are resolved on the engine thread when a request names them */
+    s->loras = calloc(o->n_lora ? o->n_lora : 1, sizeof *s->loras);
+    if (!s->loras) return cmf_error_set(err, CMF_ERR_NOMEM, "serve: out of memory");
+    for (size_t i = 0; i < o->n_lora; i++) {
+        if ((st = cmf_lora_open(o->lora_paths[i], &s->loras[i], err)) != CMF_OK) {
+            cmf_error_prefix(err, "--lora %s", o->lora_paths[i]);
+            return st;
+        }
+        if ((st = cmf_lora_check(s->loras[i], s->model, err)) != CMF_OK) {
+            cmf_error_prefix(err, "--lora %s", o->lora_paths[i]);
+            return st;
+        }
+    }
     cmf_engine_params ep = {.n_ctx = o->n_ctx, .n_seq_max = o->parallel, .n_batch = o->n_batch,
                             .prefix_cache = o->prefix_cache, .batch_invariant = o->batch_invariant};
     if ((st = srv_load_drafter(s, &ep, err)) != CMF_OK) return st;
@@ -153,6 +171,9 @@ void srv_unload(srv *s) {
     cmf_file_close(s->draft_file);
     cmf_grammar_vocab_free(s->gvocab);
     cmf_model_free(s->model);
+    for (size_t i = 0; s->loras && i < s->o.n_lora; i++) cmf_lora_free(s->loras[i]);
+    free(s->loras);
+    free(s->ws_cache);
     cmf_device_free(s->dev);
     cmf_tokenizer_free(s->tok);
     cmf_file_close(s->file);
@@ -357,6 +378,13 @@ unsigned srv_route_simple(srv_req *r, const cJSON *b, char **out, const char **c
             char id[512];
             snprintf(id, sizeof id, "%s:%s", s->model_id, s->skills[i]);
             cJSON_AddItemToArray(d, model_obj(id, created));
+        }
+        for (size_t i = 0; i < s->o.n_lora; i++) { /* adapters: BASE+NAME (any skill may precede the +) */
+            char id[512];
+            snprintf(id, sizeof id, "%s+%s", s->model_id, s->o.lora_names[i]);
+            cJSON *m = model_obj(id, created);
+            cJSON_AddNumberToObject(m, "scale", (double)(s->o.lora_scales ? s->o.lora_scales[i] : 1.0f));
+            cJSON_AddItemToArray(d, m);
         }
         *out = dup_print(o);
         return 200;

@@ -63,6 +63,11 @@ typedef struct cmf_server_opts {
     uint32_t queue;             /* sequences allowed to wait beyond `parallel` */
     uint32_t per_key;           /* concurrent requests per key (0 = no limit) */
     double ping_s;              /* SSE comment ping period before the first token */
+    /* LoRA adapters a request may name (model "base+NAME@SCALE"): loaded at start */
+    const char *const *lora_names; /* [n_lora] API names (no '+', '@', ':') */
+    const char *const *lora_paths; /* [n_lora] adapter files (cmf lora import) */
+    const float *lora_scales;      /* [n_lora] scale of "+NAME" without "@SCALE" */
+    size_t n_lora;
     FILE *log;                  /* one line per request (NULL = stderr) */
     bool (*should_stop)(void *); /* polled between steps (Ctrl-C) */
     void *stop_user;
@@ -79,6 +84,8 @@ cmf_status cmf_server_run(const cmf_server_opts *o, cmf_error *err);
 #define SRV_MAX_STOP 16
 #define SRV_MAX_CHOICES 128
 #define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_LORA_SCALE 100.0
+#define SRV_MAX_OVERLAYS 256   /* distinct adapter combinations resolved at most */
 
 struct MHD_Daemon;
 struct MHD_Connection;
@@ -225,6 +232,7 @@ struct srv {
     cmf_tool_family fam;    /* the chat template's tool-call shape */
     bool tmpl_tool_calls;   /* the template renders an assistant turn's tool_calls */
     size_t n_skills;
+    cmf_lora **loras;         /* [o.n_lora] the adapters (opened at load) */
     /* under mu */
     srv_req *live;          /* requests with live sequences */
     uint32_t in_flight;     /* sequences queued or running */
@@ -233,7 +241,36 @@ struct srv {
     srv_metrics m;
     uint64_t next_req;
     cmf_kv_cache *embed_kv; /* engine thread only */
+    /* weight sets of adapter overlays: made on the engine thread only (the
+     * model's weight-set calls may not run beside a step); under mu */
+    pthread_cond_t ws_cv;   /* a resolve job finished, or stopping */
+    struct srv_wsjob *ws_head;
+    struct srv_wscache *ws_cache;
+    size_t n_ws_cache, cap_ws_cache;
 };
+
+/* An overlay a request names: a base weight set plus adapters with scales. */
+typedef struct srv_overlay {
+    uint32_t base;                       /* the backbone 0 or a skill's weight set */
+    uint32_t n;
+    uint32_t lora[CMF_MODEL_MAX_LORA];   /* indices into s->loras */
+    float scale[CMF_MODEL_MAX_LORA];
+} srv_overlay;
+
+typedef struct srv_wscache {
+    srv_overlay ov;
+    uint32_t ws;
+} srv_wscache;
+
+typedef struct srv_wsjob {
+    srv_overlay ov;
+    bool taken;             /* the engine thread works on it: the waiter stays */
+    bool done;
+    cmf_status st;
+    uint32_t ws;
+    char msg[256];
+    struct srv_wsjob *next;
+} srv_wsjob;
 
 /* ---- json_strict.c ---- */
 /* Strict parse of a request body: valid UTF-8, no NUL, one JSON value with
@@ -265,7 +302,11 @@ void srv_req_unref(srv_req *r);
 unsigned srv_gen_parse(srv *s, const cJSON *body, bool chat, srv_gen *g, char *msg, size_t cap,
                        const char **param);
 void srv_gen_free(srv_gen *g);
-/* "base", "base:SKILL" -> weight set; 0 ok, else HTTP status with msg. */
+/* "base", "base:SKILL", then any number of "+ADAPTER" or "+ADAPTER@SCALE"
+ * terms -> weight set; 0 ok, else HTTP status with msg (400 malformed,
+ * 404 an unknown model, skill or adapter). An overlay not seen before is
+ * resolved by the engine thread: the calling (HTTP) thread waits for it
+ * (at most one engine step). Not under s->mu. */
 unsigned srv_resolve_model(srv *s, const char *name, uint64_t *ws, char *msg, size_t cap);
 /* Token ids of a "prompt"/"input" item: a string (encoded by the BOS rule)
  * or an array of ids. */
@@ -278,6 +319,8 @@ unsigned srv_prompt_ids(srv *s, const cJSON *item, const char *field, int32_t **
 unsigned srv_gen_submit(srv_req *r, char *msg, size_t cap);
 /* The engine thread: steps until should_stop. */
 void srv_engine_loop(srv *s);
+/* The engine thread: resolve the queued overlays (between steps). */
+void srv_ws_jobs_run(srv *s);
 
 /* ---- routes.c ---- */
 cmf_status srv_load(srv *s, cmf_error *err);

@@ -5,8 +5,9 @@
 // with random disconnects whose completed texts equal the same requests run
 // alone), then the official `openai` npm client (chat and completions,
 // streamed = non-streamed, same seed alone and among 16 concurrent, stop
-// strings, n=3, logprobs, embeddings, a skill per request), and the chat
-// page (headless Chromium when installed), and speculative decoding
+// strings, n=3, logprobs, embeddings, a skill per request), per-request
+// LoRA adapters (skill+adapter, mixed in one batch), the chat page
+// (headless Chromium when installed), and speculative decoding
 // (--draft and --lookup servers give the plain server's greedy text,
 // /metrics counts accepted drafts).
 // usage: node serve_test.mjs <cmf> <model.cmf> <build dir>
@@ -426,6 +427,85 @@ async function specTests(plainPort) {
   }
 }
 
+// per-request LoRA adapters (model "base+NAME@SCALE", after a skill too):
+// the text equals `cmf run --lora` of the same prompt, differs from the
+// base, and 16 concurrent requests mixing base, skill and adapters each
+// equal the same request alone; streams and n=2 with an adapter; 400/404
+// for malformed model strings.
+async function adapterTests(port, file, adapter) {
+  stage("adapters");
+  const run = (...a) => {
+    const p = spawnSync(cmf, ["run", file, "-p", "Once upon a time", "-n", "16", "--temp", "0", ...a], { encoding: "utf8", timeout: 60000 });
+    check(p.status === 0, "cmf run " + a.join(" ") + ": " + p.stderr);
+    return p.stdout;
+  };
+  const body = (m, extra = {}) => ({ model: m, prompt: "Once upon a time", max_tokens: 16, temperature: 0, ...extra });
+  const one = async (m, extra) => {
+    const r = await req(port, "POST", "/v1/completions", { body: body(m, extra) });
+    check(r.status === 200, `model ${m}: status ${r.status} ${r.body}`);
+    return r.status === 200 ? JSON.parse(r.body).choices.map((c) => c.text) : [];
+  };
+  const models = JSON.parse((await req(port, "GET", "/v1/models")).body).data.map((m) => m.id);
+  check(models.includes("skill+story") && models.includes("skill+half"), "models list the adapters: " + models);
+  const want = {
+    "skill": run(),
+    "skill+story": run("--lora", adapter),
+    "skill+half": run("--lora-scaled", adapter, "0.5"),
+    "skill+story@0.5": run("--lora-scaled", adapter, "0.5"),
+    "skill:shout+story": run("--skill", "shout", "--lora", adapter),
+    "skill:shout": run("--skill", "shout"),
+    "skill+story+half": run("--lora", adapter, "--lora-scaled", adapter, "0.5"),
+  };
+  check(want["skill+story"] !== want["skill"], "the adapter changes the greedy text: " + JSON.stringify(want["skill"]));
+  const alone = {};
+  for (const m of Object.keys(want)) {
+    alone[m] = (await one(m))[0];
+    eq(alone[m], want[m], `model ${m} = cmf run of the same flags`);
+  }
+  const names = Object.keys(want), mix = [];
+  for (let i = 0; i < 16; i++) mix.push(names[i % names.length]);
+  const got = await Promise.all(mix.map((m) => one(m)));
+  eq(got.map((t) => t[0]), mix.map((m) => alone[m]), "16 concurrent requests mixing base, skill and adapters = each alone");
+  // a stream with an adapter = its non-streamed text; n=2 with an adapter
+  const st = await stream(port, "/v1/completions", body("skill+story", { stream: true }));
+  check(st.done, "the adapter stream ends with [DONE]");
+  eq(st.texts[0], alone["skill+story"], "a streamed adapter request = non-streamed");
+  const two = await one("skill:shout+story", { n: 2 });
+  eq(two, [alone["skill:shout+story"], alone["skill:shout+story"]], "n=2 with an adapter (greedy): both choices = alone");
+  // malformed model strings
+  for (const [m, code] of [["skill+nope", 404], ["skill:nope+story", 404], ["skill+", 400], ["skill+story@", 400],
+    ["skill+story@x", 400], ["skill+story@ 1", 400], ["skill+story@\t1", 400], ["skill+story@nan", 400], ["skill+story@1e9", 400], ["skill+@1", 400], ["skill:", 400],
+    ["skill++story", 400], ["skill+story@1@2", 400], ["other+story", 404], ["skill+story ", 404],
+    ["skill" + "+story".repeat(17), 400]]) {
+    const r = await req(port, "POST", "/v1/completions", { body: body(m) });
+    let e = {};
+    try { e = JSON.parse(r.body).error || {}; } catch { /* checked below */ }
+    check(r.status === code && e.param === "model" && typeof e.message === "string", `model ${JSON.stringify(m)}: ${r.status} (want ${code}) ${r.body}`);
+  }
+  const ok = await req(port, "GET", "/health");
+  check(ok.status === 200, "the server answers after malformed model strings");
+  // bad --lora flags: exit 1 or 2 naming the file or the name, before serving
+  for (const [fl, rc, pat] of [[["--lora", bld + "/nope.cmf"], 1, /nope\.cmf/], [["--lora", adapter, "--lora", adapter], 2, /second adapter named 'story'/],
+    [["--lora", "a:b=" + adapter], 2, /adapter name 'a:b'/], [["--lora-scaled", adapter, "x"], 2, /--lora-scaled/], [["--lora", "x=" + file], 1, /not a LoRA adapter/]]) {
+    const p = spawnSync(cmf, ["serve", file, "--port", "0", ...fl], { encoding: "utf8", timeout: 30000 });
+    check(p.status === rc && pat.test(p.stderr), `serve ${fl.join(" ")}: rc ${p.status} (want ${rc}): ${p.stderr}`);
+  }
+  // the official client: a skill and an adapter per request
+  let OpenAI;
+  try {
+    OpenAI = createRequire(path.resolve(bld, "npm/package.json"))("openai");
+    OpenAI = OpenAI.default || OpenAI.OpenAI || OpenAI;
+  } catch { return; }
+  const c = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  const oc = await Promise.all(["skill:shout+story", "skill+story@0.5", "skill"].map((m) =>
+    c.completions.create(body(m))));
+  eq(oc.map((r) => r.choices[0].text), [want["skill:shout+story"], want["skill+story@0.5"], want["skill"]],
+     "openai client: a skill and an adapter per request");
+  let e404 = null;
+  try { await c.completions.create(body("skill+nope")); } catch (e) { e404 = e; }
+  check(e404 && e404.status === 404, "openai client: an unknown adapter is 404");
+}
+
 async function pageTest(port) {
   const chromium = ["chromium", "chromium-browser", "google-chrome"].find((b) => spawnSync("which", [b]).status === 0);
   if (!chromium) { console.log("SKIP (part): chromium is not installed: the chat page is checked by HTTP only"); return; }
@@ -441,7 +521,11 @@ try {
   await rawTests(main.port);
   await limitTests();
   let skillPort = 0;
-  if (fs.existsSync(bld + "/skill.cmf")) skillPort = (await startServer([bld + "/skill.cmf", "-np", "8", "--api-key", KEY])).port;
+  const adapter = fs.existsSync(bld + "/story.cmf") ? bld + "/story.cmf" : "";
+  if (fs.existsSync(bld + "/skill.cmf"))
+    skillPort = (await startServer([bld + "/skill.cmf", "-np", "16", "--api-key", KEY,
+      ...(adapter ? ["--lora", adapter, "--lora-scaled", "half=" + adapter, "0.5"] : [])])).port;
+  if (skillPort && adapter) await adapterTests(skillPort, bld + "/skill.cmf", adapter);
   await openaiTests(main.port, skillPort);
   await specTests(main.port);
   const open = await startServer([model, "-np", "2"]);
