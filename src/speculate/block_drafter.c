@@ -552,8 +552,9 @@ cmf_status cmf_drafter_new_block(const char *path, cmf_model *target, uint32_t n
         bd_free_op(b);
         return cmf_error_set(err, CMF_ERR_NOMEM, "block drafter: out of memory");
     }
-    static const cmf_drafter_ops ops = {bd_seq_new_op, bd_seq_free_op, bd_propose_op,
-                                        bd_observe_op, bd_truncate_op, bd_free_op};
+    static const cmf_drafter_ops ops = {.seq_new = bd_seq_new_op, .seq_free = bd_seq_free_op,
+                                        .propose = bd_propose_op, .observe = bd_observe_op,
+                                        .truncate = bd_truncate_op, .free = bd_free_op};
     cmf_drafter_info info = {.name = "block", .n_vocab = b->d->n_vocab, .n_taps = b->d->n_taps, .needs_probs = false};
     for (uint32_t t = 0; t < b->d->n_taps; t++) info.tap_layers[t] = b->d->tap_layers[t];
     return cmf_drafter_new(&ops, b, &info, out, err);
