@@ -8,6 +8,7 @@
  */
 #include "chat_prompt.h"
 #include "cli.h"
+#include "cli_gpu.h"
 #include "skill_flags.h"
 #include "cli_lora.h"
 #include "cli_grammar.h"
@@ -31,13 +32,13 @@ static double now_s(void) {
 /* Open FILE and bind a model for a context of n_ctx tokens (0 = the
  * default; longrope models pick their factors by it); prints the error and
  * returns false on failure. */
-static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t n_ctx,
-                       cmf_file **f, cmf_model **m) {
+static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t gpu_layers,
+                       uint32_t n_ctx, cmf_file **f, cmf_model **m) {
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
     if (!cli_open_file(cmd, path, f)) return false;
-    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .n_ctx = n_ctx};
+    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .n_ctx = n_ctx, .gpu_layers = gpu_layers};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         cmf_file_close(*f);
@@ -109,11 +110,14 @@ static const char logits_help[] =
     "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
     "  -t N       threads (default: physical cores)\n"
     "  --device D cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+    CLI_GPU_LAYERS_HELP
     "  --kv-f32   keep the KV cache in float32 (default f16)\n"
     "%s";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *device = NULL, *v;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
@@ -125,6 +129,11 @@ int cmd_logits(int argc, char **argv) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (wf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
@@ -137,6 +146,7 @@ int cmd_logits(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
     if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     int32_t *ids;
@@ -144,7 +154,7 @@ int cmd_logits(int argc, char **argv) {
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, device, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, gpu_layers, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -239,11 +249,14 @@ static const char ppl_help[] =
     "             logits scratch to N x vocab floats)\n"
     "  -t N       threads (default: physical cores)\n"
     "  --device D cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+    CLI_GPU_LAYERS_HELP
     "  --kv-f32   keep the KV cache in float32 (default f16)\n"
     "%s";
 
 int cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *file = NULL, *text = NULL, *device = NULL, *v;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     long threads = 0, ctx = 512, nb = 64;
     bool kv_f32 = false, missing = false;
     cli_skill so;
@@ -254,6 +267,11 @@ int cmd_ppl(int argc, char **argv) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (wf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            continue;
+        }
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
@@ -270,6 +288,7 @@ int cmd_ppl(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
     if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_error err = {0};
     char *buf = NULL;
@@ -277,7 +296,7 @@ int cmd_ppl(int argc, char **argv) {
     if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) { cli_lora_free(&lo); return cli_fail(cmd, &err); }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, device, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, gpu_layers, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
     uint32_t ws = 0;
     cmf_tokenizer *tok = NULL;
@@ -350,6 +369,7 @@ static const char run_help[] =
     "  --greedy                argmax sampling\n"
     "  -t, --threads N         threads (default: physical cores)\n"
     "  --device D              cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+    CLI_GPU_LAYERS_HELP
     "  -c, --ctx-size N        KV cache capacity in tokens (default min(4096, training context));\n"
     "                          a longer prompt is an error\n"
     "  --raw                   no chat template (default)\n"
@@ -430,6 +450,8 @@ static bool probs_cb(int32_t id, const float *probs, uint32_t n_vocab, void *use
 
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run", *file = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *device = NULL, *v;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64, n_probs = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     unsigned long long seed = 0;
@@ -456,6 +478,11 @@ int cmd_run(int argc, char **argv) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (wf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            continue;
+        }
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -532,10 +559,11 @@ int cmd_run(int argc, char **argv) {
         return CLI_EXIT_FAIL;
     }
 
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { free(text); cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, device, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, gpu_layers, (uint32_t)ctx, &f, &m)) { free(text); return CLI_EXIT_FAIL; }
     rc = CLI_EXIT_FAIL;
     cmf_error err = {0};
     cmf_tokenizer *tok = NULL;

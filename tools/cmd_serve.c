@@ -6,6 +6,7 @@
  * until SIGINT/SIGTERM.
  */
 #include "cli.h"
+#include "cli_gpu.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -31,7 +32,8 @@ static const char serve_help[] =
     "                         min(4096, training context) x --parallel, at most 65536)\n"
     "  -b, --batch-size N     token budget of one engine step (default 512)\n"
     "  -t, --threads N        threads (default: physical cores)\n"
-    "  --device D             run on device D (\"cpu\", \"cpu:t=N\")\n"
+    "  --device D             run on device D (\"cpu\", \"cpu:t=N\", \"vulkan[:N]\")\n"
+    CLI_GPU_LAYERS_HELP
     "  -a, --alias NAME       the model's id in the API (default: FILE's base name)\n"
     "  --no-batch-invariant   the engine's fast mode: a sequence's numerics may depend\n"
     "                         on its batch-mates (default: exact mode, same seed = same\n"
@@ -81,6 +83,7 @@ int cmd_serve(int argc, char **argv) {
     char **keys = NULL;
     size_t n_keys = 0;
     bool missing = false;
+    long ngl = -1;
     int rc = CLI_EXIT_USAGE;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -110,6 +113,11 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_double(cmd, flag, v, 0.001, 3600, &o.ping_s)) goto out;
             continue;
         }
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) goto out;
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--host", &v, &missing)) o.host = v;
         else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) o.cors_origin = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;
@@ -134,6 +142,7 @@ int cmd_serve(int argc, char **argv) {
         if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
     }
     if (!o.model_path) { cli_usage_error(cmd, "need FILE (see --help)"); goto out; }
+    if (!cli_gpu_layers_apply(cmd, ngl, &o.device, &o.gpu_layers)) goto out;
     rc = CLI_EXIT_FAIL;
     if (cli_refuse_foreign(cmd, o.model_path)) goto out;
     o.api_keys = (const char *const *)keys;

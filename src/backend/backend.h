@@ -227,12 +227,17 @@ typedef struct cmf_backend_ops {
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
     /* Optional (NULL: nothing to do, the CPU): called once when a model is
-     * loaded on the backend, with its file, layer count and the features
-     * it needs (CMF_BE_NEEDS_*). A device backend uploads the weights here
-     * and refuses what it cannot run. Errors: CMF_ERR_UNSUPPORTED (a dtype
-     * or feature not implemented, naming it), CMF_ERR_NOMEM (the weights do
-     * not fit: the message says how many layers would), CMF_ERR_IO. */
-    cmf_status (*prepare)(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t needs, cmf_error *err);
+     * loaded on the backend, with its file, layer count, the layers it will
+     * run ([0, n_dev); n_dev < n_layer: a hybrid placement, the later
+     * layers ("model.layers.<i>." for i >= n_dev) and the output head
+     * (lm_head.weight) run elsewhere and need not be uploaded) and the
+     * features it needs (CMF_BE_NEEDS_*). A device backend uploads the
+     * weights here and refuses what it cannot run. Errors:
+     * CMF_ERR_UNSUPPORTED (a dtype or feature not implemented, naming it),
+     * CMF_ERR_NOMEM (the weights do not fit: the message says how many
+     * layers would, as --gpu-layers K), CMF_ERR_IO. */
+    cmf_status (*prepare)(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, uint32_t needs,
+                          cmf_error *err);
 } cmf_backend_ops;
 #define CMF_BE_NEEDS_MOE 1u
 

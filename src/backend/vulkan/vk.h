@@ -201,8 +201,10 @@ cmf_status cmf_vk_weight(vk_ctx *vk, const cmf_tensor *t, VkDeviceAddress *out, 
 VkDeviceAddress cmf_vk_vec(vk_ctx *vk, const float *host, size_t count);
 /* Whether the backend runs this dtype (and its name list for errors). */
 bool cmf_vk_dtype_ok(cmf_dtype dt);
-/* Upload every tensor of a file with a progress bar; error when the
- * weights do not fit, with the number of layers that would. */
-cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, cmf_error *err);
+/* Upload the tensors of a file that layers [0, n_dev) of n_layer need
+ * (every tensor when n_dev >= n_layer; else neither the later layers nor
+ * lm_head.weight) with a progress bar; error when they do not fit, with
+ * the number of layers that would (the --gpu-layers to use). */
+cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, cmf_error *err);
 
 #endif /* CMF_BACKEND_VK_H */

@@ -449,12 +449,13 @@ static void vk_be_write(cmf_backend *b, float *dst, const float *src, size_t cou
     cmf_vk_op_end(vk);
 }
 
-static cmf_status vk_be_prepare(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t needs, cmf_error *err) {
+static cmf_status vk_be_prepare(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, uint32_t needs,
+                                cmf_error *err) {
     if (needs & CMF_BE_NEEDS_MOE)
         return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
                              "%s: mixture-of-experts layers are not implemented on Vulkan yet; use --device cpu",
                              cmf_file_path(f));
-    return cmf_vk_prepare(ctx_of(b), f, n_layer, err);
+    return cmf_vk_prepare(ctx_of(b), f, n_layer, n_dev, err);
 }
 
 static void vk_be_free(cmf_backend *b) {
