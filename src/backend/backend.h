@@ -119,6 +119,12 @@ typedef struct cmf_moe_args {
     float *scores, *xg, *g, *gate_buf, *up_buf;
 } cmf_moe_args;
 
+/* One token's router scores [n_expert] -> its routing weights, in place
+ * (moe_route.c): softmax (or sigmoid) over the experts, the n_used
+ * largest kept (ties: lowest index, as torch.topk; n_used <= 64),
+ * renormalised over them when norm_topk, times scale; 0 elsewhere. */
+void cmf_moe_route(const cmf_moe_args *a, float *w);
+
 /* One row segment of the segmented low-rank update (backend op `lora`;
  * S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023): rows
  * [row0, row0 + n_rows) of X and Y get scale · B[b_row0 .. +n_out)·(A·x).

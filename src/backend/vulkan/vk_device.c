@@ -24,10 +24,10 @@
 
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
-    cmf_vk_spv_matmul_tiled[];
+    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
-    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size;
+    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size;
 
 #define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
 #define ALIGN 256ull
@@ -169,6 +169,8 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_ELTWISE] = {cmf_vk_spv_eltwise, &cmf_vk_spv_eltwise_size},
     [VK_SH_PROBE] = {cmf_vk_spv_probe, &cmf_vk_spv_probe_size},
     [VK_SH_MATMUL_TILED] = {cmf_vk_spv_matmul_tiled, &cmf_vk_spv_matmul_tiled_size},
+    [VK_SH_MOE_COMBINE] = {cmf_vk_spv_moe_combine, &cmf_vk_spv_moe_combine_size},
+    [VK_SH_LORA] = {cmf_vk_spv_lora, &cmf_vk_spv_lora_size},
 };
 
 /* ---- pipeline cache on disk --------------------------------------------- */
@@ -418,7 +420,8 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         vkDeviceWaitIdle(vk->dev);
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
-                                                           "attention", "eltwise", "probe", "matmul_tiled"};
+                                                           "attention", "eltwise", "probe", "matmul_tiled",
+                                                           "moe_combine", "lora"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -769,7 +772,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED ? 2 : 1;
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -883,6 +886,19 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
         done += n;
     }
     return CMF_OK;
+}
+
+cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err) {
+    if (vk->err_st) return cmf_error_set(err, vk->err_st, "%s", vk->err_msg);
+    bool imm = vk->immediate, rec = vk->recording;
+    if (rec) {
+        cmf_status st = cmd_run(vk);
+        if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
+    }
+    cmf_status st = cmf_vk_read(vk, dst, src, bytes, err);
+    if (rec && !cmd_open(vk) && !st) st = cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    vk->immediate = imm;
+    return st;
 }
 
 /* Host bytes to (block, off), synchronously through the staging buffer
