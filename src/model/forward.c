@@ -14,6 +14,10 @@
  * its sequence's pages of the KV cache before attention, and a token
  * attends to positions 0..pos of its own sequence (causal), or the last
  * `sliding_window` of them on sliding layers.
+ *
+ * A hybrid placement (cmf_model_params.gpu_layers) runs the layers before
+ * m->n_dev on the device and the rest with the head on m->be_cpu: two
+ * stages of one call, each with its own scratch on its backend.
  */
 #include "model/model_internal.h"
 

@@ -890,6 +890,8 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
 
 cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err) {
     if (vk->err_st) return cmf_error_set(err, vk->err_st, "%s", vk->err_msg);
+    cmf_status fst = flush_pending(vk); /* a submitted step is not this op's */
+    if (fst) return cmf_error_set(err, fst, "%s", vk->err_msg);
     bool imm = vk->immediate, rec = vk->recording;
     if (rec) {
         cmf_status st = cmd_run(vk);
