@@ -120,9 +120,10 @@ typedef struct cmf_moe_args {
 } cmf_moe_args;
 
 /* One token's router scores [n_expert] -> its routing weights, in place
- * (src/backend/cpu/moe_route.c, shared with the Vulkan backend): softmax (or sigmoid) over the experts, the n_used
- * largest kept (ties: lowest index, as torch.topk; n_used <= 64),
- * renormalised over them when norm_topk, times scale; 0 elsewhere. */
+ * (src/backend/cpu/moe_route.c, shared with the Vulkan backend): softmax
+ * (or sigmoid) over the experts, the n_used largest kept (ties: lowest
+ * index, as torch.topk; n_used <= 64), renormalised over them when
+ * norm_topk, times scale; 0 elsewhere. */
 void cmf_moe_route(const cmf_moe_args *a, float *w);
 
 /* One row segment of the segmented low-rank update (backend op `lora`;
