@@ -18,6 +18,7 @@
  */
 #include "bench_parallel.h"
 #include "cli.h"
+#include "cli_gpu.h"
 #include "cli_lora.h"
 #include "skill_flags.h"
 
@@ -48,6 +49,7 @@ static void usage(FILE *o) {
             "  -r N      repetitions after one warm-up run (default 5)\n"
             "  -t N      threads (default: physical cores)\n"
             "  --device D  cpu (default), vulkan or vulkan:N (not with --parallel yet)\n"
+            CLI_GPU_LAYERS_HELP
             "  --json    machine-readable output\n"
             "  --parallel N,N,...  instead: N sequences decoding together through the\n"
             "            engine (continuous batching), each with a -p token prompt\n"
@@ -168,6 +170,8 @@ static void stats(const double *x, int n, double *mean, double *sd) {
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench", *path = NULL, *device = NULL;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
     bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
     int par[16], n_par = 0;
@@ -183,6 +187,11 @@ int cmd_bench(int argc, char **argv) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) return CLI_EXIT_USAGE;
         if (wf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) return CLI_EXIT_USAGE;
+            continue;
+        }
         if (cli_is_help(argv[i])) {
             usage(stdout);
             fputs(cli_skill_help, stdout);
@@ -259,6 +268,8 @@ int cmd_bench(int argc, char **argv) {
     if (cycle && (!n_par || lo.n == 0)) return cli_usage_error(cmd, "--lora-cycle needs --parallel and --lora");
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) return CLI_EXIT_USAGE;
+    if (ngl == 0) device = NULL; /* -ngl 0: the CPU, reported as such */
     if (device && n_par) return cli_usage_error(cmd, "--device with --parallel is not supported yet");
     if ((draft_path || lookup || text_path) && !n_par) return cli_usage_error(cmd, "--draft, --lookup and -f need --parallel");
     if (draft_path && lookup) return cli_usage_error(cmd, "--draft and --lookup: choose one drafter");
@@ -287,7 +298,8 @@ int cmd_bench(int argc, char **argv) {
     double t_load = now_s();
     if (!cli_open_file(cmd, path, &f)) return CLI_EXIT_FAIL;
     long n_max = n_prompt > n_gen ? n_prompt : n_gen;
-    cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16)};
+    cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16),
+                           .gpu_layers = gpu_layers};
     if (draft_path) { /* the target and the draft share one device (one thread pool) */
         char ds[32];
         if (threads > 0) snprintf(ds, sizeof ds, "cpu:t=%ld", threads);

@@ -22,6 +22,7 @@
 #include "chat_prompt.h"
 #include "chat_think.h"
 #include "cli.h"
+#include "cli_gpu.h"
 #include "skill_flags.h"
 #include "cli_lora.h"
 #include "cli_grammar.h"
@@ -60,6 +61,7 @@ static void usage(FILE *o) {
             "                        chat outgrows it, the oldest turns are dropped (the system prompt stays)\n"
             "  -t, --threads N       CPU threads (default: physical cores)\n"
             "  --device D            cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+            CLI_GPU_LAYERS_HELP
             "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, -s, --seed S\n"
             "  --greedy              argmax sampling (as --temp 0)\n"
             "  --load FILE           start from a saved conversation\n"
@@ -208,6 +210,8 @@ typedef struct chat_opts {
     bool no_think, stats, escape;
     long n_predict, n_ctx, threads;
     const char *device;     /* --device, NULL = cpu */
+    long ngl;               /* -ngl / --gpu-layers, -1 = not given */
+    uint32_t gpu_layers;
     cmf_sampler_params sp;
     cli_skill skill; /* --skill, --route (on the first message), --blend */
     cli_lora lora;  /* --lora, --lora-scaled */
@@ -218,6 +222,7 @@ typedef struct chat_opts {
 static int parse_args(int argc, char **argv, chat_opts *o) {
     const char *cmd = "chat";
     o->n_predict = -1;
+    o->ngl = -1;
     o->sp = cmf_sampler_default_params();
     o->gopt.cmd = cmd;
     cli_skill_init(&o->skill);
@@ -235,6 +240,11 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         if (cli_grammar_flag(argc, argv, &i, &o->gopt, &missing, &grc)) {
             if (grc != CLI_EXIT_OK) return grc;
             if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
+            continue;
+        }
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &o->ngl, &gl_ok)) {
+            if (!gl_ok) return CLI_EXIT_USAGE;
             continue;
         }
         if (cli_flag_value(argc, argv, &i, "--system", &v, &missing) || cli_flag_value(argc, argv, &i, "-sys", &v, &missing)) o->system = v;
@@ -288,6 +298,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     if (o->system && o->system_file) return cli_usage_error(cmd, "give --system or -sysf, not both");
     if (cli_skill_check(cmd, &o->skill, o->lora.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (o->skill.route && !o->n_prompts) return cli_usage_error(cmd, "--route routes on the first message: give -p or -f");
+    if (!cli_gpu_layers_apply(cmd, o->ngl, &o->device, &o->gpu_layers)) return CLI_EXIT_USAGE;
     return 0;
 }
 
@@ -524,7 +535,8 @@ int cmd_chat(int argc, char **argv) {
     const char *tj = cmf_file_tokenizer_json(f, &tl);
     if (!tj || !tl) { fprintf(stderr, "cmf chat: %s: the file has no tokenizer\n", o.path); goto done; }
     if (cmf_tokenizer_load_json(tj, tl, &tok, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
-    cmf_model_params mp = {.n_threads = (int)o.threads, .backend = o.device, .n_ctx = (uint32_t)o.n_ctx};
+    cmf_model_params mp = {.n_threads = (int)o.threads, .backend = o.device, .n_ctx = (uint32_t)o.n_ctx,
+                           .gpu_layers = o.gpu_layers};
     if (cmf_model_load(f, &mp, &model, &err) != CMF_OK) { cli_fail("chat", &err); goto done; }
     cli_warn_ctx("chat", model, o.n_ctx);
     uint32_t ws = 0;

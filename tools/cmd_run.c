@@ -8,6 +8,7 @@
  */
 #include "chat_prompt.h"
 #include "cli.h"
+#include "cli_gpu.h"
 #include "skill_flags.h"
 #include "cli_lora.h"
 #include "cli_grammar.h"
@@ -33,13 +34,14 @@ static double now_s(void) {
  * default; longrope models pick their factors by it), on dev when not NULL
  * (shared with a draft model) else on a private device; prints the error
  * and returns false on failure. */
-static bool open_model_on(const char *cmd, const char *path, int n_threads, const char *device, cmf_device *dev,
-                          uint32_t n_ctx, cmf_file **f, cmf_model **m) {
+static bool open_model_on(const char *cmd, const char *path, int n_threads, const char *device, uint32_t gpu_layers,
+                          cmf_device *dev, uint32_t n_ctx, cmf_file **f, cmf_model **m) {
     cmf_error err = {0};
     *f = NULL;
     *m = NULL;
     if (!cli_open_file(cmd, path, f)) return false;
-    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .device = dev, .n_ctx = n_ctx};
+    cmf_model_params mp = {.n_threads = n_threads, .backend = device, .device = dev, .n_ctx = n_ctx,
+                           .gpu_layers = gpu_layers};
     if (cmf_model_load(*f, &mp, m, &err) != CMF_OK) {
         cli_fail(cmd, &err);
         cmf_file_close(*f);
@@ -49,9 +51,9 @@ static bool open_model_on(const char *cmd, const char *path, int n_threads, cons
     return true;
 }
 
-static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t n_ctx,
-                       cmf_file **f, cmf_model **m) {
-    return open_model_on(cmd, path, n_threads, device, NULL, n_ctx, f, m);
+static bool open_model(const char *cmd, const char *path, int n_threads, const char *device, uint32_t gpu_layers,
+                       uint32_t n_ctx, cmf_file **f, cmf_model **m) {
+    return open_model_on(cmd, path, n_threads, device, gpu_layers, NULL, n_ctx, f, m);
 }
 
 static bool load_tokenizer(const char *cmd, const cmf_file *f, cmf_tokenizer **tok) {
@@ -116,11 +118,14 @@ static const char logits_help[] =
     "  .npy array of shape [n_tokens, vocab]. Works on files without a tokenizer.\n"
     "  -t N       threads (default: physical cores)\n"
     "  --device D cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+    CLI_GPU_LAYERS_HELP
     "  --kv-f32   keep the KV cache in float32 (default f16)\n"
     "%s";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits", *file = NULL, *toks = NULL, *outp = NULL, *device = NULL, *v;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     cli_lora lo = {0};
     long threads = 0;
     bool kv_f32 = false, missing = false;
@@ -132,6 +137,11 @@ int cmd_logits(int argc, char **argv) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (wf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
@@ -144,6 +154,7 @@ int cmd_logits(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
     if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     int32_t *ids;
@@ -151,7 +162,7 @@ int cmd_logits(int argc, char **argv) {
     if (!cli_parse_ids(cmd, "--tokens", toks, false, &ids, &n)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, device, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, gpu_layers, (uint32_t)n, &f, &m)) { free(ids); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     cmf_model_info info;
     cmf_model_get_info(m, &info);
     int rc = CLI_EXIT_FAIL;
@@ -246,11 +257,14 @@ static const char ppl_help[] =
     "             logits scratch to N x vocab floats)\n"
     "  -t N       threads (default: physical cores)\n"
     "  --device D cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+    CLI_GPU_LAYERS_HELP
     "  --kv-f32   keep the KV cache in float32 (default f16)\n"
     "%s";
 
 int cmd_ppl(int argc, char **argv) {
     const char *cmd = "ppl", *file = NULL, *text = NULL, *device = NULL, *v;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     long threads = 0, ctx = 512, nb = 64;
     bool kv_f32 = false, missing = false;
     cli_skill so;
@@ -261,6 +275,11 @@ int cmd_ppl(int argc, char **argv) {
         int wf = cli_weights_flag(cmd, argc, argv, &i, &so, &lo);
         if (wf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (wf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            continue;
+        }
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
@@ -277,6 +296,7 @@ int cmd_ppl(int argc, char **argv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
     if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_error err = {0};
     char *buf = NULL;
@@ -284,7 +304,7 @@ int cmd_ppl(int argc, char **argv) {
     if (cmf_read_file(text, &buf, &blen, &err) != CMF_OK) { cli_lora_free(&lo); return cli_fail(cmd, &err); }
     cmf_file *f;
     cmf_model *m;
-    if (!open_model(cmd, file, (int)threads, device, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
+    if (!open_model(cmd, file, (int)threads, device, gpu_layers, (uint32_t)ctx, &f, &m)) { free(buf); cli_lora_free(&lo); return CLI_EXIT_FAIL; }
     int rc = CLI_EXIT_FAIL;
     uint32_t ws = 0;
     cmf_tokenizer *tok = NULL;
@@ -357,6 +377,7 @@ static const char run_help[] =
     "  --greedy                argmax sampling\n"
     "  -t, --threads N         threads (default: physical cores)\n"
     "  --device D              cpu (default), vulkan or vulkan:N (`cmf devices` lists them)\n"
+    CLI_GPU_LAYERS_HELP
     "  -c, --ctx-size N        KV cache capacity in tokens (default min(4096, training context));\n"
     "                          a longer prompt is an error\n"
     "  --raw                   no chat template (default)\n"
@@ -437,6 +458,8 @@ static bool probs_cb(int32_t id, const float *probs, uint32_t n_vocab, void *use
 
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run", *file = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL, *device = NULL, *v;
+    long ngl = -1;
+    uint32_t gpu_layers = 0;
     long n_predict = 128, threads = 0, ctx = 0, top_k = 40, last_n = 64, n_probs = 0;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     unsigned long long seed = 0;
@@ -469,6 +492,11 @@ int cmd_run(int argc, char **argv) {
         int sf = cli_spec_flag(cmd, argc, argv, &i, &spo);
         if (sf < 0) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (sf > 0) continue;
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            continue;
+        }
 #define NUMFLAG(a, b, parse)                                                                      \
     if (cli_flag_value(argc, argv, &i, a, &v, &missing) || (b && cli_flag_value(argc, argv, &i, b, &v, &missing))) { \
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);                      \
@@ -552,6 +580,7 @@ int cmd_run(int argc, char **argv) {
         return CLI_EXIT_FAIL;
     }
 
+    if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { free(text); cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     double t0 = now_s();
     cmf_file *f;
     cmf_model *m;
@@ -562,7 +591,7 @@ int cmd_run(int argc, char **argv) {
         cmf_error derr = {0};
         if (cmf_device_open(spec, &dev, &derr) != CMF_OK) { free(text); cli_lora_free(&lo); return cli_fail(cmd, &derr); }
     }
-    if (!open_model_on(cmd, file, (int)threads, device, dev, (uint32_t)ctx, &f, &m)) {
+    if (!open_model_on(cmd, file, (int)threads, device, gpu_layers, dev, (uint32_t)ctx, &f, &m)) {
         free(text);
         cmf_device_free(dev);
         cli_lora_free(&lo);

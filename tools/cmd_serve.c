@@ -9,6 +9,7 @@
  * SIGINT/SIGTERM.
  */
 #include "cli.h"
+#include "cli_gpu.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -34,7 +35,8 @@ static const char serve_help[] =
     "                         min(4096, training context) x --parallel, at most 65536)\n"
     "  -b, --batch-size N     token budget of one engine step (default 512)\n"
     "  -t, --threads N        threads (default: physical cores)\n"
-    "  --device D             run on device D (\"cpu\", \"cpu:t=N\")\n"
+    "  --device D             run on device D (\"cpu\", \"cpu:t=N\", \"vulkan[:N]\")\n"
+    CLI_GPU_LAYERS_HELP
     "  -a, --alias NAME       the model's id in the API (default: FILE's base name)\n"
     "  --no-batch-invariant   the engine's fast mode: a sequence's numerics may depend\n"
     "                         on its batch-mates (default: exact mode, same seed = same\n"
@@ -126,6 +128,7 @@ int cmd_serve(int argc, char **argv) {
     char **keys = NULL;
     size_t n_keys = 0;
     bool missing = false;
+    long ngl = -1;
     int rc = CLI_EXIT_USAGE;
     char *lnames[CMF_MODEL_MAX_LORA * 4];
     const char *lpaths[CMF_MODEL_MAX_LORA * 4];
@@ -192,6 +195,11 @@ int cmd_serve(int argc, char **argv) {
             i += scaled ? 2 : 1;
             continue;
         }
+        bool gl_ok;
+        if (cli_gpu_layers_flag(cmd, argc, argv, &i, &ngl, &gl_ok)) {
+            if (!gl_ok) goto out;
+            continue;
+        }
         if (cli_flag_value(argc, argv, &i, "--host", &v, &missing)) o.host = v;
         else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) o.cors_origin = v;
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;
@@ -224,6 +232,7 @@ int cmd_serve(int argc, char **argv) {
         cli_usage_error(cmd, "--draft-min %d is above --draft-max %d", (int)o.draft_min, (int)o.draft_max);
         goto out;
     }
+    if (!cli_gpu_layers_apply(cmd, ngl, &o.device, &o.gpu_layers)) goto out;
     rc = CLI_EXIT_FAIL;
     if (cli_refuse_foreign(cmd, o.model_path) || (o.draft_path && cli_refuse_foreign(cmd, o.draft_path))) goto out;
     o.api_keys = (const char *const *)keys;

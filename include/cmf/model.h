@@ -48,6 +48,12 @@ typedef struct cmf_model_params {
                              (Phi-3.5, Phi-4-mini) read it: their RoPE tables use the
                              long factors when n_ctx > original_max_position_embeddings,
                              else the short ones, fixed for the model's life */
+    uint32_t gpu_layers;  /* on a GPU device (not the CPU): run only the first
+                             gpu_layers layers there and the rest, with the output
+                             norm and head, on a private CPU backend of n_threads, in
+                             the same forward (llama.cpp's -ngl; KV pools of each
+                             layer in its backend, one page table). 0 or >= n_layer
+                             = every layer and the head on the device (the default) */
 } cmf_model_params;
 
 /* Bind a model to an open file (the file must outlive the model). Reads the

@@ -119,6 +119,13 @@ typedef struct cmf_moe_args {
     float *scores, *xg, *g, *gate_buf, *up_buf;
 } cmf_moe_args;
 
+/* One token's router scores [n_expert] -> its routing weights, in place
+ * (src/backend/cpu/moe_route.c, shared with the Vulkan backend): softmax
+ * (or sigmoid) over the experts, the n_used largest kept (ties: lowest
+ * index, as torch.topk; n_used <= 64), renormalised over them when
+ * norm_topk, times scale; 0 elsewhere. */
+void cmf_moe_route(const cmf_moe_args *a, float *w);
+
 /* One row segment of the segmented low-rank update (backend op `lora`;
  * S-LoRA, Sheng et al. 2023; Punica's SGMV, Chen et al. 2023): rows
  * [row0, row0 + n_rows) of X and Y get scale · B[b_row0 .. +n_out)·(A·x).
@@ -227,12 +234,17 @@ typedef struct cmf_backend_ops {
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
     /* Optional (NULL: nothing to do, the CPU): called once when a model is
-     * loaded on the backend, with its file, layer count and the features
-     * it needs (CMF_BE_NEEDS_*). A device backend uploads the weights here
-     * and refuses what it cannot run. Errors: CMF_ERR_UNSUPPORTED (a dtype
-     * or feature not implemented, naming it), CMF_ERR_NOMEM (the weights do
-     * not fit: the message says how many layers would), CMF_ERR_IO. */
-    cmf_status (*prepare)(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t needs, cmf_error *err);
+     * loaded on the backend, with its file, layer count, the layers it will
+     * run ([0, n_dev); n_dev < n_layer: a hybrid placement, the later
+     * layers ("model.layers.<i>." for i >= n_dev) and the output head
+     * (lm_head.weight) run elsewhere and need not be uploaded) and the
+     * features it needs (CMF_BE_NEEDS_*). A device backend uploads the
+     * weights here and refuses what it cannot run. Errors:
+     * CMF_ERR_UNSUPPORTED (a dtype or feature not implemented, naming it),
+     * CMF_ERR_NOMEM (the weights do not fit: the message says how many
+     * layers would, as --gpu-layers K), CMF_ERR_IO. */
+    cmf_status (*prepare)(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, uint32_t needs,
+                          cmf_error *err);
 } cmf_backend_ops;
 #define CMF_BE_NEEDS_MOE 1u
 

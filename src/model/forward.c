@@ -14,6 +14,10 @@
  * its sequence's pages of the KV cache before attention, and a token
  * attends to positions 0..pos of its own sequence (causal), or the last
  * `sliding_window` of them on sliding layers.
+ *
+ * A hybrid placement (cmf_model_params.gpu_layers) runs the layers before
+ * m->n_dev on the device and the rest with the head on m->be_cpu: two
+ * stages of one call, each with its own scratch on its backend.
  */
 #include "model/model_internal.h"
 
@@ -29,6 +33,7 @@
 /* Scratch of one forward call, sized by the batch (never by the vocab ×
  * context): n = tokens in the batch. */
 typedef struct fwd_buf {
+    cmf_backend *be; /* the backend these buffers belong to (and that runs the stage) */
     float *x;      /* [n][n_embd] residual stream */
     float *xn;     /* [n][n_embd] normed input of a block */
     float *q;      /* [n][n_head·head_dim] */
@@ -70,14 +75,14 @@ static void buf_free(cmf_backend *be, fwd_buf *b) {
     free(b->segs);
 }
 
-static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_error *err) {
+static cmf_status buf_alloc(const cmf_model *m, cmf_backend *be, uint32_t n, fwd_buf *b, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
-    cmf_backend *be = m->be;
     size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
     size_t ff = hp->n_ff;
     if (hp->n_ff_expert > ff) ff = hp->n_ff_expert;
     if (hp->n_ff_shared > ff) ff = hp->n_ff_shared;
     memset(b, 0, sizeof *b);
+    b->be = be;
     b->cap = n;
     b->x = be->ops->alloc(be, n * (size_t)hp->n_embd);
     b->xn = be->ops->alloc(be, n * (size_t)hp->n_embd);
@@ -106,29 +111,35 @@ static cmf_status buf_alloc(const cmf_model *m, uint32_t n, fwd_buf *b, cmf_erro
     return CMF_OK;
 }
 
-void cmf_model_scratch_free(cmf_model *m) {
-    if (!m->scratch) return;
-    buf_free(m->be, m->scratch);
-    free(m->scratch);
-    m->scratch = NULL;
-    m->scratch_n = 0;
+static void scratch_free1(cmf_model *m, int stage) {
+    if (!m->scratch[stage]) return;
+    buf_free(m->scratch[stage]->be, m->scratch[stage]);
+    free(m->scratch[stage]);
+    m->scratch[stage] = NULL;
+    m->scratch_n[stage] = 0;
 }
 
-/* The model's scratch for n tokens, grown (reallocated) when smaller. */
-static cmf_status scratch_get(cmf_model *m, uint32_t n, fwd_buf **out, cmf_error *err) {
-    if (!m->scratch || m->scratch_n < n) {
-        cmf_model_scratch_free(m);
+void cmf_model_scratch_free(cmf_model *m) {
+    scratch_free1(m, 0);
+    scratch_free1(m, 1);
+}
+
+/* The model's scratch for n tokens on stage 0 (m->be) or 1 (m->be_cpu,
+ * hybrid), grown (reallocated) when smaller. */
+static cmf_status scratch_get(cmf_model *m, int stage, uint32_t n, fwd_buf **out, cmf_error *err) {
+    if (!m->scratch[stage] || m->scratch_n[stage] < n) {
+        scratch_free1(m, stage);
         fwd_buf *b = malloc(sizeof *b);
         if (!b) return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
-        cmf_status st = buf_alloc(m, n, b, err);
+        cmf_status st = buf_alloc(m, stage ? m->be_cpu : m->be, n, b, err);
         if (st) {
             free(b);
             return st;
         }
-        m->scratch = b;
-        m->scratch_n = n;
+        m->scratch[stage] = b;
+        m->scratch_n[stage] = n;
     }
-    *out = m->scratch;
+    *out = m->scratch[stage];
     return CMF_OK;
 }
 
@@ -160,9 +171,9 @@ static cmf_status lora_add(cmf_model *m, fwd_buf *b, uint32_t il, cmf_proj p, co
             b->cap_segs = ns;
         }
     }
-    if (!m->be->ops->lora)
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend '%s' cannot apply LoRA adapters", m->be->ops->name);
-    return m->be->ops->lora(m->be, b->segs, ns, X, in, Y, ldy, n_out, err);
+    if (!b->be->ops->lora)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend '%s' cannot apply LoRA adapters", b->be->ops->name);
+    return b->be->ops->lora(b->be, b->segs, ns, X, in, Y, ldy, n_out, err);
 }
 
 /* ---- attention block ---------------------------------------------------
@@ -175,7 +186,7 @@ static cmf_status lora_add(cmf_model *m, fwd_buf *b, uint32_t il, cmf_proj p, co
 static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, const cmf_layer *L,
                                   const cmf_batch *bt, fwd_buf *b, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
-    cmf_backend *be = m->be;
+    cmf_backend *be = b->be;
     uint32_t n = bt->n_tokens, hd = hp->head_dim;
     uint32_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
     cmf_status st;
@@ -244,7 +255,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
 static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *wu, const cmf_tensor *wgu,
                           const cmf_tensor *wd, const float *x, uint32_t n, int32_t n_dec, float *out,
                           fwd_buf *b, uint32_t il, cmf_error *err) {
-    cmf_backend *be = m->be;
+    cmf_backend *be = b->be;
     uint32_t ff = (uint32_t)wd->shape[1], E = m->hp.n_embd;
     bool lora = b->ws && il != UINT32_MAX;
     cmf_status st;
@@ -260,7 +271,7 @@ static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *
 
 static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf *b, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
-    cmf_backend *be = m->be;
+    cmf_backend *be = b->be;
     uint32_t E = hp->n_embd;
     cmf_status st;
     cmf_moe_args a = {.n = n, .n_embd = E, .n_expert = hp->n_expert, .n_used = hp->n_expert_used,
@@ -349,7 +360,7 @@ typedef struct fwd_io {
 static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *bt, fwd_buf *b,
                                  const fwd_io *io, float *logits_out, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
-    cmf_backend *be = m->be;
+    cmf_backend *be = b->be;
     uint32_t n = bt->n_tokens, E = hp->n_embd;
     size_t nE = (size_t)n * E;
     cmf_status st;
@@ -400,8 +411,9 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     if (io->hidden_out || io->n_taps || io->l1 < hp->n_layer) { /* a stage's outputs */
         if ((st = be->ops->submit(be, err))) return st;
         if (io->hidden_out) be->ops->read(be, io->hidden_out + (size_t)io->off * E, b->x, nE);
-        for (uint32_t k = 0; k < io->n_taps; k++)
-            be->ops->read(be, io->taps + ((size_t)k * io->n_total + io->off) * E, b->taps + (size_t)k * nE, nE);
+        for (uint32_t k = 0; k < io->n_taps; k++) /* taps of this stage's layers */
+            if (io->tap_layers[k] >= io->l0 && io->tap_layers[k] < io->l1)
+                be->ops->read(be, io->taps + ((size_t)k * io->n_total + io->off) * E, b->taps + (size_t)k * nE, nE);
         if (io->l1 < hp->n_layer) return CMF_OK;
         be->ops->begin(be);
     }
@@ -507,9 +519,20 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
      * bounded for long prompts, and since every micro-batch stores its K/V
      * before the next one runs, the result equals one big batch. */
     uint32_t n = batch->n_tokens, ub = n < CMF_UBATCH ? n : CMF_UBATCH;
-    fwd_buf *b = NULL;
+    /* Hybrid placement (m->be_cpu): the range's layers before m->n_dev run
+     * on the device (stage 0), the rest and the head on the CPU (stage 1),
+     * one after the other in the same call: the residual stream crosses
+     * through host memory (mid), like two pipeline stages. */
+    uint32_t split = m->be_cpu ? m->n_dev : L;
+    bool on0 = io.l0 < split, on1 = io.l1 > split;
+    fwd_buf *b0 = NULL, *b1 = NULL, *b;
     int8_t *none = NULL;
-    st = scratch_get(m, ub, &b, err);
+    float *mid = NULL;
+    if (on0) st = scratch_get(m, 0, ub, &b0, err);
+    if (!st && on1) st = scratch_get(m, 1, ub, &b1, err);
+    if (!st && on0 && on1 && !(mid = malloc((size_t)n * m->hp.n_embd * sizeof *mid)))
+        st = cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
+    b = on0 ? b0 : b1;
     if (!st && !batch->logits && (n > ub || batch->weight_set) && !(none = calloc(ub, 1)))
         st = cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
     /* Runs of tokens whose weight sets share a base layer table, cut
@@ -539,13 +562,25 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
         }
         io.off = off;
         io.layers = cmf_model_wset_layers(m, base);
-        st = forward_layers(m, kv, &sub, b, &io, logits_out, err);
+        if (on0 && on1) { /* device layers, then the CPU's */
+            b1->ws = b->ws;
+            b1->n_dec = b->n_dec;
+            fwd_io i0 = io, i1 = io;
+            i0.l1 = i1.l0 = split;
+            i0.hidden_out = mid;
+            i1.hidden_in = mid;
+            st = forward_layers(m, kv, &sub, b0, &i0, NULL, err);
+            if (!st) st = forward_layers(m, kv, &sub, b1, &i1, logits_out, err);
+        } else {
+            st = forward_layers(m, kv, &sub, b, &io, logits_out, err);
+        }
         if (!st && logits_out) /* rows written by this micro-batch */
             for (uint32_t i = 0; i < cn; i++)
                 if (want ? want[i] != 0 : i == cn - 1) logits_out += m->hp.n_vocab;
         off += cn;
     }
     free(none);
+    free(mid);
     free(mk);
     free(tm);
     if (st) /* leave the cache as it was */

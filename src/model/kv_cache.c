@@ -75,9 +75,11 @@ cmf_status cmf_kv_create(const cmf_model *m, const cmf_kv_params *p, cmf_kv_cach
         goto nomem;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         /* the backend's memory (a device's for a GPU); not zeroed: every
-         * slot is written before it is read */
-        kv->k[l] = m->be->ops->pool_alloc(m->be, (size_t)pool_bytes);
-        kv->v[l] = m->be->ops->pool_alloc(m->be, (size_t)pool_bytes);
+         * slot is written before it is read; the layer's own backend in a
+         * hybrid placement: one page table over both backends' pools */
+        cmf_backend *be = cmf_model_layer_be(m, l);
+        kv->k[l] = be->ops->pool_alloc(be, (size_t)pool_bytes);
+        kv->v[l] = be->ops->pool_alloc(be, (size_t)pool_bytes);
         if (!kv->k[l] || !kv->v[l]) goto nomem;
     }
     for (uint32_t s = 0; s < kv->n_seq; s++)
@@ -102,11 +104,11 @@ nomem:
 
 void cmf_kv_free(cmf_kv_cache *kv) {
     if (!kv) return;
-    cmf_backend *be = kv->model->be;
-    for (uint32_t l = 0; kv->k && l < kv->model->hp.n_layer; l++)
-        if (kv->k[l]) be->ops->pool_free(be, kv->k[l]);
-    for (uint32_t l = 0; kv->v && l < kv->model->hp.n_layer; l++)
-        if (kv->v[l]) be->ops->pool_free(be, kv->v[l]);
+    for (uint32_t l = 0; l < kv->model->hp.n_layer; l++) {
+        cmf_backend *be = cmf_model_layer_be(kv->model, l);
+        if (kv->k && kv->k[l]) be->ops->pool_free(be, kv->k[l]);
+        if (kv->v && kv->v[l]) be->ops->pool_free(be, kv->v[l]);
+    }
     for (uint32_t s = 0; kv->seq_pages && s < kv->n_seq; s++) free(kv->seq_pages[s]);
     free(kv->k);
     free(kv->v);
@@ -191,8 +193,8 @@ static uint32_t page_take(cmf_kv_cache *kv) {
 /* Bytes [src, src + bytes) of every layer's K and V pool to dst: the one
  * place that moves K/V (a backend op: the pools are backend memory). */
 static void pools_copy(cmf_kv_cache *kv, size_t dst, size_t src, size_t bytes) {
-    cmf_backend *be = kv->model->be;
     for (uint32_t l = 0; l < kv->model->hp.n_layer; l++) {
+        cmf_backend *be = cmf_model_layer_be(kv->model, l);
         be->ops->pool_copy(be, kv->k[l], dst, src, bytes);
         be->ops->pool_copy(be, kv->v[l], dst, src, bytes);
     }

@@ -138,6 +138,12 @@ struct cmf_model {
     cmf_rope_table rope_global, rope_local;
     cmf_backend *be;
     bool own_be;                 /* false: the backend is a shared device's */
+    /* hybrid placement (cmf_model_params.gpu_layers, llama.cpp's -ngl):
+     * layers [0, n_dev) run on be, layers [n_dev, n_layer) and the output
+     * norm and head on be_cpu, a private CPU backend; n_dev = n_layer and
+     * be_cpu NULL otherwise. Each layer's KV pools live in its backend. */
+    uint32_t n_dev;
+    cmf_backend *be_cpu;
     struct cmf_device *own_dev;  /* a private device opened from params->backend, or NULL */
     /* decoded small vectors, freed with the model */
     float **vecs;
@@ -146,9 +152,15 @@ struct cmf_model {
     /* forward scratch kept between calls (one forward at a time per model),
      * for up to scratch_n tokens (<= CMF_UBATCH): fresh buffers on every
      * call cost a page fault per 4 KiB page of each prefill (forward.c) */
-    struct fwd_buf *scratch;
-    uint32_t scratch_n;
+    struct fwd_buf *scratch[2];  /* [0] on be, [1] on be_cpu (hybrid) */
+    uint32_t scratch_n[2];
 };
+
+/* The backend that runs layer il (and holds its KV pools); il = n_layer:
+ * the output norm and head's. */
+static inline cmf_backend *cmf_model_layer_be(const cmf_model *m, uint32_t il) {
+    return m->be_cpu && il >= m->n_dev ? m->be_cpu : m->be;
+}
 
 /* The layer table of weight set ws (the backbone for 0 or an unknown id). */
 const cmf_layer *cmf_model_wset_layers(const cmf_model *m, uint32_t ws);

@@ -486,8 +486,14 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
         if ((st = cmf_backend_cpu_new(params ? params->n_threads : 0, &m->be, err))) goto fail;
         m->own_be = true;
     }
+    m->n_dev = m->hp.n_layer;
+    if (params && params->gpu_layers && params->gpu_layers < m->hp.n_layer && m->be->ops->prepare) {
+        /* hybrid: the later layers and the head on a CPU backend of our own */
+        if ((st = cmf_backend_cpu_new(params->n_threads, &m->be_cpu, err))) goto fail;
+        m->n_dev = params->gpu_layers;
+    }
     if (m->be->ops->prepare && /* a device backend: upload the weights now */
-        (st = m->be->ops->prepare(m->be, f, m->hp.n_layer, m->hp.n_expert ? CMF_BE_NEEDS_MOE : 0, err)))
+        (st = m->be->ops->prepare(m->be, f, m->hp.n_layer, m->n_dev, m->hp.n_expert ? CMF_BE_NEEDS_MOE : 0, err)))
         goto fail;
     *out = m;
     return CMF_OK;
@@ -500,6 +506,7 @@ void cmf_model_free(cmf_model *m) {
     if (!m) return;
     if (m->be) cmf_model_scratch_free(m);
     if (m->be && m->own_be) m->be->ops->free(m->be);
+    if (m->be_cpu) m->be_cpu->ops->free(m->be_cpu);
     cmf_device_free(m->own_dev);
     if (m->layers)
         for (uint32_t il = 0; il < m->hp.n_layer; il++) free((void *)m->layers[il].e_gate);

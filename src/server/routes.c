@@ -111,7 +111,7 @@ cmf_status srv_load(srv *s, cmf_error *err) {
         cmf_error_prefix(err, "--device %s", device);
         return st;
     }
-    cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev};
+    cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev, .gpu_layers = o->gpu_layers};
     if ((st = cmf_model_load(s->file, &mp, &s->model, err)) != CMF_OK) return st;
     cmf_model_get_info(s->model, &s->info);
     /* skills: resolve every one now (weight sets are made off the stepping thread only here) */

@@ -47,6 +47,7 @@ typedef struct cmf_server_opts {
     const char *cors_origin;    /* NULL = no CORS headers */
     int n_threads;              /* 0 = physical cores */
     const char *device;         /* cmf_device_open spec (NULL = a CPU device of n_threads) */
+    uint32_t gpu_layers;        /* cmf_model_params.gpu_layers (-ngl; 0 = all on the device) */
     uint32_t parallel;          /* sequences decoding at once (engine n_seq_max) */
     uint32_t n_ctx;             /* KV tokens of all sequences (0 = engine default) */
     uint32_t n_batch;           /* engine token budget per step (0 = default) */

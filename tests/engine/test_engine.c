@@ -11,7 +11,9 @@
  * Model: models/demo/demo-base.cmf (shipped with the repository, q8).
  * CMF_TEST_QUICK=1 (sanitizer builds) runs fewer sequences;
  * CMF_TEST_DEVICE=vulkan runs it on that device (cmf_model_params.backend;
- * 24 sequences on demo-draft.cmf: lavapipe is slow; skips without one);
+ * 24 sequences on demo-draft.cmf: lavapipe is slow; skips without one),
+ * CMF_TEST_GPU_LAYERS=N with it only the first N layers (the rest and the
+ * head on the CPU: test_engine_hybrid);
  * CMF_TEST_TSAN=1 (the ThreadSanitizer build, where every load is
  * instrumented) runs the threads part alone on the small demo-draft.cmf.
  */
@@ -440,7 +442,8 @@ int main(void) {
     cmf_tokenizer *tok = NULL;
     cmf_status st = cmf_file_open(path, &f, &err);
     if (st != CMF_OK) TEST_SKIP("%s: %s", path, err.msg);
-    cmf_model_params mp = {.n_threads = 2, .backend = device};
+    const char *ngl = getenv("CMF_TEST_GPU_LAYERS"); /* a hybrid placement (cmf_model_params.gpu_layers) */
+    cmf_model_params mp = {.n_threads = 2, .backend = device, .gpu_layers = ngl ? (uint32_t)atoi(ngl) : 0};
     st = cmf_model_load(f, &mp, &m, &err);
     if (device && st == CMF_ERR_UNSUPPORTED) TEST_SKIP("device %s: %s", device, err.msg);
     REQUIRE(st == CMF_OK, "model: %s", err.msg);

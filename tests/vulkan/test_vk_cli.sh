@@ -41,5 +41,80 @@ else
     grep -qE "about [0-9]+ of 8 layers would fit" "$tmp/fit.err" || { echo "FAIL: no layer count: $(cat "$tmp/fit.err")"; fail=1; }
 fi
 
+# a hybrid placement (--gpu-layers / -ngl: the first N layers on the device,
+# the rest and the head on the CPU, in the same step): the CPU's greedy text
+# and logits within 1e-3 of the CPU's
+for ngl in 1 4; do
+    "$cmf" run "$demo" --greedy -n 24 -p "Once upon a time" -ngl $ngl -t 2 >"$tmp/hy$ngl.txt" 2>"$tmp/hy.err" \
+        || { echo "FAIL: -ngl $ngl run: $(cat "$tmp/hy.err")"; fail=1; }
+    cmp -s "$tmp/cpu.txt" "$tmp/hy$ngl.txt" || { echo "FAIL: -ngl $ngl text '$(cat "$tmp/hy$ngl.txt")' differs from the cpu's"; fail=1; }
+done
+"$cmf" run "$src/models/demo/demo-draft.cmf" --greedy -n 16 -p "Once upon a time" -t 2 >"$tmp/d_cpu.txt" 2>/dev/null
+"$cmf" run "$src/models/demo/demo-draft.cmf" --greedy -n 16 -p "Once upon a time" --gpu-layers 1 --device vulkan -t 2 \
+    >"$tmp/d_hy.txt" 2>"$tmp/hy.err" || { echo "FAIL: --gpu-layers 1 of 4: $(cat "$tmp/hy.err")"; fail=1; }
+cmp -s "$tmp/d_cpu.txt" "$tmp/d_hy.txt" || { echo "FAIL: demo-draft --gpu-layers 1 text differs from the cpu's"; fail=1; }
+toks=1,42,7,300,12,999,5,64,1000,3
+# (the CPU's reference level: float activations, as on the device)
+CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/l_cpu.npy" -t 2 >/dev/null 2>&1 || { echo "FAIL: cpu logits"; fail=1; }
+CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/l_hy.npy" -t 2 -ngl 2 >/dev/null 2>"$tmp/hy.err" || { echo "FAIL: -ngl 2 logits: $(cat "$tmp/hy.err")"; fail=1; }
+$py - "$tmp/l_cpu.npy" "$tmp/l_hy.npy" <<'PY' || { echo "FAIL: -ngl 2 logits differ from the cpu's"; fail=1; }
+import struct, sys
+def load(p):  # float32 .npy, little-endian, without numpy
+    b = open(p, "rb").read()
+    hl = struct.unpack("<H", b[8:10])[0]
+    assert b"<f4" in b[10:10 + hl]
+    body = b[10 + hl:]
+    return struct.unpack("<%df" % (len(body) // 4), body)
+a, b = load(sys.argv[1]), load(sys.argv[2])
+d = max(abs(x - y) for x, y in zip(a, b))
+print("-ngl 2 logits vs cpu: %d values, max|diff| %.3g" % (len(a), d), file=sys.stderr)
+sys.exit(0 if len(a) == len(b) and len(a) > 0 and d <= 1e-3 else 1)
+PY
+# --lora on the device (the lora op), alone and in a hybrid placement: the
+# CPU's logits within 1e-3 and its greedy text (random adapters of
+# bench/gen_lora_peft.py)
+python3 "$src/bench/gen_lora_peft.py" "$tmp/pa" --hidden 384 --layers 8 --heads 6 --kv-heads 2 --ffn 1024 --rank 8 \
+    --alpha 16 --std 0.05 --seed 1 >/dev/null && "$cmf" lora import "$tmp/pa" -o "$tmp/a.cmf" >/dev/null \
+    || { echo "FAIL: making the adapter"; fail=1; }
+CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/lo_cpu.npy" -t 2 --lora "$tmp/a.cmf" >/dev/null 2>&1 \
+    || { echo "FAIL: cpu --lora logits"; fail=1; }
+for place in "--device vulkan" "-ngl 3"; do # (the second: the lora op on both backends)
+    CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/lo_vk.npy" -t 2 --lora "$tmp/a.cmf" $place >/dev/null 2>"$tmp/lo.err" \
+        || { echo "FAIL: $place --lora logits: $(cat "$tmp/lo.err")"; fail=1; }
+    $py - "$tmp/lo_cpu.npy" "$tmp/lo_vk.npy" "$tmp/l_cpu.npy" "$place" <<'PY' || { echo "FAIL: $place --lora logits differ from the cpu's"; fail=1; }
+import struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    hl = struct.unpack("<H", b[8:10])[0]
+    body = b[10 + hl:]
+    return struct.unpack("<%df" % (len(body) // 4), body)
+a, b, base = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+d = max(abs(x - y) for x, y in zip(a, b))
+moved = max(abs(x - y) for x, y in zip(a, base))  # the adapter changes the logits
+print("%s --lora logits vs cpu: max|diff| %.3g (the adapter moves them by %.3g)" % (sys.argv[4], d, moved), file=sys.stderr)
+sys.exit(0 if len(a) == len(b) and len(a) > 0 and d <= 1e-3 and moved > 1e-2 else 1)
+PY
+done
+"$cmf" run "$demo" --greedy -n 8 -p "Once upon a time" -t 2 --lora "$tmp/a.cmf" >"$tmp/lo_cpu.txt" 2>/dev/null
+"$cmf" run "$demo" --greedy -n 8 -p "Once upon a time" --device vulkan --lora "$tmp/a.cmf" >"$tmp/lo_vk.txt" 2>"$tmp/lo.err" \
+    || { echo "FAIL: vulkan --lora run: $(cat "$tmp/lo.err")"; fail=1; }
+cmp -s "$tmp/lo_cpu.txt" "$tmp/lo_vk.txt" || { echo "FAIL: --lora text on vulkan '$(cat "$tmp/lo_vk.txt")' differs from the cpu's '$(cat "$tmp/lo_cpu.txt")'"; fail=1; }
+
+# -ngl needs a GPU device; -ngl 0 is the CPU
+"$cmf" run "$demo" -n 2 -p hi -ngl 2 --device cpu >/dev/null 2>"$tmp/bad.err"
+[ $? = 2 ] && grep -q "needs a GPU device" "$tmp/bad.err" || { echo "FAIL: -ngl with --device cpu: $(cat "$tmp/bad.err")"; fail=1; }
+"$cmf" run "$demo" -n 2 -p hi -ngl x >/dev/null 2>"$tmp/bad.err" && { echo "FAIL: -ngl x accepted"; fail=1; }
+"$cmf" run "$demo" --greedy -n 24 -p "Once upon a time" -ngl 0 -t 2 >"$tmp/hy0.txt" 2>/dev/null
+cmp -s "$tmp/cpu.txt" "$tmp/hy0.txt" || { echo "FAIL: -ngl 0 text differs from the cpu's"; fail=1; }
+# the layer count the fit message suggests runs on that smaller device
+k=$(grep -oE -- "--gpu-layers [0-9]+" "$tmp/fit.err" | grep -oE "[0-9]+$")
+if [ -n "$k" ] && [ "$k" -gt 0 ]; then
+    CMF_VK_HEAP_MIB=8 "$cmf" run "$demo" --greedy -n 24 -p "Once upon a time" -ngl "$k" -t 2 >"$tmp/fitk.txt" 2>"$tmp/hy.err" \
+        || { echo "FAIL: the suggested --gpu-layers $k does not run in 8 MiB: $(cat "$tmp/hy.err")"; fail=1; }
+    cmp -s "$tmp/cpu.txt" "$tmp/fitk.txt" || { echo "FAIL: --gpu-layers $k text differs from the cpu's"; fail=1; }
+else
+    echo "FAIL: the fit message suggests no --gpu-layers: $(cat "$tmp/fit.err")"; fail=1
+fi
+
 [ $fail = 0 ] && echo "PASS" && rm -rf "$tmp"
 exit $fail

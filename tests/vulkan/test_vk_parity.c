@@ -5,10 +5,13 @@
  *   f32: logits within 1e-3 absolute of logits.npy at every position, and
  *        the greedy continuation (greedy.json, one token per step through
  *        the KV cache) identical;
- *   q8, q4tp: logits within 1e-3 of the CPU backend's reference level on
- *        the same file (both: float activations, dequantized weights);
- *   MoE checkpoints (not implemented on Vulkan yet) must be refused at
- *        load with CMF_ERR_UNSUPPORTED and a message naming the reason.
+ *   f16, bf16, q8 (q8_row), q8_2f, q4 (q4_block), q4t (q4_tiled), q4tp:
+ *        logits within 1e-3 of the CPU backend's reference level on the
+ *        same file (both: float activations, dequantized weights);
+ *        and the same with --gpu-layers 1 (layer 0 on the device, the
+ *        rest and the head on the CPU: cmf_model_params.gpu_layers);
+ *   MoE checkpoints (qwen3-moe) included: the `moe` op on the device.
+ * CMF_TEST_QUICK: f32 only.
  * Skips (77) without shared data or without a Vulkan device.
  */
 #include "model/model_util.h"
@@ -34,12 +37,6 @@ static void check(const char *data, const char *arch, const char *quant, const i
     if (st) return;
     cmf_model *m = NULL;
     st = cmf_model_load(f, &(cmf_model_params){.device = vk}, &m, &err);
-    if (st == CMF_ERR_UNSUPPORTED && strstr(err.msg, "mixture-of-experts")) {
-        fprintf(stderr, "%-16s %-4s refused at load as expected: %s\n", arch, quant, err.msg);
-        cmf_file_close(f);
-        unlink(out);
-        return;
-    }
     CHECK(st == CMF_OK, "%s %s: load: %s", arch, quant, err.msg);
     if (!st) {
         cmf_model_info info;
@@ -60,6 +57,24 @@ static void check(const char *data, const char *arch, const char *quant, const i
             while (!st && same < n_greedy && g[same] == greedy_ref[same]) same++;
             CHECK(!st && same == n_greedy, "%s: greedy differs at step %zu", arch, same);
             free(g);
+            /* hybrid: layer 0 on the device, the rest and the head on the CPU */
+            cmf_model *mh = NULL;
+            st = cmf_model_load(f, &(cmf_model_params){.device = vk, .gpu_layers = 1, .n_threads = 2}, &mh, &err);
+            CHECK(st == CMF_OK, "%s: hybrid load: %s", arch, err.msg);
+            if (!st) st = mu_logits(mh, ids, n, CMF_KV_F32, lg, &err);
+            CHECK(st == CMF_OK, "%s: hybrid forward: %s", arch, err.msg);
+            if (!st) {
+                d = mu_maxdiff(lg, ref->data, nl);
+                fprintf(stderr, "%-16s f32  --gpu-layers 1 of %u vs transformers max|diff| %.3g\n", arch, info.n_layer,
+                        d);
+                CHECK(d <= 1e-3, "%s hybrid: max diff %g > 1e-3", arch, d);
+                g = malloc(n_greedy * sizeof *g);
+                st = mu_greedy(mh, ids, n, n_greedy, g, &err);
+                for (same = 0; !st && same < n_greedy && g[same] == greedy_ref[same];) same++;
+                CHECK(!st && same == n_greedy, "%s: hybrid greedy differs at step %zu", arch, same);
+                free(g);
+            }
+            cmf_model_free(mh);
         } else if (!st) { /* the CPU reference level on the same file */
             cmf_device *cpu = NULL;
             cmf_model *mc = NULL;
@@ -108,10 +123,11 @@ int main(void) {
         npy_f32 ref;
         REQUIRE(mu_parity_refs(dir, e->d_name, &ids, &n, &greedy, &ng, &ref) == 0, "%s: references", e->d_name);
         check(data, e->d_name, "f32", ids, n, &ref, greedy, ng);
-        if (!quick) {
-            check(data, e->d_name, "q8", ids, n, &ref, greedy, ng);
-            check(data, e->d_name, "q4tp", ids, n, &ref, greedy, ng);
-        }
+        /* every matrix dtype of the backend (f32 above): f16, bf16, q8_row,
+         * q8_2f, q4_block, q4_tiled, q4tp */
+        static const char *const quants[] = {"f16", "bf16", "q8", "q8_2f", "q4", "q4t", "q4tp"};
+        for (size_t q = 0; !quick && q < sizeof quants / sizeof quants[0]; q++)
+            check(data, e->d_name, quants[q], ids, n, &ref, greedy, ng);
         npy_free(&ref);
         free(ids);
         free(greedy);

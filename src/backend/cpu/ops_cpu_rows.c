@@ -51,48 +51,13 @@ void cmf_cpu_op_gate_add(cmf_backend *b, float *y, const float *x, const float *
     }
 }
 
-/* Scores -> top-k routing weights in place: softmax (or sigmoid) over the
- * experts, keep the k largest (ties: lowest index, as torch.topk),
- * renormalise over them when asked, times routed_scaling; zeros elsewhere. */
-static void route(const cmf_moe_args *a, float *w) {
-    uint32_t ne = a->n_expert, k = a->n_used;
-    if (a->sigmoid) {
-        for (uint32_t e = 0; e < ne; e++) w[e] = 1.0f / (1.0f + expf(-w[e]));
-    } else {
-        float mx = w[0], s = 0.0f;
-        for (uint32_t e = 1; e < ne; e++) mx = w[e] > mx ? w[e] : mx;
-        for (uint32_t e = 0; e < ne; e++) s += (w[e] = expf(w[e] - mx));
-        for (uint32_t e = 0; e < ne; e++) w[e] /= s;
-    }
-    float sum = 0.0f;
-    float keep[64];
-    uint32_t idx[64];
-    uint32_t kk = k < 64 ? k : 64;
-    for (uint32_t j = 0; j < kk; j++) {
-        int best = -1;
-        for (uint32_t e = 0; e < ne; e++) {
-            bool used = false;
-            for (uint32_t i = 0; i < j; i++) used |= idx[i] == e;
-            if (!used && (best < 0 || w[e] > w[best])) best = (int)e;
-        }
-        idx[j] = (uint32_t)best;
-        keep[j] = w[best];
-        sum += w[best];
-    }
-    for (uint32_t e = 0; e < ne; e++) w[e] = 0.0f;
-    for (uint32_t j = 0; j < kk; j++) {
-        float g = a->norm_topk ? keep[j] / sum : keep[j];
-        w[idx[j]] = g * a->scale;
-    }
-}
-
 cmf_status cmf_cpu_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err) {
     uint32_t n = a->n, E = a->n_embd, ne = a->n_expert;
     cmf_status st;
     if (a->n_used == 0 || a->n_used > ne || a->n_used > 64)
         return cmf_error_set(err, CMF_ERR_ARG, "moe: %u experts used of %u (at most 64)", a->n_used, ne);
     if ((st = b->ops->matmul(b, a->router, 0, ne, a->x, n, a->n_dec, a->scores, ne, err))) return st;
-    for (uint32_t t = 0; t < n; t++) route(a, a->scores + (size_t)t * ne);
+    for (uint32_t t = 0; t < n; t++) cmf_moe_route(a, a->scores + (size_t)t * ne);
     int32_t *tok = malloc((size_t)n * sizeof *tok);
     if (!tok) return cmf_error_set(err, CMF_ERR_NOMEM, "moe: out of memory for %u tokens", n);
     /* per expert: gather its tokens, run it as one batch, scatter-add */

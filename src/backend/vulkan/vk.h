@@ -1,9 +1,10 @@
 /*
  * vk.h — internals of the Vulkan backend (src/backend/vulkan/), shared by
- * its two files: vk_device.c (instance and device selection, device memory
+ * its files: vk_device.c (instance and device selection, device memory
  * and its suballocator, the fake address space of the model's opaque
  * pointers, pipelines and the on-disk pipeline cache, command recording,
- * staging, weight upload) and vk_ops.c (the cmf_backend_ops table).
+ * staging, weight upload) and vk_ops.c (the cmf_backend_ops table), with
+ * the MoE block and the LoRA update in vk_ops_moe.c and vk_ops_lora.c.
  *
  * Memory model (docs/VULKAN.md):
  *   - Device memory comes in blocks (VkBuffer + VkDeviceMemory, device-local,
@@ -37,7 +38,7 @@
 /* The shaders (shaders/<name>.comp), embedded as SPIR-V. */
 typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
-    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_COUNT
+    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -192,6 +193,12 @@ void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_
 /* Copy between backend buffers / host inside the recording. */
 void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t bytes);
 void cmf_vk_write_rec(vk_ctx *vk, void *dst, const void *src, uint64_t bytes);
+/* Device -> host in the middle of an op that continues recording (the
+ * MoE routing reads the router's scores): runs what the open command
+ * buffer holds so far, reads, and opens it again for the rest of the step
+ * (or of the immediate op). Errors: the step's recorded error, those of
+ * cmf_vk_read. */
+cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err);
 /* Device -> host, synchronously (flushes the recording first). */
 cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err);
 /* Device copy of a weight payload (uploaded now if absent). Errors:
@@ -201,8 +208,15 @@ cmf_status cmf_vk_weight(vk_ctx *vk, const cmf_tensor *t, VkDeviceAddress *out, 
 VkDeviceAddress cmf_vk_vec(vk_ctx *vk, const float *host, size_t count);
 /* Whether the backend runs this dtype (and its name list for errors). */
 bool cmf_vk_dtype_ok(cmf_dtype dt);
-/* Upload every tensor of a file with a progress bar; error when the
- * weights do not fit, with the number of layers that would. */
-cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, cmf_error *err);
+/* Upload the tensors of a file that layers [0, n_dev) of n_layer need
+ * (every tensor when n_dev >= n_layer; else neither the later layers nor
+ * lm_head.weight) with a progress bar; error when they do not fit, with
+ * the number of layers that would (the --gpu-layers to use). */
+cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, cmf_error *err);
+
+/* vk_ops_moe.c, vk_ops_lora.c: the ops `moe` and `lora` (backend.h). */
+cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);
+cmf_status cmf_vk_op_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
+                          float *Y, size_t ldy, uint32_t n_out, cmf_error *err);
 
 #endif /* CMF_BACKEND_VK_H */

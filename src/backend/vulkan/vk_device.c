@@ -24,10 +24,10 @@
 
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
-    cmf_vk_spv_matmul_tiled[];
+    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
-    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size;
+    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size;
 
 #define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
 #define ALIGN 256ull
@@ -169,6 +169,8 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_ELTWISE] = {cmf_vk_spv_eltwise, &cmf_vk_spv_eltwise_size},
     [VK_SH_PROBE] = {cmf_vk_spv_probe, &cmf_vk_spv_probe_size},
     [VK_SH_MATMUL_TILED] = {cmf_vk_spv_matmul_tiled, &cmf_vk_spv_matmul_tiled_size},
+    [VK_SH_MOE_COMBINE] = {cmf_vk_spv_moe_combine, &cmf_vk_spv_moe_combine_size},
+    [VK_SH_LORA] = {cmf_vk_spv_lora, &cmf_vk_spv_lora_size},
 };
 
 /* ---- pipeline cache on disk --------------------------------------------- */
@@ -418,7 +420,8 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         vkDeviceWaitIdle(vk->dev);
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
-                                                           "attention", "eltwise", "probe", "matmul_tiled"};
+                                                           "attention", "eltwise", "probe", "matmul_tiled",
+                                                           "moe_combine", "lora"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -769,7 +772,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED ? 2 : 1;
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -883,6 +886,21 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
         done += n;
     }
     return CMF_OK;
+}
+
+cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err) {
+    if (vk->err_st) return cmf_error_set(err, vk->err_st, "%s", vk->err_msg);
+    cmf_status fst = flush_pending(vk); /* a submitted step is not this op's */
+    if (fst) return cmf_error_set(err, fst, "%s", vk->err_msg);
+    bool imm = vk->immediate, rec = vk->recording;
+    if (rec) {
+        cmf_status st = cmd_run(vk);
+        if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
+    }
+    cmf_status st = cmf_vk_read(vk, dst, src, bytes, err);
+    if (rec && !cmd_open(vk) && !st) st = cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    vk->immediate = imm;
+    return st;
 }
 
 /* Host bytes to (block, off), synchronously through the staging buffer
@@ -1074,30 +1092,56 @@ VkDeviceAddress cmf_vk_vec(vk_ctx *vk, const float *host, size_t count) {
     return vk->blocks[b].addr + off;
 }
 
-cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, cmf_error *err) {
+/* The layer index of a tensor named "...model.layers.<i>.…" (skills'
+ * copies included), or -1 for the others (embeddings, final norm, head). */
+static long tensor_layer(const char *name) {
+    const char *p = strstr(name, "model.layers.");
+    if (!p) return -1;
+    char *end;
+    long il = strtol(p + 13, &end, 10);
+    return end != p + 13 && *end == '.' ? il : -1;
+}
+
+/* Whether a hybrid placement of n_dev of n_layer layers uploads tensor t. */
+static bool placed_here(const cmf_tensor *t, uint32_t n_layer, uint32_t n_dev) {
+    long il = tensor_layer(t->name);
+    if (il >= 0) return il < (long)n_dev;
+    return n_dev >= n_layer || strcmp(t->name, "lm_head.weight") != 0; /* the head runs on the CPU */
+}
+
+cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, cmf_error *err) {
     size_t nt = cmf_file_tensor_count(f);
-    uint64_t total = 0, layers = 0;
+    uint64_t total = 0, layers = 0, head = 0, other = 0;
     for (size_t i = 0; i < nt; i++) {
         const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        if (!placed_here(t, n_layer, n_dev)) continue;
         if (!cmf_vk_dtype_ok(t->dtype))
             return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
                                  "%s: tensor '%s' is %s, not implemented on Vulkan (have f32, f16, bf16, q8_row, "
                                  "q8_2f, q4_block, q4_tiled, q4tp); run it with --device cpu",
                                  cmf_file_path(f), t->name, cmf_dtype_name(t->dtype));
-        total += device_bytes(t);
-        if (strncmp(t->name, "model.layers.", 13) == 0) layers += device_bytes(t);
+    }
+    for (size_t i = 0; i < nt; i++) { /* the sizes of every layer, for the message */
+        const cmf_tensor *t = cmf_file_tensor_at(f, i);
+        if (tensor_layer(t->name) >= 0) layers += device_bytes(t);
+        else if (strcmp(t->name, "lm_head.weight") == 0) head += device_bytes(t);
+        else other += device_bytes(t);
+        if (placed_here(t, n_layer, n_dev)) total += device_bytes(t);
     }
     uint64_t budget = vk->heap_bytes / 100 * 90; /* room for activations and KV */
     const char *lim = getenv("CMF_VK_HEAP_MIB"); /* a smaller device, for tests */
     if (lim && *lim && strtoull(lim, NULL, 10) > 0) budget = strtoull(lim, NULL, 10) << 20;
     if (total > budget) {
-        uint64_t per = n_layer ? layers / n_layer : 0, rest = total - layers;
-        uint64_t fit = per && budget > rest ? (budget - rest) / per : 0;
+        /* K layers fit when other + K·per (+ head when K = n_layer) <= budget */
+        uint64_t per = n_layer ? layers / n_layer : 0;
+        uint64_t fit = per && budget > other ? (budget - other) / per : 0;
+        if (fit >= n_layer) fit = other + layers + head <= budget ? n_layer : n_layer - 1;
         return cmf_error_set(err, CMF_ERR_NOMEM,
-                             "%s: the weights need %.1f MiB, %s has %.1f MiB for them: about %llu of %u "
-                             "layers would fit (--gpu-layers is not implemented yet; use --device cpu)",
+                             "%s: the weights need %.1f MiB on the device, %s has %.1f MiB for them: about %llu "
+                             "of %u layers would fit; run with --gpu-layers %llu (the rest on the CPU) or "
+                             "--device cpu",
                              cmf_file_path(f), total / 1048576.0, vk->name, budget / 1048576.0,
-                             (unsigned long long)(fit < n_layer ? fit : n_layer), n_layer);
+                             (unsigned long long)fit, n_layer, (unsigned long long)fit);
     }
     bool bar = isatty(2) && !getenv("CMF_NO_PROGRESS");
     uint64_t done = 0;
@@ -1105,6 +1149,7 @@ cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, cmf_e
     for (size_t i = 0; i < nt; i++) {
         const cmf_tensor *t = cmf_file_tensor_at(f, i);
         VkDeviceAddress a;
+        if (!placed_here(t, n_layer, n_dev)) continue;
         if (cmf_vk_weight(vk, t, &a, err)) return cmf_error_prefix(err, "%s", cmf_file_path(f));
         done += device_bytes(t);
         int pct = total ? (int)(done * 100 / total) : 100;

@@ -7,8 +7,9 @@
  * begin and submit nothing runs; submit is the step's one queue
  * submission. An op called outside a step runs at once.
  *
- * Not implemented (refused at load by prepare): MoE (the `moe` op),
- * dtypes other than those of cmf_vk_dtype_ok.
+ * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
+ * implemented (refused at load by prepare): dtypes other than those of
+ * cmf_vk_dtype_ok.
  */
 #include "backend/vulkan/vk.h"
 
@@ -422,12 +423,6 @@ static void vk_be_gate_add(cmf_backend *b, float *y, const float *x, const float
     cmf_vk_op_end(vk);
 }
 
-static cmf_status vk_be_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err) {
-    (void)b;
-    (void)a;
-    return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan: mixture-of-experts layers are not implemented yet");
-}
-
 /* ---- the step ---------------------------------------------------------------- */
 
 static void vk_be_begin(cmf_backend *b) { cmf_vk_begin(ctx_of(b)); }
@@ -449,12 +444,10 @@ static void vk_be_write(cmf_backend *b, float *dst, const float *src, size_t cou
     cmf_vk_op_end(vk);
 }
 
-static cmf_status vk_be_prepare(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t needs, cmf_error *err) {
-    if (needs & CMF_BE_NEEDS_MOE)
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED,
-                             "%s: mixture-of-experts layers are not implemented on Vulkan yet; use --device cpu",
-                             cmf_file_path(f));
-    return cmf_vk_prepare(ctx_of(b), f, n_layer, err);
+static cmf_status vk_be_prepare(cmf_backend *b, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, uint32_t needs,
+                                cmf_error *err) {
+    (void)needs; /* MoE runs (vk_ops_moe.c) */
+    return cmf_vk_prepare(ctx_of(b), f, n_layer, n_dev, err);
 }
 
 static void vk_be_free(cmf_backend *b) {
@@ -485,7 +478,8 @@ static const cmf_backend_ops vk_ops = {
     .fill = vk_be_fill,
     .gather_rows = vk_be_gather_rows,
     .gate_add = vk_be_gate_add,
-    .moe = vk_be_moe,
+    .moe = cmf_vk_op_moe,
+    .lora = cmf_vk_op_lora,
     .begin = vk_be_begin,
     .submit = vk_be_submit,
     .read = vk_be_read,
