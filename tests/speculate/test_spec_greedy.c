@@ -22,8 +22,9 @@
 /* REQUIRE for void functions */
 #define REQUIRE_VOID(cond, ...)                                                 \
     do {                                                                        \
-        CHECK(cond, __VA_ARGS__);                                               \
-        if (!(cond)) return;                                                    \
+        bool ok_ = (cond); /* evaluated once */                                 \
+        CHECK(ok_, __VA_ARGS__);                                                \
+        if (!ok_) return;                                                       \
     } while (0)
 
 typedef struct collect {
