@@ -175,6 +175,11 @@ int cli_spec_generate(const cli_spec *o, const cli_spec_run *r) {
     sp.draft_min = (uint32_t)o->draft_min;
     sp.p_min = (float)o->p_min;
     sp.adaptive = !o->fixed;
+    if (dm && ti.decode_bytes) { /* a drafted token costs about the draft's decode over the target's (bytes read) */
+        cmf_model_info di;
+        cmf_model_get_info(dm, &di);
+        sp.cost_draft = (float)((double)di.decode_bytes / (double)ti.decode_bytes);
+    }
     cmf_draft_seq_params dsp = {.sample = !greedy, .sampler = r->sampler};
     dsp.sampler.seed = cmf_sampler_seed(smp);
     if (cmf_draft_seq_new(d, &sp, &dsp, &ds, &err) != CMF_OK) {
@@ -190,7 +195,11 @@ int cli_spec_generate(const cli_spec *o, const cli_spec_run *r) {
                               .greedy = greedy, .draft = ds, .seed = cmf_sampler_seed(smp) + 1,
                               .prompt = r->ids, .n_prompt = (uint32_t)r->n_ids, .n_predict = (int32_t)r->n_predict,
                               .eos_ids = r->eos, .n_eos = (uint32_t)r->n_eos, .on_token = on_token, .user = &so,
-                              .cancel = cli_interrupt_poll, .measure_costs = !o->fixed,
+                              .cancel = cli_interrupt_poll,
+                              /* measured (wall-clock) costs steer the draft length; with sampling the
+                               * length decides the draws, so a seeded run keeps the fixed estimate
+                               * to reproduce */
+                              .measure_costs = !o->fixed && greedy,
                               .n_sample = nt > 0 && nt < ti.n_vocab ? (uint32_t)nt : 0};
     cmf_spec_gen_stats st;
     cmf_status s = cmf_spec_generate(&gp, &st, &err);
