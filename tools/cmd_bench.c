@@ -47,7 +47,7 @@ static void usage(FILE *o) {
             "  -n N      generated tokens (default 128; 0 skips the tg test)\n"
             "  -r N      repetitions after one warm-up run (default 5)\n"
             "  -t N      threads (default: physical cores)\n"
-            "  --device D  cpu (default), vulkan or vulkan:N (not with --parallel yet)\n"
+            "  --device D  cpu (default), vulkan or vulkan:N\n"
             "  --json    machine-readable output\n"
             "  --parallel N,N,...  instead: N sequences decoding together through the\n"
             "            engine (continuous batching), each with a -p token prompt\n"
@@ -233,7 +233,6 @@ int cmd_bench(int argc, char **argv) {
     if (cycle && (!n_par || lo.n == 0)) return cli_usage_error(cmd, "--lora-cycle needs --parallel and --lora");
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) return CLI_EXIT_USAGE;
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
-    if (device && n_par) return cli_usage_error(cmd, "--device with --parallel is not supported yet");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
