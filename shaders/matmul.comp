@@ -10,9 +10,11 @@
 // QUAD (spec constant 3) = 1 when in % 4 == 0 (q4_block: % 8) and X is
 // 16-byte aligned: f32/f16/bf16/q8_row/q8_2f rows are then read 4 weights
 // per load (one uvec4/uvec2/uint), q4_block/q4_tiled/q4tp 8 per 32-bit word
-// of nibbles with one scale, X as vec4. QUAD = 2 (WIDE: q4_block/q4tp with
-// in % 32 == 0, q8_row with in % 16 == 0): one 16-byte weight load a lane a
-// pass (a 32-element group with its scale, or 16 int8). The portable path: no cooperative matrix,
+// of nibbles with one scale, X as vec4. QUAD = 2 (WIDE): q8_row (in % 16
+// == 0) reads 16 int8 a lane a pass (one 16-byte load); the 4-bit dtypes
+// take 4 words a lane a pass, all loads issued first (measured on the H200:
+// a whole 32-element group a lane, one 16-byte load, was slower than one
+// word a lane — its X reads are 128 bytes apart across lanes). The portable path: no cooperative matrix,
 // no integer dot product.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -77,17 +79,6 @@ float q4_word(uint r, uint k8, out uint w) {
     return F32(p.w + ladder).v[r * 32 + ((v >> (bit % 8)) & 31u)];
 }
 
-// Scale of 32-element group g of row r (q4_block, q4tp) for WIDE.
-float q4_gscale(uint r, uint g) {
-    if (DT == 4) return unpackHalf2x16(uint(U16(p.w).v[(p.nelem + 31) / 32 * 8 + (r * p.cols) / 32 + g])).x;
-    uint gpr = p.cols / 32, cb = (gpr * 5 + 7) / 8, ls = p.rows * gpr * 16;
-    uint codes = ls + p.rows * 4 + r * cb, ladder = (ls + p.rows * 4 + p.rows * cb + 3) & ~3u;
-    uint bit = 5 * g;
-    U8 B = U8(p.w);
-    uint v = uint(B.v[codes + bit / 8]);
-    if (bit / 8 + 1 < cb) v |= uint(B.v[codes + bit / 8 + 1]) << 8;
-    return F32(p.w + ladder).v[r * 32 + ((v >> (bit % 8)) & 31u)];
-}
 vec4 byt(uint w) { return vec4(bitfieldExtract(int(w), 0, 8), bitfieldExtract(int(w), 8, 8), bitfieldExtract(int(w), 16, 8), bitfieldExtract(int(w), 24, 8)); }
 
 void main() {
@@ -100,31 +91,27 @@ void main() {
         uint r = p.row0 + j;
         float acc[NT];
         for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-        if (QUAD == 2 && (DT == 4 || DT == 15)) {
-            // WIDE 4-bit: a lane takes a whole 32-element group a pass (one
-            // 16-byte load of nibbles, one scale), so a subgroup has 512 bytes
-            // of weights in flight per pass instead of 128.
+        if (QUAD == 2 && (DT == 4 || DT == 11 || DT == 15)) {
+            // 4-bit, 4 words a lane a pass: the four words' loads and scale
+            // look-ups are issued before any is used, so each lane has four
+            // independent load chains in flight (the single-word loop below
+            // waits on each one's latency in turn). Lanes still read
+            // consecutive words (coalesced weights and X).
             V4 X = V4(p.x);
-            uint gpr = p.cols / 32, c4 = p.cols / 4;
-            // two groups a pass, both loads issued before either is used
-            for (uint g = lane; g < gpr; g += 2 * ssz) {
-                uint g2 = g + ssz;
-                bool two = g2 < gpr;
-                uvec4 qa = DT == 4 ? U4(p.w).v[(r * p.cols) / 32 + g] : U4(p.w).v[r * gpr + g];
-                uvec4 qb = two ? (DT == 4 ? U4(p.w).v[(r * p.cols) / 32 + g2] : U4(p.w).v[r * gpr + g2]) : uvec4(0x88888888u);
-                float sa = q4_gscale(r, g), sb = two ? q4_gscale(r, g2) : 0.0;
-                for (uint h = 0; h < 2; h++) {
-                    uvec4 q = h == 0 ? qa : qb;
-                    float sc = h == 0 ? sa : sb;
-                    uint gg = h == 0 ? g : (two ? g2 : g);
-                    vec4 w0 = nib(q.x, 0) * sc, w1 = nib(q.x, 16) * sc, w2 = nib(q.y, 0) * sc, w3 = nib(q.y, 16) * sc;
-                    vec4 w4_ = nib(q.z, 0) * sc, w5 = nib(q.z, 16) * sc, w6 = nib(q.w, 0) * sc, w7 = nib(q.w, 16) * sc;
+            uint c8 = p.cols / 8, c4 = p.cols / 4;
+            for (uint k8 = lane; k8 < c8; k8 += 4 * ssz) {
+                uint wv[4];
+                float sc[4];
+                for (uint u = 0; u < 4; u++) {
+                    uint kk = k8 + u * ssz;
+                    if (kk < c8) sc[u] = q4_word(r, kk, wv[u]);
+                    else { sc[u] = 0.0; wv[u] = 0x88888888u; }
+                }
+                for (uint u = 0; u < 4; u++) {
+                    uint kk = min(k8 + u * ssz, c8 - 1); // past the end: scale 0, nibbles 8 (= 0)
+                    vec4 lo = nib(wv[u], 0) * sc[u], hi = nib(wv[u], 16) * sc[u];
                     for (uint t = 0; t < NT; t++)
-                        if (t < nt) {
-                            uint b = (t0 + t) * c4 + 8 * gg;
-                            acc[t] += dot(w0, X.v[b]) + dot(w1, X.v[b + 1]) + dot(w2, X.v[b + 2]) + dot(w3, X.v[b + 3]) +
-                                      dot(w4_, X.v[b + 4]) + dot(w5, X.v[b + 5]) + dot(w6, X.v[b + 6]) + dot(w7, X.v[b + 7]);
-                        }
+                        if (t < nt) acc[t] += dot(lo, X.v[(t0 + t) * c4 + 2 * kk]) + dot(hi, X.v[(t0 + t) * c4 + 2 * kk + 1]);
                 }
             }
         } else if (QUAD == 2 && DT == 3) {
