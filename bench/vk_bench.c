@@ -7,8 +7,13 @@
  *     ends): us per dispatch from the slope between N = 10 and N = 2000,
  *     and the fixed cost of a step of one dispatch (N = 1);
  *   read bandwidth: shaders/probe.comp streaming a buffer of --mib MiB with
- *     uvec4 loads, best of 5 (GB/s) — the decode roofline.
- * Usage: build/bench/vk_bench [--device N] [--mib M] (default 0, 4096).
+ *     uvec4 loads, best of 5 (GB/s) — the decode roofline;
+ *   with --matvec: the decode mat-vec (matmul, one token) at Llama-2-7B
+ *     shapes (4096x4096, 11008x4096, 4096x11008) for q4tp, q4_block and
+ *     q8_row, 50 dependent products in one step, us each and GB/s of weight
+ *     bytes as a fraction of the probe, with matmul.comp's 16-byte load path
+ *     (WIDE) on and off in the same process.
+ * Usage: build/bench/vk_bench [--device N] [--mib M] [--matvec] (default 0, 4096).
  * Prints one line per figure and a JSON line at the end.
  */
 #include "backend/vulkan/vk.h"
@@ -44,14 +49,78 @@ static double chain(cmf_backend *b, float *y, float *x, int n, int reps) {
     return best;
 }
 
+static uint64_t lcg = 1;
+static float *rnd(uint64_t n) {
+    float *v = malloc(n * sizeof(float));
+    if (!v) { fprintf(stderr, "vk_bench: out of memory\n"); exit(1); }
+    for (uint64_t i = 0; i < n; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((lcg >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    return v;
+}
+
+/* us per mat-vec of W (rows x cols, dtype dt): 50 dependent products in one
+ * step (each reads the same X and writes Y; the backend's barrier between),
+ * best of 3 after a first run that uploads W, minus the one-dispatch step
+ * cost t1; WIDE on, then off. */
+static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double t1, double bw) {
+    vk_ctx *vk = b->ctx;
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode((cmf_dtype)dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        fprintf(stderr, "vk_bench: encode: %s\n", err.msg);
+        exit(1);
+    }
+    free(w);
+    cmf_tensor t = {.name = "w", .dtype = (cmf_dtype)dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    float *x = b->ops->alloc(b, cols), *y = b->ops->alloc(b, rows);
+    double us[2];
+    for (int wide = 1; wide >= 0; wide--) {
+        vk->wide = wide;
+        double best = 1e30;
+        for (int r = 0; r < 4; r++) {
+            double t0 = now_s();
+            b->ops->begin(b);
+            for (int i = 0; i < 50; i++)
+                if (b->ops->matmul(b, &t, 0, rows, x, 1, -1, y, rows, &err) != CMF_OK) {
+                    fprintf(stderr, "vk_bench: matmul: %s\n", err.msg);
+                    exit(1);
+                }
+            if (b->ops->submit(b, &err) != CMF_OK) {
+                fprintf(stderr, "vk_bench: %s\n", err.msg);
+                exit(1);
+            }
+            float one;
+            b->ops->read(b, &one, y, 1);
+            double dt_s = (now_s() - t0 - t1) / 50;
+            if (r > 0 && dt_s < best) best = dt_s;
+        }
+        us[wide] = best * 1e6;
+    }
+    vk->wide = true;
+    double g1 = (double)nb / us[1] / 1e3, g0 = (double)nb / us[0] / 1e3;
+    printf("matvec %-8s %5llux%-5llu %6.1f MiB: wide %7.1f us %6.0f GB/s (%4.1f%% of probe) | narrow %7.1f us %6.0f GB/s "
+           "(%4.1f%%)\n",
+           cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols, nb / 1048576.0, us[1], g1,
+           bw > 0 ? 100 * g1 / bw : 0, us[0], g0, bw > 0 ? 100 * g0 / bw : 0);
+    b->ops->release(b, x);
+    b->ops->release(b, y);
+    free(payload);
+}
+
 int main(int argc, char **argv) {
-    int dev = 0;
+    int dev = 0, mv = 0;
     long mib = 4096;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) dev = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = atol(argv[++i]);
+        else if (strcmp(argv[i], "--matvec") == 0) mv = 1;
         else {
-            fprintf(stderr, "usage: vk_bench [--device N] [--mib M]\n");
+            fprintf(stderr, "usage: vk_bench [--device N] [--mib M] [--matvec]\n");
             return 2;
         }
     }
@@ -99,6 +168,13 @@ int main(int argc, char **argv) {
         bw = (double)bytes / (best > 0 ? best : 1e-9) / 1e9;
         printf("read bandwidth: %.1f GB/s (%.0f MiB, best of 5, step overhead subtracted)\n", bw, bytes / 1048576.0);
         cmf_vk_free(vk, buf);
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mv) {
+        int dts[3] = {CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q8_ROW};
+        uint64_t sh[3][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
+        for (int d = 0; d < 3; d++)
+            for (int k = 0; k < 3; k++) matvec(b, dts[d], sh[k][0], sh[k][1], t1, bw);
     }
     printf("{\"device\": \"%s\", \"dispatch_us\": %.3f, \"step_us\": %.1f, \"read_gbps\": %.1f}\n", vk->name,
            per * 1e6, t1 * 1e6, bw);

@@ -10,7 +10,11 @@
 // QUAD (spec constant 3) = 1 when in % 4 == 0 (q4_block: % 8) and X is
 // 16-byte aligned: f32/f16/bf16/q8_row/q8_2f rows are then read 4 weights
 // per load (one uvec4/uvec2/uint), q4_block/q4_tiled/q4tp 8 per 32-bit word
-// of nibbles with one scale, X as vec4. The portable path: no cooperative matrix,
+// of nibbles with one scale, X as vec4. QUAD = 2 (WIDE): q8_row (in % 16
+// == 0) reads 16 int8 a lane a pass (one 16-byte load); the 4-bit dtypes
+// take 4 words a lane a pass, all loads issued first (measured on the H200:
+// a whole 32-element group a lane, one 16-byte load, was slower than one
+// word a lane — its X reads are 128 bytes apart across lanes). The portable path: no cooperative matrix,
 // no integer dot product.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -75,6 +79,8 @@ float q4_word(uint r, uint k8, out uint w) {
     return F32(p.w + ladder).v[r * 32 + ((v >> (bit % 8)) & 31u)];
 }
 
+vec4 byt(uint w) { return vec4(bitfieldExtract(int(w), 0, 8), bitfieldExtract(int(w), 8, 8), bitfieldExtract(int(w), 16, 8), bitfieldExtract(int(w), 24, 8)); }
+
 void main() {
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, ssz = gl_SubgroupSize;
     uint t0 = gl_WorkGroupID.z * NT;
@@ -85,7 +91,44 @@ void main() {
         uint r = p.row0 + j;
         float acc[NT];
         for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-        if (QUAD != 0 && (DT == 0 || DT == 1 || DT == 2 || DT == 3 || DT == 9)) {
+        if (QUAD == 2 && (DT == 4 || DT == 11 || DT == 15)) {
+            // 4-bit, 4 words a lane a pass: the four words' loads and scale
+            // look-ups are issued before any is used, so each lane has four
+            // independent load chains in flight (the single-word loop below
+            // waits on each one's latency in turn). Lanes still read
+            // consecutive words (coalesced weights and X).
+            V4 X = V4(p.x);
+            uint c8 = p.cols / 8, c4 = p.cols / 4;
+            for (uint k8 = lane; k8 < c8; k8 += 4 * ssz) {
+                uint wv[4];
+                float sc[4];
+                for (uint u = 0; u < 4; u++) {
+                    uint kk = k8 + u * ssz;
+                    if (kk < c8) sc[u] = q4_word(r, kk, wv[u]);
+                    else { sc[u] = 0.0; wv[u] = 0x88888888u; }
+                }
+                for (uint u = 0; u < 4; u++) {
+                    uint kk = min(k8 + u * ssz, c8 - 1); // past the end: scale 0, nibbles 8 (= 0)
+                    vec4 lo = nib(wv[u], 0) * sc[u], hi = nib(wv[u], 16) * sc[u];
+                    for (uint t = 0; t < NT; t++)
+                        if (t < nt) acc[t] += dot(lo, X.v[(t0 + t) * c4 + 2 * kk]) + dot(hi, X.v[(t0 + t) * c4 + 2 * kk + 1]);
+                }
+            }
+        } else if (QUAD == 2 && DT == 3) {
+            // WIDE q8_row: 16 weights (one 16-byte load) a lane a pass.
+            float rs = ld_h(U8(p.w), p.nelem + 2 * r);
+            V4 X = V4(p.x);
+            uint c16 = p.cols / 16, c4 = p.cols / 4;
+            for (uint k = lane; k < c16; k += ssz) {
+                uvec4 q = U4(p.w).v[r * c16 + k];
+                vec4 w0 = byt(q.x) * rs, w1 = byt(q.y) * rs, w2 = byt(q.z) * rs, w3 = byt(q.w) * rs;
+                for (uint t = 0; t < NT; t++)
+                    if (t < nt) {
+                        uint b = (t0 + t) * c4 + 4 * k;
+                        acc[t] += dot(w0, X.v[b]) + dot(w1, X.v[b + 1]) + dot(w2, X.v[b + 2]) + dot(w3, X.v[b + 3]);
+                    }
+            }
+        } else if (QUAD != 0 && (DT == 0 || DT == 1 || DT == 2 || DT == 3 || DT == 9)) {
             float rs = (DT == 3 || DT == 9) ? ld_h(U8(p.w), p.nelem + 2 * r) : 1.0;
             V4 X = V4(p.x);
             uint c4 = p.cols / 4;
@@ -114,6 +157,7 @@ void main() {
         }
         float mine = 0.0;
         for (uint t = 0; t < NT; t++) {
+            if (t >= nt) break; // nt is uniform: the reductions stay in uniform control flow
             float s = subgroupAdd(acc[t]);
             if (lane == t) mine = s;
         }

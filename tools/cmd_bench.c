@@ -48,7 +48,7 @@ static void usage(FILE *o) {
             "  -n N      generated tokens (default 128; 0 skips the tg test)\n"
             "  -r N      repetitions after one warm-up run (default 5)\n"
             "  -t N      threads (default: physical cores)\n"
-            "  --device D  cpu (default), vulkan or vulkan:N (not with --parallel yet)\n"
+            "  --device D  cpu (default), vulkan or vulkan:N\n"
             CLI_GPU_LAYERS_HELP
             "  --json    machine-readable output\n"
             "  --parallel N,N,...  instead: N sequences decoding together through the\n"
@@ -270,7 +270,6 @@ int cmd_bench(int argc, char **argv) {
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
     if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) return CLI_EXIT_USAGE;
     if (ngl == 0) device = NULL; /* -ngl 0: the CPU, reported as such */
-    if (device && n_par) return cli_usage_error(cmd, "--device with --parallel is not supported yet");
     if ((draft_path || lookup || text_path) && !n_par) return cli_usage_error(cmd, "--draft, --lookup and -f need --parallel");
     if (draft_path && lookup) return cli_usage_error(cmd, "--draft and --lookup: choose one drafter");
     if ((draft_max >= 0 || draft_min >= 0 || draft_p_min >= 0) && !draft_path && !lookup)
@@ -301,8 +300,9 @@ int cmd_bench(int argc, char **argv) {
     cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16),
                            .gpu_layers = gpu_layers};
     if (draft_path) { /* the target and the draft share one device (one thread pool) */
-        char ds[32];
-        if (threads > 0) snprintf(ds, sizeof ds, "cpu:t=%ld", threads);
+        char ds[64];
+        if (device && strcmp(device, "cpu") != 0) snprintf(ds, sizeof ds, "%s", device);
+        else if (threads > 0) snprintf(ds, sizeof ds, "cpu:t=%ld", threads);
         else snprintf(ds, sizeof ds, "cpu");
         if (cmf_device_open(ds, &dev, &err) != CMF_OK) goto fail;
         mp.device = dev;

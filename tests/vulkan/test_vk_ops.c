@@ -285,6 +285,9 @@ int main(void) {
         bool q32 = dts[i] == CMF_DT_Q4_TILED || dts[i] == CMF_DT_Q4TP;
         test_matmul(dts[i], q32 ? 96 : 70);
         test_matmul(dts[i], q32 ? 64 : 72);
+        /* the 16-byte-load path (WIDE): q4_block/q4tp at in % 32 == 0 (10 groups: more than a
+         * subgroup of 8 lanes, so some lanes take two), q8_row at in % 16 == 0 */
+        if (dts[i] == CMF_DT_Q8_ROW || dts[i] == CMF_DT_Q4_BLOCK || dts[i] == CMF_DT_Q4TP) test_matmul(dts[i], 320);
     }
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);

@@ -113,6 +113,7 @@ typedef struct vk_ctx {
     uint32_t n_pipes;
     uint32_t subgroup;
     bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */
+    bool wide;                   /* matmul.comp's 16-byte weight loads (CMF_VK_WIDE=0 turns them off, for A/B) */
 
     /* address space */
     uint8_t *va_base;

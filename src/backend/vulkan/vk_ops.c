@@ -103,7 +103,14 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
                 (W->dtype == CMF_DT_F32 || W->dtype == CMF_DT_F16 || W->dtype == CMF_DT_BF16 ||
                  W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F || W->dtype == CMF_DT_Q4_TILED ||
                  W->dtype == CMF_DT_Q4TP || (W->dtype == CMF_DT_Q4_BLOCK && cols % 8 == 0));
-    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (quad ? 1u << 16 : 0u), MM_NT, &p, sizeof p, gx,
+    /* WIDE (QUAD = 2): q8_row rows as 16-byte loads (row starts are 16-byte
+     * aligned at in % 16 == 0: blocks start 256-aligned); the 4-bit dtypes
+     * as four words a lane a pass (matmul.comp). */
+    bool wide = quad && vk->wide &&
+                (W->dtype == CMF_DT_Q4_BLOCK || W->dtype == CMF_DT_Q4TP || W->dtype == CMF_DT_Q4_TILED ||
+                 (W->dtype == CMF_DT_Q8_ROW && cols % 16 == 0));
+    uint32_t qm = wide ? 2u : quad ? 1u : 0u;
+    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (qm << 16), MM_NT, &p, sizeof p, gx,
                     gy, (n + MM_NT - 1) / MM_NT);
     return CMF_OK;
 }
@@ -178,7 +185,7 @@ static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, u
     grid(n, 1, &gx, &gy);
     rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), (uint32_t)ld, n, dim, gx,
                   add_one, eps};
-    if (p.y && p.x && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 64, 0, 0, &p, sizeof p, gx, gy, 1);
+    if (p.y && p.x && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
     cmf_vk_op_end(vk);
 }
 
