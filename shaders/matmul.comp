@@ -11,10 +11,10 @@
 // 16-byte aligned: f32/f16/bf16/q8_row/q8_2f rows are then read 4 weights
 // per load (one uvec4/uvec2/uint), q4_block/q4_tiled/q4tp 8 per 32-bit word
 // of nibbles with one scale, X as vec4. QUAD = 2 (WIDE): q8_row (in % 16
-// == 0) reads 16 int8 a lane a pass (one 16-byte load); the 4-bit dtypes
-// take 4 words a lane a pass, all loads issued first (measured on the H200:
-// a whole 32-element group a lane, one 16-byte load, was slower than one
-// word a lane — its X reads are 128 bytes apart across lanes). The portable path: no cooperative matrix,
+// == 0) reads 16 int8 a lane a pass (one 16-byte load). Measured on the
+// H200 and dropped for the 4-bit dtypes: a 32-element group a lane (one
+// 16-byte load) and four words a lane with hoisted loads were both no
+// faster than one word a lane (docs/VULKAN.md). The portable path: no cooperative matrix,
 // no integer dot product.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -91,30 +91,7 @@ void main() {
         uint r = p.row0 + j;
         float acc[NT];
         for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-        if (QUAD == 2 && (DT == 4 || DT == 11 || DT == 15)) {
-            // 4-bit, 4 words a lane a pass: the four words' loads and scale
-            // look-ups are issued before any is used, so each lane has four
-            // independent load chains in flight (the single-word loop below
-            // waits on each one's latency in turn). Lanes still read
-            // consecutive words (coalesced weights and X).
-            V4 X = V4(p.x);
-            uint c8 = p.cols / 8, c4 = p.cols / 4;
-            for (uint k8 = lane; k8 < c8; k8 += 4 * ssz) {
-                uint wv[4];
-                float sc[4];
-                for (uint u = 0; u < 4; u++) {
-                    uint kk = k8 + u * ssz;
-                    if (kk < c8) sc[u] = q4_word(r, kk, wv[u]);
-                    else { sc[u] = 0.0; wv[u] = 0x88888888u; }
-                }
-                for (uint u = 0; u < 4; u++) {
-                    uint kk = min(k8 + u * ssz, c8 - 1); // past the end: scale 0, nibbles 8 (= 0)
-                    vec4 lo = nib(wv[u], 0) * sc[u], hi = nib(wv[u], 16) * sc[u];
-                    for (uint t = 0; t < NT; t++)
-                        if (t < nt) acc[t] += dot(lo, X.v[(t0 + t) * c4 + 2 * kk]) + dot(hi, X.v[(t0 + t) * c4 + 2 * kk + 1]);
-                }
-            }
-        } else if (QUAD == 2 && DT == 3) {
+        if (QUAD == 2 && DT == 3) {
             // WIDE q8_row: 16 weights (one 16-byte load) a lane a pass.
             float rs = ld_h(U8(p.w), p.nelem + 2 * r);
             V4 X = V4(p.x);

@@ -104,11 +104,8 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
                  W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F || W->dtype == CMF_DT_Q4_TILED ||
                  W->dtype == CMF_DT_Q4TP || (W->dtype == CMF_DT_Q4_BLOCK && cols % 8 == 0));
     /* WIDE (QUAD = 2): q8_row rows as 16-byte loads (row starts are 16-byte
-     * aligned at in % 16 == 0: blocks start 256-aligned); the 4-bit dtypes
-     * as four words a lane a pass (matmul.comp). */
-    bool wide = quad && vk->wide &&
-                (W->dtype == CMF_DT_Q4_BLOCK || W->dtype == CMF_DT_Q4TP || W->dtype == CMF_DT_Q4_TILED ||
-                 (W->dtype == CMF_DT_Q8_ROW && cols % 16 == 0));
+     * aligned at in % 16 == 0: blocks start 256-aligned). */
+    bool wide = quad && vk->wide && W->dtype == CMF_DT_Q8_ROW && cols % 16 == 0;
     uint32_t qm = wide ? 2u : quad ? 1u : 0u;
     cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (qm << 16), MM_NT, &p, sizeof p, gx,
                     gy, (n + MM_NT - 1) / MM_NT);
