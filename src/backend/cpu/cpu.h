@@ -196,7 +196,9 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * weights) tokens a blocked GEMM runs instead: float X for f32/f16/bf16, X
  * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights;
  * at level amx that GEMM's integer products run on AMX tiles, same X, same
- * results bit for bit as avx512gfni.
+ * results bit for bit as avx512gfni; f16/bf16 weights there (with AMX-BF16)
+ * run TDPBF16PS tiles on X rounded to bf16 (not bit-identical: within
+ * 2^-7 of sum |x w|, gemm_amxbf16_avx512.c).
  * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
  * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
  * CMF_ERR_NOMEM. Kernels of the pool's level (cmf_cpu_pool_level). The pool

@@ -23,7 +23,7 @@
  * Blocking: a task's 32-row panels, per K chunk of GEMM_KC inputs the
  * panel is decoded into k-pair-major bf16 (pan[p][r] = W[r][2p..2p+1] as
  * one dword, a 16x16 dword transpose of 16 rows x 32 inputs: the B layout
- * of TDPBF16PS), 32 KiB in L1, and every pair of 16-token tiles runs over
+ * of TDPBF16PS), 64 KiB on the stack, and every pair of 16-token tiles runs over
  * it: tmm0-3 C (2 token tiles x 2 row halves, 16 x 16 fp32), tmm4-5 A
  * (16 tokens x 32 bf16), tmm6-7 B (16 k-pairs x 16 rows); 4 TDPBF16PS per
  * 2 A and 2 B loads. C goes through a 16 x 32 staging block into Y (masked
@@ -40,7 +40,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define KC 512 /* inputs per K chunk (multiple of 32): a 32 KiB bf16 panel */
+#define KC 1024 /* inputs per K chunk (multiple of 32): a 64 KiB bf16 panel (L2; of 256..2048 best here) */
 #define MR 32  /* weight rows per panel */
 #define TT 16  /* tokens per tile */
 

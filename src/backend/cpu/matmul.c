@@ -22,7 +22,9 @@
  * mm_gemm_quant_avx512 (one tile per task). At the amx level the same GEMM
  * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
  * bit-identical to avx512gfni; rows below the GEMM threshold keep the
- * decode kernels of avx512gfni.
+ * decode kernels of avx512gfni. f16/bf16 weights at the amx level on CPUs
+ * with AMX-BF16: the TDPBF16PS GEMM of gemm_amxbf16_avx512.c instead, X
+ * rounded to bf16 once per call (one token row per task).
  */
 #include "backend/cpu/matmul_int.h"
 
