@@ -18,6 +18,8 @@
  *                      level amx: the AMX paths against the AVX-512 ones).
  *   usage: matmul_bench [-t THREADS] [--mb MIB] [-n PREFILL_TOKENS]
  *                       [--dec N] [--dtypes q8_row,q4tp,...] [--vs LEVEL]
+ *                       [--amx-f16] (f16 weights on the AMX-BF16 GEMM too,
+ *                       cmf_cpu_pool_set_amx_f16)
  */
 #include "membw.h"
 
@@ -104,6 +106,7 @@ int main(int argc, char **argv) {
     long mb = 512;
     const char *dtypes = "f32,f16,bf16,q8_row,q8_2f,q4_block,q4_tiled,q4tp";
     const char *vs = NULL;
+    int amx_f16 = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mb") == 0 && i + 1 < argc) mb = atol(argv[++i]);
@@ -111,8 +114,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dec") == 0 && i + 1 < argc) n_dec = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) dtypes = argv[++i];
         else if (strcmp(argv[i], "--vs") == 0 && i + 1 < argc) vs = argv[++i];
+        else if (strcmp(argv[i], "--amx-f16") == 0) amx_f16 = 1;
         else {
-            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b] [--vs LEVEL]\n");
+            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b] [--vs LEVEL] [--amx-f16]\n");
             return 2;
         }
     }
@@ -127,6 +131,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "matmul_bench: %s\n", e.msg);
         return 1;
     }
+    cmf_cpu_pool_set_amx_f16(pool, amx_f16);
     cmf_cpu_level lv = cmf_cpu_pool_level(pool), lv_vs = lv;
     if (vs) {
         lv_vs = cmf_cpu_level_choose(cmf_cpu_detect_features(), vs);

@@ -12,6 +12,8 @@
  * bits as a 1-thread one, that Y past nrows is untouched, and that the
  * decode-class rows of cmf_cpu_matmul_parts_split (n_dec) are bit for bit
  * those of level avx512gfni (batch invariance of decode rows unchanged).
+ * f16 weights take this path only with cmf_cpu_pool_set_amx_f16 (on here);
+ * with it off (the default) they keep the fp32 GEMM's bits.
  *
  * Skips (exit 77, with the reason) without the amx level or AMX-BF16.
  */
@@ -115,6 +117,36 @@ done:
     free(src), free(wf), free(X), free(Yv), free(Ya), free(Yt), free(payload);
 }
 
+/* f16 weights with the pool's AMX-BF16 f16 option off (the default): the
+ * fp32 GEMM, bit for bit level avx512gfni. */
+static void f16_default_off(cmf_cpu_pool *p) {
+    enum { R = 40, IN = 96, N = 20 };
+    uint64_t shape[2] = {R, IN};
+    float src[R * IN], X[N * IN], Ya[N * R], Yv[N * R];
+    for (int i = 0; i < R * IN; i++) src[i] = frand();
+    for (int i = 0; i < N * IN; i++) X[i] = frand();
+    void *payload = NULL;
+    cmf_tensor W;
+    memset(&W, 0, sizeof W);
+    cmf_error e;
+    if (cmf_tensor_encode(CMF_DT_F16, 2, shape, src, &payload, &W.nbytes, &e) != CMF_OK) {
+        CHECK(0, "encode: %s", e.msg);
+        return;
+    }
+    W.name = "w", W.dtype = CMF_DT_F16, W.ndim = 2, W.shape[0] = R, W.shape[1] = IN, W.nelem = R * IN;
+    W.data = payload;
+    cmf_cpu_pool_set_amx_f16(p, false);
+    CHECK(!cmf_cpu_pool_amx_f16(p), "option not cleared");
+    cmf_cpu_pool_set_level(p, CMF_CPU_AVX512GFNI);
+    cmf_status s1 = product(p, &W, 0, R, X, N, -1, Yv, R);
+    cmf_cpu_pool_set_level(p, CMF_CPU_AMX);
+    cmf_status s2 = product(p, &W, 0, R, X, N, -1, Ya, R);
+    CHECK(s1 == CMF_OK && s2 == CMF_OK && memcmp(Ya, Yv, sizeof Ya) == 0,
+          "f16 at amx with the option off: not the fp32 GEMM's bits");
+    cmf_cpu_pool_set_amx_f16(p, true);
+    free(payload);
+}
+
 int main(void) {
     cmf_cpu_pool *p1 = NULL, *p3 = NULL;
     cmf_error e;
@@ -130,6 +162,8 @@ int main(void) {
     }
     REQUIRE(cmf_cpu_pool_new(3, &p3, &e) == CMF_OK, "pool: %s", e.msg);
     cmf_cpu_pool_set_level(p3, CMF_CPU_AMX);
+    cmf_cpu_pool_set_amx_f16(p1, true); /* f16 weights are opt-in */
+    cmf_cpu_pool_set_amx_f16(p3, true);
     const cmf_dtype dts[2] = {CMF_DT_F16, CMF_DT_BF16};
     for (int d = 0; d < 2; d++) {
         run_case(p1, p3, dts[d], 300, 777, 40, 17, 201, -1);  /* in: K chunk + odd tail */
@@ -138,6 +172,7 @@ int main(void) {
         run_case(p1, p3, dts[d], 100, 96, 49, 3, 90, -1);     /* 4 tiles, last of 1 token */
         run_case(p1, p3, dts[d], 70, 130, 35, 0, 70, 4);      /* decode rows + prompt rows */
     }
+    f16_default_off(p1);
     printf("%d cases\n", cases_run);
     cmf_cpu_pool_free(p1);
     cmf_cpu_pool_free(p3);

@@ -151,6 +151,15 @@ cmf_cpu_level cmf_cpu_pool_level(const cmf_cpu_pool *p);
  * compare levels; read the result back with cmf_cpu_pool_level). Call it
  * from the driving thread, not while a job of the pool runs. p NULL: no-op. */
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv);
+/* CMF_CPU_F_* of the CPU, detected when the pool was created (p NULL:
+ * cmf_cpu_detect_features()). */
+unsigned cmf_cpu_pool_features(const cmf_cpu_pool *p);
+/* f16 weights on the AMX-BF16 prompt GEMM as well (default off: it rounds
+ * the f16 weights to bf16, 3 mantissa bits, besides X; bf16 weights use it
+ * whenever the level is amx and the CPU has AMX-BF16). Same threading rule
+ * as cmf_cpu_pool_set_level; p NULL: no-op / false. */
+void cmf_cpu_pool_set_amx_f16(cmf_cpu_pool *p, bool on);
+bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the

@@ -1,5 +1,6 @@
 /*
- * gemm_amxbf16_avx512.c — the prompt-class GEMM of f16 and bf16 weights at
+ * gemm_amxbf16_avx512.c — the prompt-class GEMM of bf16 (and, where the
+ * pool allows it, cmf_cpu_pool_set_amx_f16, f16) weights at
  * level amx on CPUs with AMX-BF16: TDPBF16PS tile products instead of the
  * fp32 FMA GEMM of gemm_avx512.c (Intel SDM vol. 1 ch. 18, vol. 2
  * TDPBF16PS: C[m][n] += sum_p A[m][2p] B[p][2n] + A[m][2p+1] B[p][2n+1],
