@@ -13,8 +13,13 @@
  *                      one call of N rows with the class chosen by N (the
  *                      GEMM from N >= 6..16), all in the same run: GB/s of
  *                      weights per pass and the speedup over N calls.
+ *   baseline level (--vs LEVEL, e.g. avx512gfni): the prefill also at that
+ *                      CPU level, same run and pool, and the ratio (at
+ *                      level amx: the AMX paths against the AVX-512 ones).
  *   usage: matmul_bench [-t THREADS] [--mb MIB] [-n PREFILL_TOKENS]
- *                       [--dec N] [--dtypes q8_row,q4tp,...]
+ *                       [--dec N] [--dtypes q8_row,q4tp,...] [--vs LEVEL]
+ *                       [--amx-f16] (f16 weights on the AMX-BF16 GEMM too,
+ *                       cmf_cpu_pool_set_amx_f16)
  */
 #include "membw.h"
 
@@ -77,18 +82,41 @@ static int clone(const mat *m, mat *c) {
     return 0;
 }
 
+/* Best of 3 prefill passes (both FFN matrices, n tokens) in seconds; < 0 on error. */
+static double prefill(cmf_cpu_pool *pool, mat base[2], const float *X, int n, float *Y) {
+    double bestp = 1e30;
+    cmf_error e;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = now();
+        for (int k = 0; k < 2; k++) {
+            const cmf_tensor *W = &base[k].t;
+            if (cmf_cpu_matmul(pool, W, 0, W->shape[0], X, n, Y, (int)W->shape[0], &e) != CMF_OK) {
+                fprintf(stderr, "matmul_bench: %s\n", e.msg);
+                return -1.0;
+            }
+        }
+        double dt_s = now() - t0;
+        if (dt_s < bestp) bestp = dt_s;
+    }
+    return bestp;
+}
+
 int main(int argc, char **argv) {
     int threads = 0, n_pp = 128, n_dec = 0;
     long mb = 512;
     const char *dtypes = "f32,f16,bf16,q8_row,q8_2f,q4_block,q4_tiled,q4tp";
+    const char *vs = NULL;
+    int amx_f16 = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mb") == 0 && i + 1 < argc) mb = atol(argv[++i]);
         else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_pp = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dec") == 0 && i + 1 < argc) n_dec = atoi(argv[++i]);
         else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) dtypes = argv[++i];
+        else if (strcmp(argv[i], "--vs") == 0 && i + 1 < argc) vs = argv[++i];
+        else if (strcmp(argv[i], "--amx-f16") == 0) amx_f16 = 1;
         else {
-            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b]\n");
+            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b] [--vs LEVEL] [--amx-f16]\n");
             return 2;
         }
     }
@@ -102,6 +130,16 @@ int main(int argc, char **argv) {
     if (cmf_cpu_pool_new(threads, &pool, &e) != CMF_OK) {
         fprintf(stderr, "matmul_bench: %s\n", e.msg);
         return 1;
+    }
+    cmf_cpu_pool_set_amx_f16(pool, amx_f16);
+    cmf_cpu_level lv = cmf_cpu_pool_level(pool), lv_vs = lv;
+    if (vs) {
+        lv_vs = cmf_cpu_level_choose(cmf_cpu_detect_features(), vs);
+        if (strcmp(cmf_cpu_level_name(lv_vs), vs) != 0) {
+            fprintf(stderr, "matmul_bench: --vs %s: level not available here (best %s)\n", vs,
+                    cmf_cpu_level_name(lv_vs));
+            return 2;
+        }
     }
     const char *how = "";
     double bw = cmf_membw_probe((size_t)1 << 30, threads, 5, &how);
@@ -167,22 +205,19 @@ int main(int argc, char **argv) {
                 double dt_s = now() - t0;
                 if (dt_s < td[how_]) td[how_] = dt_s;
             }
-        double bestp = 1e30;
-        for (int pass = 0; pass < 3; pass++) {
-            double t0 = now();
-            for (int k = 0; k < 2; k++) {
-                const cmf_tensor *W = &base[k].t;
-                if (cmf_cpu_matmul(pool, W, 0, W->shape[0], X, n_pp, Y, (int)W->shape[0], &e) != CMF_OK) {
-                    fprintf(stderr, "matmul_bench: %s\n", e.msg);
-                    return 1;
-                }
-            }
-            double dt_s = now() - t0;
-            if (dt_s < bestp) bestp = dt_s;
+        double bestp = prefill(pool, base, X, n_pp, Y), bestv = 0.0;
+        if (vs) {
+            cmf_cpu_pool_set_level(pool, lv_vs);
+            bestv = prefill(pool, base, X, n_pp, Y);
+            cmf_cpu_pool_set_level(pool, lv);
         }
+        if (bestp < 0 || bestv < 0) return 1;
         double gflops = 2.0 * 2 * 5632.0 * 2048.0 * n_pp / bestp / 1e9;
         printf("%-9s %12.3f %10.2f %8.0f%% %14.1f\n", tok, (double)per / (2 * 5632.0 * 2048.0),
                gbs / 1e9, 100.0 * gbs / bw, gflops);
+        if (vs)
+            printf("  prefill at %s: %.1f GFLOP/s; %s is %.2fx\n", vs,
+                   2.0 * 2 * 5632.0 * 2048.0 * n_pp / bestv / 1e9, cmf_cpu_level_name(lv), bestv / bestp);
         if (n_dec > 0)
             printf("  decode class of %d rows: %.2f GB/s, %.2fx %d one-row calls, %.2fx one call by size\n",
                    n_dec, (double)per * copies / td[0] / 1e9, td[1] / td[0], n_dec, td[2] / td[0]);

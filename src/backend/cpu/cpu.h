@@ -151,6 +151,15 @@ cmf_cpu_level cmf_cpu_pool_level(const cmf_cpu_pool *p);
  * compare levels; read the result back with cmf_cpu_pool_level). Call it
  * from the driving thread, not while a job of the pool runs. p NULL: no-op. */
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv);
+/* CMF_CPU_F_* of the CPU, detected when the pool was created (p NULL:
+ * cmf_cpu_detect_features()). */
+unsigned cmf_cpu_pool_features(const cmf_cpu_pool *p);
+/* f16 weights on the AMX-BF16 prompt GEMM as well (default off: it rounds
+ * the f16 weights to bf16, 3 mantissa bits, besides X; bf16 weights use it
+ * whenever the level is amx and the CPU has AMX-BF16). Same threading rule
+ * as cmf_cpu_pool_set_level; p NULL: no-op / false. */
+void cmf_cpu_pool_set_amx_f16(cmf_cpu_pool *p, bool on);
+bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the
@@ -196,7 +205,9 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes);
  * weights) tokens a blocked GEMM runs instead: float X for f32/f16/bf16, X
  * as int16 per 32-block for q8 weights, int8 per 32-block for q4 weights;
  * at level amx that GEMM's integer products run on AMX tiles, same X, same
- * results bit for bit as avx512gfni.
+ * results bit for bit as avx512gfni; f16/bf16 weights there (with AMX-BF16)
+ * run TDPBF16PS tiles on X rounded to bf16 (not bit-identical: within
+ * 2^-7 of sum |x w|, gemm_amxbf16_avx512.c).
  * Errors: CMF_ERR_ARG (rows out of range, n < 1, ldy < nrows, NULL),
  * CMF_ERR_UNSUPPORTED (dtype), CMF_ERR_FORMAT (payload size inconsistent),
  * CMF_ERR_NOMEM. Kernels of the pool's level (cmf_cpu_pool_level). The pool

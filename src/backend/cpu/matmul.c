@@ -22,7 +22,9 @@
  * mm_gemm_quant_avx512 (one tile per task). At the amx level the same GEMM
  * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
  * bit-identical to avx512gfni; rows below the GEMM threshold keep the
- * decode kernels of avx512gfni.
+ * decode kernels of avx512gfni. f16/bf16 weights at the amx level on CPUs
+ * with AMX-BF16: the TDPBF16PS GEMM of gemm_amxbf16_avx512.c instead, X
+ * rounded to bf16 once per call (one token row per task).
  */
 #include "backend/cpu/matmul_int.h"
 
@@ -300,6 +302,29 @@ static void quant16_task(void *vctx, int t, int n_tasks) {
     quant_ctx *c = vctx;
     mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t); /* q4 */
 }
+
+/* X rounded to bf16 for the AMX-BF16 GEMM, one token row per task */
+static void bf16_task(void *vctx, int t, int n_tasks) {
+    (void)n_tasks;
+    quant_ctx *c = vctx;
+    mm_amxbf16_act_fill(c->a, c->a->xbf, t);
+}
+
+/* bf16 weights (f16 too where the pool allows it, cmf_cpu_pool_set_amx_f16)
+ * at level amx on a CPU with AMX-BF16 (and the tile state granted): the
+ * TDPBF16PS GEMM of gemm_amxbf16_avx512.c. f16 is off by default: rounding
+ * its weights to bf16 moved test_block_drafter's f16 drafter logits to 11x
+ * that test's tolerance against PyTorch. Not in the developer AMX
+ * emulation build (its tiles are the int8 ones only). */
+static bool use_amx_bf16(const cmf_cpu_pool *p, cmf_dtype dt, cmf_cpu_level lv) {
+#if defined(CMF_AMX_EMULATE)
+    (void)p, (void)dt, (void)lv;
+    return false;
+#else
+    return lv == CMF_CPU_AMX && (dt == CMF_DT_BF16 || (dt == CMF_DT_F16 && cmf_cpu_pool_amx_f16(p))) &&
+           (cmf_cpu_pool_features(p) & CMF_CPU_F_AMXBF16);
+#endif
+}
 #endif
 
 /* ---- dispatch ----------------------------------------------------------- */
@@ -482,11 +507,16 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     int gemm_min = fam == FAM_Q8 ? MM_GEMM_MIN_N_Q8 : fam == FAM_Q4 ? MM_GEMM_MIN_N_Q4 : MM_GEMM_MIN_N;
     bool prompt = cls == MM_CLASS_PROMPT || (cls == MM_CLASS_AUTO && n >= gemm_min);
     if (cmf_cpu_level_is_avx512(lv) && fam != FAM_SLOW && prompt) fn = mm_gemm_avx512;
+    bool amxbf = fn == mm_gemm_avx512 && use_amx_bf16(p, W->dtype, lv);
+    if (amxbf) {
+        for (int i = 1; i < nparts; i++) amxbf = amxbf && parts[i].W->dtype == W->dtype;
+        if (amxbf) fn = mm_gemm_amx_bf16;
+    }
     /* decode class, several rows, q4: one-token numerics, weights read once
      * per call (mm_multi_avx512.c; q8's token tiles already are) */
     if (cmf_cpu_level_is_avx512(lv) && fam == FAM_Q4 && cls == MM_CLASS_DECODE && n >= 2)
         fn = mm_q4_decode_rows_avx512;
-    bool gemm = fn == mm_gemm_avx512;
+    bool gemm = fn == mm_gemm_avx512 || amxbf;
 #else
     (void)cls;
     bool gemm = false;
@@ -533,6 +563,17 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
+    }
+    if (amxbf) {
+        size_t bytes = mm_amxbf16_act_bytes(&act);
+        void *buf = act_buffer(p, bytes, &heap);
+        if (!buf)
+            return cmf_error_set(err, CMF_ERR_NOMEM,
+                                 "cmf_cpu_matmul: tensor '%s': bf16 activation buffer (%zu bytes)", nm,
+                                 bytes);
+        act.xbf = buf;
+        quant_ctx qc = {X, NULL, &act, 0};
+        cmf_cpu_pool_run(p, bf16_task, &qc, (n + 15) / 16 * 16);
     }
 #endif
 

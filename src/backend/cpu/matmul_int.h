@@ -90,6 +90,7 @@ typedef struct mm_act {
     int32_t *sxg; /* q4: -8 * sum of q per token and block; else NULL */
     int gamx;     /* set before mm_gemm_act_bind: packed for the AMX level
                    * (tiles of 16 tokens; q8: high/low bytes of the int16) */
+    uint16_t *xbf; /* AMX-BF16 GEMM (f16/bf16 weights): X as bf16 [n16][in32] */
 } mm_act;
 
 typedef struct mm_job {
@@ -195,6 +196,13 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re);
 size_t mm_gemm_act_bytes(const mm_act *a, bool q4);
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4);
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g);
+/* gemm_amxbf16_avx512.c: the prompt GEMM of f16/bf16 weights on AMX-BF16
+ * tiles (level amx, CPU feature CMF_CPU_F_AMXBF16); X rounded to bf16 into
+ * a->xbf first: act_bytes is the buffer's size (n rounded up to 16 rows,
+ * in to 32 inputs), act_fill writes its row t for t < the padded n. */
+void mm_gemm_amx_bf16(mm_job *j, uint64_t rb, uint64_t re);
+size_t mm_amxbf16_act_bytes(const mm_act *a);
+void mm_amxbf16_act_fill(const mm_act *a, uint16_t *xb, int t);
 #endif
 /* Fewest tokens for which the GEMM beats the token-tile kernels, per weight
  * family (bench: l2-resident [512..1024, 2048] matrices, Zen 5, 1 thread:

@@ -86,6 +86,7 @@ struct cmf_cpu_pool {
     float *exp2_f16;    /* [65536] exp2f(f16 value), or NULL */
     unsigned features;  /* CMF_CPU_F_* at creation */
     cmf_cpu_level level; /* kernel level of this pool's jobs */
+    bool amx_f16;        /* f16 weights on the AMX-BF16 GEMM too */
 };
 
 static inline void cpu_relax(void) {
@@ -254,6 +255,16 @@ int cmf_cpu_pool_threads(const cmf_cpu_pool *p) { return p ? p->n_threads : 1; }
 cmf_cpu_level cmf_cpu_pool_level(const cmf_cpu_pool *p) {
     return p ? p->level : cmf_cpu_level_detect();
 }
+
+unsigned cmf_cpu_pool_features(const cmf_cpu_pool *p) {
+    return p ? p->features : cmf_cpu_detect_features();
+}
+
+void cmf_cpu_pool_set_amx_f16(cmf_cpu_pool *p, bool on) {
+    if (p) p->amx_f16 = on;
+}
+
+bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p) { return p && p->amx_f16; }
 
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv) {
     if (p) p->level = cmf_cpu_level_cap(p->features, lv);
