@@ -270,6 +270,10 @@ async function limitTests() {
   check(p.status === 2 && /api-key/.test(p.stderr), "non-loopback bind without a key refused: " + p.status + " " + p.stderr);
   const d = spawnSync(cmf, ["serve", model, "--draft", "x.cmf", "--port", "0"], { encoding: "utf8", timeout: 20000 });
   check(d.status !== 0 && /x\.cmf/.test(d.stderr), "--draft of a missing file fails naming it: " + d.status + " " + d.stderr);
+  const bd = spawnSync(cmf, ["serve", model, "--drafter", "y.cmf", "--port", "0"], { encoding: "utf8", timeout: 20000 });
+  check(bd.status !== 0 && /y\.cmf/.test(bd.stderr), "--drafter of a missing file fails naming it: " + bd.status + " " + bd.stderr);
+  const bd2 = spawnSync(cmf, ["serve", model, "--drafter", "y.cmf", "--lookup", "3"], { encoding: "utf8", timeout: 20000 });
+  check(bd2.status === 2 && /choose one drafter/.test(bd2.stderr), "--drafter with --lookup is a usage error: " + bd2.stderr);
   const d2 = spawnSync(cmf, ["serve", model, "--draft-max", "4"], { encoding: "utf8", timeout: 20000 });
   check(d2.status === 2 && /need --draft/.test(d2.stderr), "--draft-max without a drafter is a usage error: " + d2.stderr);
   srv.proc.kill("SIGTERM");
