@@ -849,10 +849,16 @@ static bool spec_seq(cmf_engine *e, eseq *s) {
 
 /* The draft length s asks for this step (at most k_cap), with its draft
  * state made and its buffers sized; 0 = a plain decode this step. A
- * drafter that taps hidden states and was made after s's first cached
- * token (prefix-cache reuse, preemption, resume, fork) has no context for
- * them and proposes nothing: s then decodes plainly. */
+ * drafter that taps hidden states has its state made at s's first
+ * position (spec_observe); without one, s's cache holds tokens whose
+ * hidden states it never saw (prefix-cache reuse, a resumed or forked
+ * turn, a preempted sequence re-admitted onto cached pages), so s stops
+ * speculating for this turn and decodes plainly. */
 static uint32_t spec_want(cmf_engine *e, eseq *s, uint32_t k_cap) {
+    if (e->n_taps && !s->dseq) { /* its context's hidden states are gone: no drafts this turn */
+        spec_off(s);
+        return 0;
+    }
     if (!spec_seq(e, s)) return 0;
     uint32_t k = cmf_draft_seq_next_k(s->dseq);
     if (k > k_cap) k = k_cap;

@@ -9,7 +9,8 @@
  * draft model (demo-draft.cmf beside demo-base.cmf, on one shared device),
  * n-gram prompt lookup and the block drafter (demo-drafter.cmf, fed the
  * target's hidden states of every committed row, prompt chunks included;
- * not under TSan, whose target is demo-draft); a mixed batch (some sequences speculating,
+ * not under TSan, whose target is demo-draft; also over the prefix
+ * cache, where it cannot draft); a mixed batch (some sequences speculating,
  * some opted out, some sampling, one with a grammar, which never drafts);
  * cancellation from the callback and stop strings inside an accepted
  * draft; n_predict reached inside a draft; preemptions by a small KV
@@ -291,6 +292,24 @@ int main(void) {
               "%s: per-sequence stats (%llu of %llu) exceed the engine's (%llu of %llu)", d_name[k],
               (unsigned long long)sum_a, (unsigned long long)sum_d, (unsigned long long)st.n_accepted,
               (unsigned long long)st.n_drafted);
+    }
+    /* 1b. the block drafter over the prefix cache: every prompt twice; the
+     * second runs on cached pages whose hidden states its drafter never saw
+     * (it decodes plainly), the output equal all the same */
+    if (dr[D_BLOCK]) {
+        job *twice = calloc((size_t)(2 * n), sizeof *twice);
+        rec *g2 = calloc((size_t)(2 * n), sizeof *g2);
+        REQUIRE(twice && g2, "out of memory");
+        memcpy(twice, jobs, (size_t)n * sizeof *twice);
+        memcpy(twice + n, jobs, (size_t)n * sizeof *twice);
+        cmf_engine_params pc = wide;
+        pc.prefix_cache = true;
+        cmf_spec_stats st;
+        run_all(target, tok, dr[D_BLOCK], &pc, twice, 2 * n, g2, &st, NULL);
+        for (int i = 0; i < 2 * n; i++) compare("block drafter, prefix cache", i, &want[i % n], &g2[i]);
+        CHECK(st.n_accepted > 0, "block drafter, prefix cache: nothing accepted");
+        free(twice);
+        free(g2);
     }
     /* 2. alone (one sequence per engine) with the draft model */
     if (!tsan) {
