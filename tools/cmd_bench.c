@@ -57,9 +57,10 @@ static void usage(FILE *o) {
             "            decode tok/s, inter-token latency and the ratio to N = 1\n"
             "            (like llama-batched-bench); -r runs, the best kept (default 1);\n"
             "            --batch-invariant: the engine's exact mode\n"
-            "  -md, --draft FILE | --lookup N  with --parallel: each count runs without and\n"
-            "            with speculative decoding (a draft model on the same device, or\n"
-            "            n-gram prompt lookup); --draft-max K (default 16), --draft-min K,\n"
+            "  -md, --draft FILE | --drafter FILE | --lookup N  with --parallel: each count\n"
+            "            runs without and with speculative decoding (a draft model on the\n"
+            "            same device, a block drafter of this model, or n-gram prompt\n"
+            "            lookup); --draft-max K (default 16), --draft-min K,\n"
             "            --draft-p-min P; -f FILE: prompts cut from this text (default:\n"
             "            random ids, which drafters rarely guess)\n"
             "  --progress  a line on stderr after each run (on by itself when -p or -n\n"
@@ -175,7 +176,7 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
     bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
     int par[16], n_par = 0;
-    const char *draft_path = NULL, *text_path = NULL;
+    const char *draft_path = NULL, *block_path = NULL, *text_path = NULL;
     long lookup = 0, draft_max = -1, draft_min = -1;
     double draft_p_min = -1;
     cli_lora lo = {0};
@@ -227,6 +228,9 @@ int cmd_bench(int argc, char **argv) {
         } else if (cli_flag_value(argc, argv, &i, "-md", &v, &missing) || cli_flag_value(argc, argv, &i, "--draft", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "--draft needs a FILE");
             draft_path = v;
+        } else if (cli_flag_value(argc, argv, &i, "--drafter", &v, &missing)) {
+            if (missing) return cli_usage_error(cmd, "--drafter needs a FILE");
+            block_path = v;
         } else if (cli_flag_value(argc, argv, &i, "-f", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-f needs a FILE");
             text_path = v;
@@ -270,10 +274,12 @@ int cmd_bench(int argc, char **argv) {
     if (so.route) return cli_usage_error(cmd, "--route needs a prompt (bench runs random tokens): use --skill ID");
     if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) return CLI_EXIT_USAGE;
     if (ngl == 0) device = NULL; /* -ngl 0: the CPU, reported as such */
-    if ((draft_path || lookup || text_path) && !n_par) return cli_usage_error(cmd, "--draft, --lookup and -f need --parallel");
-    if (draft_path && lookup) return cli_usage_error(cmd, "--draft and --lookup: choose one drafter");
-    if ((draft_max >= 0 || draft_min >= 0 || draft_p_min >= 0) && !draft_path && !lookup)
-        return cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft or --lookup");
+    if ((draft_path || block_path || lookup || text_path) && !n_par)
+        return cli_usage_error(cmd, "--draft, --drafter, --lookup and -f need --parallel");
+    if ((draft_path != NULL) + (block_path != NULL) + (lookup != 0) > 1)
+        return cli_usage_error(cmd, "--draft, --drafter and --lookup: choose one drafter");
+    if ((draft_max >= 0 || draft_min >= 0 || draft_p_min >= 0) && !draft_path && !block_path && !lookup)
+        return cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft, --drafter or --lookup");
     if (n_par) {
         if (!p_set) n_prompt = 128;
         if (!r_set) reps = 1;
@@ -333,7 +339,7 @@ int cmd_bench(int argc, char **argv) {
         int nt = threads > 0 ? (int)threads : cmf_cpu_physical_cores();
         bench_spec bs = {.params = cmf_spec_default_params()};
         char name[300];
-        if (draft_path || lookup) {
+        if (draft_path || block_path || lookup) {
             if (draft_max >= 0) bs.params.draft_max = (uint32_t)draft_max;
             if (draft_min >= 0) bs.params.draft_min = (uint32_t)draft_min;
             if (draft_p_min >= 0) bs.params.p_min = (float)draft_p_min;
@@ -352,6 +358,13 @@ int cmd_bench(int argc, char **argv) {
             if (info.decode_bytes) bs.params.cost_draft = (float)((double)di.decode_bytes / (double)info.decode_bytes);
             const char *b = strrchr(draft_path, '/');
             snprintf(name, sizeof name, "draft %s", b ? b + 1 : draft_path);
+        } else if (block_path) { /* conditioned on the target's hidden states */
+            if (cmf_drafter_new_block(block_path, m, (uint32_t)(n_prompt + n_gen + 16), &drafter, &err) != CMF_OK) {
+                cmf_error_prefix(&err, "--drafter %s", block_path);
+                goto fail;
+            }
+            const char *b = strrchr(block_path, '/');
+            snprintf(name, sizeof name, "drafter %s", b ? b + 1 : block_path);
         } else if (lookup) {
             if (cmf_drafter_new_lookup((uint32_t)lookup, info.n_vocab, &drafter, &err) != CMF_OK) goto fail;
             snprintf(name, sizeof name, "lookup %ld", lookup);

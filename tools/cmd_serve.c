@@ -5,7 +5,8 @@
  * key per line, blank lines and # comments skipped), the LoRA adapters
  * requests may name (--lora [NAME=]FILE, --lora-scaled [NAME=]FILE S) and
  * the speculative decoding flags (llama-server's -md/--draft, --draft-max,
- * --draft-min, --draft-p-min; --lookup), and runs the server until
+ * --draft-min, --draft-p-min; --lookup; --drafter: a block drafter), and
+ * runs the server until
  * SIGINT/SIGTERM.
  */
 #include "cli.h"
@@ -54,6 +55,8 @@ static const char serve_help[] =
     "speculative decoding (every request drafts unless it sends \"speculative\": false\n"
     "or constrains its output with a grammar; greedy output is unchanged):\n"
     "  -md, --draft FILE      a draft model with the same tokenizer, on the same device\n"
+    "  --drafter FILE         a block drafter trained for this model (its hidden states\n"
+    "                         condition it; docs/DRAFTER.md)\n"
     "  --lookup N             n-gram prompt lookup: continue the last N tokens as they\n"
     "                         went earlier in the prompt or output (no model)\n"
     "  --draft-max K          most tokens drafted per step (default 16)\n"
@@ -217,15 +220,19 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(flag, "--no-prefix-cache") == 0) o.prefix_cache = false;
         else if (cli_flag_value(argc, argv, &i, "-md", &v, &missing) || cli_flag_value(argc, argv, &i, "--draft", &v, &missing) ||
                  cli_flag_value(argc, argv, &i, "--model-draft", &v, &missing)) o.draft_path = v;
+        else if (cli_flag_value(argc, argv, &i, "--drafter", &v, &missing)) o.drafter_path = v;
         else if (flag[0] == '-') { cli_usage_error(cmd, "unknown option %s (see --help)", flag); goto out; }
         else if (!o.model_path) o.model_path = flag;
         else { cli_usage_error(cmd, "unexpected argument %s", flag); goto out; }
         if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
     }
     if (!o.model_path) { cli_usage_error(cmd, "need FILE (see --help)"); goto out; }
-    if (o.draft_path && o.lookup) { cli_usage_error(cmd, "--draft and --lookup: choose one drafter"); goto out; }
-    if ((o.draft_max >= 0 || o.draft_min >= 0 || o.draft_p_min >= 0) && !o.draft_path && !o.lookup) {
-        cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft or --lookup");
+    if ((o.draft_path != NULL) + (o.drafter_path != NULL) + (o.lookup != 0) > 1) {
+        cli_usage_error(cmd, "--draft, --drafter and --lookup: choose one drafter");
+        goto out;
+    }
+    if ((o.draft_max >= 0 || o.draft_min >= 0 || o.draft_p_min >= 0) && !o.draft_path && !o.drafter_path && !o.lookup) {
+        cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft, --drafter or --lookup");
         goto out;
     }
     if (o.draft_max >= 0 && o.draft_min > o.draft_max) {

@@ -89,6 +89,9 @@ struct cmf_engine {
     uint32_t cap_batch;       /* rows of the batch scratch */
     bool prefix_cache, batch_invariant;
     cmf_drafter *drafter;     /* NULL = no speculation (not owned) */
+    const uint32_t *tap_layers; /* the drafter's tapped layers [n_taps] (a block drafter), */
+    uint32_t n_taps, n_embd;  /* 0 = it needs no hidden states */
+    float *taps;              /* [n_taps][cap_batch][n_embd]: this step's hidden states */
     /* owned by the stepping thread */
     eseq **seqs;              /* [n_seqs] every known sequence, by id */
     size_t n_seqs, cap_seqs;
@@ -308,9 +311,6 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
         if (di->n_vocab != info.n_vocab)
             return cmf_error_set(err, CMF_ERR_ARG, "engine: the drafter's vocabulary has %u ids, the model %u",
                                  di->n_vocab, info.n_vocab);
-        if (di->n_taps)
-            return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "engine: the %s drafter needs hidden states of the target; "
-                                 "the engine does not tap them yet", di->name ? di->name : "");
         if (spec.draft_max == 0 && spec.draft_min == 0 && spec.p_min == 0) spec = cmf_spec_default_params();
         cmf_status sst = cmf_spec_params_check(&spec, err);
         if (sst != CMF_OK) return cmf_error_prefix(err, "engine: speculation");
@@ -331,6 +331,12 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     e->prefix_cache = p->prefix_cache;
     e->batch_invariant = p->batch_invariant;
     e->drafter = p->drafter;
+    if (p->drafter && cmf_drafter_get_info(p->drafter)->n_taps) {
+        const cmf_drafter_info *di = cmf_drafter_get_info(p->drafter);
+        e->tap_layers = di->tap_layers;
+        e->n_taps = di->n_taps;
+        e->n_embd = info.n_embd;
+    }
     e->sp = spec;
     e->next_id = 1;
     if (pthread_mutex_init(&e->mu, NULL)) {
@@ -360,7 +366,8 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
         e->q_ds = malloc(n_seq * sizeof *e->q_ds);
         e->q_rq = malloc(n_seq * sizeof *e->q_rq);
         e->q_rqp = malloc(n_seq * sizeof *e->q_rqp);
-        if (!e->p_row || !e->resid || !e->q_seq || !e->q_ds || !e->q_rq || !e->q_rqp) {
+        if (e->n_taps) e->taps = malloc((size_t)e->n_taps * n_batch * e->n_embd * sizeof *e->taps);
+        if (!e->p_row || !e->resid || !e->q_seq || !e->q_ds || !e->q_rq || !e->q_rqp || (e->n_taps && !e->taps)) {
             cmf_engine_free(e);
             return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", info.n_vocab);
         }
@@ -406,6 +413,7 @@ void cmf_engine_free(cmf_engine *e) {
     free(e->logits);
     free(e->p_row);
     free(e->resid);
+    free(e->taps);
     free(e->q_seq);
     free(e->q_ds);
     free(e->q_rq);
@@ -826,17 +834,32 @@ static void spec_off(eseq *s) {
     s->dseq = NULL;
 }
 
-/* The draft length s asks for this step (at most k_cap), with its draft
- * state made and its buffers sized; 0 = a plain decode this step. */
-static uint32_t spec_want(cmf_engine *e, eseq *s, uint32_t k_cap) {
+/* s's draft state, made when missing; false (s stops speculating) when
+ * the drafter cannot make one. */
+static bool spec_seq(cmf_engine *e, eseq *s) {
+    if (s->dseq) return true;
     cmf_error derr = {0};
-    if (!s->dseq) {
-        cmf_draft_seq_params dp = {.sample = !s->greedy, .sampler = s->sparams};
-        if (cmf_draft_seq_new(e->drafter, &e->sp, &dp, &s->dseq, &derr) != CMF_OK) {
-            spec_off(s);
-            return 0;
-        }
+    cmf_draft_seq_params dp = {.sample = !s->greedy, .sampler = s->sparams};
+    if (cmf_draft_seq_new(e->drafter, &e->sp, &dp, &s->dseq, &derr) != CMF_OK) {
+        spec_off(s);
+        return false;
     }
+    return true;
+}
+
+/* The draft length s asks for this step (at most k_cap), with its draft
+ * state made and its buffers sized; 0 = a plain decode this step. A
+ * drafter that taps hidden states has its state made at s's first
+ * position (spec_observe); without one, s's cache holds tokens whose
+ * hidden states it never saw (prefix-cache reuse, a resumed or forked
+ * turn, a preempted sequence re-admitted onto cached pages), so s stops
+ * speculating for this turn and decodes plainly. */
+static uint32_t spec_want(cmf_engine *e, eseq *s, uint32_t k_cap) {
+    if (e->n_taps && !s->dseq) { /* its context's hidden states are gone: no drafts this turn */
+        spec_off(s);
+        return 0;
+    }
+    if (!spec_seq(e, s)) return 0;
     uint32_t k = cmf_draft_seq_next_k(s->dseq);
     if (k > k_cap) k = k_cap;
     if (k > CMF_SPEC_MAX_DRAFT) k = CMF_SPEC_MAX_DRAFT;
@@ -900,13 +923,24 @@ static int32_t spec_pick(cmf_engine *e, eseq *s, const float *row, uint32_t i, u
     return t;
 }
 
-/* After a verify of s (nd drafts, acc accepted): the drafter learns the
- * new history (the last token pending). */
-static void spec_observe(cmf_engine *e, eseq *s, uint32_t nd, uint32_t acc) {
-    (void)e;
-    if (!s->dseq) return;
-    cmf_draft_feedback fb = {.history = s->tok, .n_history = (uint32_t)s->n_tok, .n_drafted = nd,
-                             .n_accepted = acc, .n_new = 1 + acc};
+/* After a forward of s: the drafter learns the history s->tok[0..n_hist)
+ * whose last token is pending (not in the KV), n_new tokens committed by
+ * this step's batch rows from `row` on (the pending token and acc accepted
+ * drafts of nd after a verify; a prompt chunk's or a decode's rows), with
+ * their hidden states when the drafter taps them (e->taps, rows of a batch
+ * of n_rows). A tapping drafter's state is made at the sequence's first
+ * position, so it holds the hidden states of every cached token; one made
+ * later never catches up (it proposes nothing). */
+static void spec_observe(cmf_engine *e, eseq *s, uint32_t nd, uint32_t acc, uint32_t n_hist, uint32_t n_new,
+                         uint32_t row, uint32_t n_rows) {
+    if (!s->dseq && !(e->n_taps && s->speculate && n_hist == 1 + n_new && spec_seq(e, s))) return;
+    cmf_draft_feedback fb = {.history = s->tok, .n_history = n_hist, .n_drafted = nd,
+                             .n_accepted = acc, .n_new = n_new};
+    if (e->n_taps) {
+        fb.taps = e->taps + (size_t)row * e->n_embd;
+        fb.tap_stride = (size_t)n_rows * e->n_embd;
+        fb.n_embd = e->n_embd;
+    }
     cmf_error derr = {0};
     if (cmf_draft_seq_observe(s->dseq, &fb, &derr) != CMF_OK) spec_off(s);
 }
@@ -979,7 +1013,7 @@ static void draft_all(cmf_engine *e) {
  * after the last draft: the bonus) ends the verify. The KV of rejected
  * drafts is rolled back (cmf_kv_seq_truncate); the last committed token is
  * pending as after a one-token decode. */
-static void verify(cmf_engine *e, eseq *s, float *lg) {
+static void verify(cmf_engine *e, eseq *s, float *lg, uint32_t row, uint32_t n_rows) {
     uint32_t nd = s->n_draft, acc = 0;
     s->n_draft = 0;
     s->n_kv++; /* the pending token */
@@ -1010,7 +1044,7 @@ static void verify(cmf_engine *e, eseq *s, float *lg) {
     if (!alive) return; /* ended (s freed, or kept with its KV cut to n_kv by finish) */
     assert(s->n_kv + 1 == s->n_tok);
     cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
-    spec_observe(e, s, nd, acc);
+    spec_observe(e, s, nd, acc, (uint32_t)s->n_tok, 1 + acc, row, n_rows);
 }
 
 /* The scheduler's invariants, asserted after every step in debug builds:
@@ -1091,7 +1125,9 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
                        .weight_set = e->b_ws};
         cmf_error ferr;
         memset(&ferr, 0, sizeof ferr);
-        st = cmf_model_forward(e->model, e->kv, &b, e->logits, &ferr);
+        cmf_forward_opts fo = {.logits = e->logits}; /* a block drafter's hidden states too */
+        if (e->n_taps) fo.tap_layers = e->tap_layers, fo.n_taps = e->n_taps, fo.taps = e->taps;
+        st = cmf_model_forward_ex(e->model, e->kv, &b, &fo, &ferr);
         if (st == CMF_OK) break;
         if (st == CMF_ERR_CONTEXT_FULL) {
             if (drop_drafts(e)) continue; /* the drafts' rows first, then a sequence */
@@ -1119,7 +1155,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             assert(e->b_len[c] == 1 + s->n_draft);
             float *lg = e->logits + (size_t)row * e->n_vocab;
             row += e->b_len[c];
-            verify(e, s, lg);
+            verify(e, s, lg, e->b_off[c], n);
             continue;
         }
         s->n_kv += e->b_len[c];
@@ -1128,7 +1164,11 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             size_t lim = prompt_class_len(s);
             cmf_kv_prefix_publish(e->kv, s->slot, s->tok, (uint32_t)(s->n_kv < lim ? s->n_kv : lim), s->weight_set);
         }
-        if (!e->b_logits[e->b_off[c] + e->b_len[c] - 1]) continue;
+        if (!e->b_logits[e->b_off[c] + e->b_len[c] - 1]) { /* a prompt chunk before the last */
+            if (e->n_taps && s->speculate && !s->cancelled)
+                spec_observe(e, s, 0, 0, (uint32_t)s->n_kv + 1, e->b_len[c], e->b_off[c], n);
+            continue;
+        }
         float *lg = e->logits + (size_t)row++ * e->n_vocab;
         if (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict) { /* prefill only */
             if (s->keep) {
@@ -1144,7 +1184,8 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             continue;
         }
         if (s->cancelled) continue; /* ends next step */
-        if (sample_one(e, s, lg) && s->dseq) spec_observe(e, s, 0, 0); /* a plain decode of a speculating one */
+        if (sample_one(e, s, lg) && (s->dseq || e->n_taps)) /* a plain decode or prompt of a speculating one */
+            spec_observe(e, s, 0, 0, (uint32_t)s->n_tok, e->b_len[c], e->b_off[c], n);
     }
     for (size_t i = 0; i < e->n_seqs; i++) {
         if (e->seqs[i]->state == SEQ_RUNNING) info->n_running++;

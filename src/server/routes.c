@@ -36,14 +36,14 @@ static char *dup_print(cJSON *o) {
     return r;
 }
 
-/* --draft / --lookup: the drafter the engine verifies against (ep gets it
+/* --draft / --drafter / --lookup: the drafter the engine verifies against (ep gets it
  * and the draft lengths). The draft model must share the target's
  * vocabulary; it runs on the target's device. Its KV holds every engine
  * sequence's whole context: the engine's n_seq_ctx, set here explicitly
  * by the engine's own default rule (cmf/engine.h). */
 static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err) {
     const cmf_server_opts *o = &s->o;
-    if (!o->draft_path && !o->lookup) return CMF_OK;
+    if (!o->draft_path && !o->drafter_path && !o->lookup) return CMF_OK;
     cmf_status st;
     uint32_t train = s->info.n_ctx_train && s->info.n_ctx_train < 4096 ? s->info.n_ctx_train : 4096;
     uint64_t n_ctx = o->n_ctx ? o->n_ctx : (uint64_t)train * o->parallel;
@@ -62,6 +62,9 @@ static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err
         cmf_drafter_model_params dp = {.n_ctx = ep->n_seq_ctx, .n_seq_max = o->parallel};
         if ((st = cmf_drafter_new_model(s->draft_model, s->info.n_vocab, &dp, &s->drafter, err)) != CMF_OK)
             return cmf_error_prefix(err, "--draft %s", o->draft_path);
+    } else if (o->drafter_path) { /* conditioned on the target's hidden states, its context n_seq_ctx */
+        if ((st = cmf_drafter_new_block(o->drafter_path, s->model, ep->n_seq_ctx, &s->drafter, err)) != CMF_OK)
+            return cmf_error_prefix(err, "--drafter %s", o->drafter_path);
     } else if ((st = cmf_drafter_new_lookup(o->lookup, s->info.n_vocab, &s->drafter, err)) != CMF_OK) {
         return cmf_error_prefix(err, "--lookup %u", o->lookup);
     }

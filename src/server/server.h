@@ -54,6 +54,7 @@ typedef struct cmf_server_opts {
     bool batch_invariant;       /* engine exact mode */
     bool prefix_cache;
     const char *draft_path;     /* --draft: a draft model of the same tokenizer (NULL: none) */
+    const char *drafter_path;   /* --drafter: a block drafter of the target (NULL: none) */
     uint32_t lookup;            /* --lookup N: n-gram prompt lookup drafter of N tokens (0: off) */
     int32_t draft_max, draft_min; /* --draft-max / --draft-min (-1: the drafter's defaults) */
     float draft_p_min;          /* --draft-p-min (< 0: the default) */

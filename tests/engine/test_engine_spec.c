@@ -6,8 +6,11 @@
  * the same text and (bit for bit, by a 64-bit hash of each row) the same
  * logits, alone and in batches of 16 (the verify rows are decode-class
  * rows, so each gets the logits a one-token decode gives). Covered: the
- * draft model (demo-draft.cmf beside demo-base.cmf, on one shared device)
- * and n-gram prompt lookup; a mixed batch (some sequences speculating,
+ * draft model (demo-draft.cmf beside demo-base.cmf, on one shared device),
+ * n-gram prompt lookup and the block drafter (demo-drafter.cmf, fed the
+ * target's hidden states of every committed row, prompt chunks included;
+ * not under TSan, whose target is demo-draft; also over the prefix
+ * cache, where it cannot draft); a mixed batch (some sequences speculating,
  * some opted out, some sampling, one with a grammar, which never drafts);
  * cancellation from the callback and stop strings inside an accepted
  * draft; n_predict reached inside a draft; preemptions by a small KV
@@ -205,12 +208,14 @@ static void make_jobs(job *jobs, int n, const cmf_tokenizer *tok, const char *te
 }
 
 /* The drafter kinds under test (built by make_drafter). */
-enum { D_MODEL, D_LOOKUP, D_N };
-static const char *const d_name[D_N] = {"draft model", "lookup"};
+enum { D_MODEL, D_LOOKUP, D_BLOCK, D_N };
+static const char *const d_name[D_N] = {"draft model", "lookup", "block drafter"};
 
-static cmf_status make_drafter(int kind, cmf_model *target, cmf_model *draft, cmf_drafter **out, cmf_error *err) {
+static cmf_status make_drafter(int kind, cmf_model *target, cmf_model *draft, const char *block_path, cmf_drafter **out,
+                               cmf_error *err) {
     cmf_model_info ti;
     cmf_model_get_info(target, &ti);
+    if (kind == D_BLOCK) return cmf_drafter_new_block(block_path, target, 1024, out, err);
     if (kind == D_MODEL) {
         cmf_drafter_model_params dp = {.n_ctx = 1024, .n_seq_max = 16};
         return cmf_drafter_new_model(draft, ti.n_vocab, &dp, out, err);
@@ -221,11 +226,12 @@ static cmf_status make_drafter(int kind, cmf_model *target, cmf_model *draft, cm
 static double rate(const cmf_spec_stats *s) { return s->n_drafted ? (double)s->n_accepted / (double)s->n_drafted : 0; }
 
 int main(void) {
-    char base_path[4096], draft_path[4096], text_path[4096];
+    char base_path[4096], draft_path[4096], text_path[4096], block_path[4096];
     bool tsan = getenv("CMF_TEST_TSAN") != NULL, quick = tsan || getenv("CMF_TEST_QUICK") != NULL;
     /* TSan (unoptimised, every load instrumented): the small model as target and draft */
     snprintf(base_path, sizeof base_path, "%s/models/demo/%s", CMF_SOURCE_DIR, tsan ? "demo-draft.cmf" : "demo-base.cmf");
     snprintf(draft_path, sizeof draft_path, "%s/models/demo/demo-draft.cmf", CMF_SOURCE_DIR);
+    snprintf(block_path, sizeof block_path, "%s/models/demo/demo-drafter.cmf", CMF_SOURCE_DIR);
     snprintf(text_path, sizeof text_path, "%s/models/demo/heldout.txt", CMF_SOURCE_DIR);
     cmf_error err;
     cmf_file *fb = NULL, *fd = NULL;
@@ -264,11 +270,15 @@ int main(void) {
     REQUIRE(run_oracle(target, tok, jobs, n, want) == 0, "oracle");
 
     cmf_drafter *dr[D_N] = {NULL};
-    for (int k = 0; k < D_N; k++) REQUIRE(make_drafter(k, target, draft, &dr[k], &err) == CMF_OK, "%s drafter: %s", d_name[k], err.msg);
+    /* the block drafter taps demo-base's hidden states: not under TSan (demo-draft as the target) */
+    for (int k = 0; k < D_N; k++)
+        if (k != D_BLOCK || !tsan)
+            REQUIRE(make_drafter(k, target, draft, block_path, &dr[k], &err) == CMF_OK, "%s drafter: %s", d_name[k], err.msg);
 
     /* 1. greedy equality, every drafter, 16 sequences at once */
     cmf_engine_params wide = {.n_ctx = 16 * 256, .n_seq_max = 16, .n_batch = 512, .batch_invariant = true};
     for (int k = 0; k < D_N; k++) {
+        if (!dr[k]) continue;
         cmf_spec_stats st;
         run_all(target, tok, dr[k], &wide, jobs, n, got, &st, NULL);
         for (int i = 0; i < n; i++) compare(d_name[k], i, &want[i], &got[i]);
@@ -283,26 +293,58 @@ int main(void) {
               (unsigned long long)sum_a, (unsigned long long)sum_d, (unsigned long long)st.n_accepted,
               (unsigned long long)st.n_drafted);
     }
+    /* 1b. the block drafter over the prefix cache: every prompt twice; the
+     * second runs on cached pages whose hidden states its drafter never saw
+     * (it decodes plainly), the output equal all the same */
+    if (dr[D_BLOCK]) {
+        job *twice = calloc((size_t)(2 * n), sizeof *twice);
+        rec *g2 = calloc((size_t)(2 * n), sizeof *g2);
+        REQUIRE(twice && g2, "out of memory");
+        memcpy(twice, jobs, (size_t)n * sizeof *twice);
+        memcpy(twice + n, jobs, (size_t)n * sizeof *twice);
+        cmf_engine_params pc = wide;
+        pc.prefix_cache = true;
+        cmf_spec_stats st;
+        run_all(target, tok, dr[D_BLOCK], &pc, twice, 2 * n, g2, &st, NULL);
+        for (int i = 0; i < 2 * n; i++) compare("block drafter, prefix cache", i, &want[i % n], &g2[i]);
+        CHECK(st.n_accepted > 0, "block drafter, prefix cache: nothing accepted");
+        free(twice);
+        free(g2);
+    }
     /* 2. alone (one sequence per engine) with the draft model */
     if (!tsan) {
         cmf_engine_params one = {.n_ctx = 1024, .n_seq_max = 1, .batch_invariant = true};
         for (int i = 0; i < n; i += 3) {
             run_all(target, tok, dr[D_MODEL], &one, &jobs[i], 1, &got[i], NULL, NULL);
             compare("draft model alone", i, &want[i], &got[i]);
+            if (quick && i % 2) continue; /* sanitizer builds: fewer */
+            run_all(target, tok, dr[D_BLOCK], &one, &jobs[i], 1, &got[i], NULL, NULL);
+            compare("block drafter alone", i, &want[i], &got[i]);
         }
     }
     /* 3. a tight token budget (drafts count against it) and a small KV
      * cache (preemptions, drafts dropped first) */
     {
         cmf_engine_params tight = {.n_ctx = 16 * 256, .n_seq_max = 16, .n_batch = 24, .page_size = 8, .batch_invariant = true};
-        run_all(target, tok, dr[D_MODEL], &tight, jobs, n, got, NULL, NULL);
-        for (int i = 0; i < n; i++) compare("budget 24", i, &want[i], &got[i]);
-        uint32_t pre = 0;
         cmf_engine_params small = {.n_ctx = tsan ? 160 : 384, .n_seq_max = 8, .n_batch = 64, .page_size = 8, .batch_invariant = true};
-        run_all(target, tok, dr[D_MODEL], &small, jobs, n, got, NULL, &pre);
-        for (int i = 0; i < n; i++) compare("preempt", i, &want[i], &got[i]);
-        fprintf(stderr, "preempt: %u preemptions\n", pre);
-        CHECK(pre > 0, "the small cache preempted nothing (the test would not test preemption)");
+        /* the draft model; the block drafter (prompts in chunks of the budget: the hidden
+         * states of every chunk reach it; preempted sequences rebuild its context) */
+        for (int k = 0; k < D_N; k += D_BLOCK) {
+            if (!dr[k]) continue;
+            char what[64];
+            cmf_spec_stats st;
+            snprintf(what, sizeof what, "budget 24, %s", d_name[k]);
+            run_all(target, tok, dr[k], &tight, jobs, n, got, &st, NULL);
+            for (int i = 0; i < n; i++) compare(what, i, &want[i], &got[i]);
+            CHECK(k != D_BLOCK || st.n_accepted > 0, "%s: nothing accepted with chunked prompts", what);
+            uint32_t pre = 0;
+            snprintf(what, sizeof what, "preempt, %s", d_name[k]);
+            run_all(target, tok, dr[k], &small, jobs, n, got, &st, &pre);
+            for (int i = 0; i < n; i++) compare(what, i, &want[i], &got[i]);
+            fprintf(stderr, "%s: %u preemptions, %llu of %llu drafts accepted\n", what, pre,
+                    (unsigned long long)st.n_accepted, (unsigned long long)st.n_drafted);
+            CHECK(pre > 0, "the small cache preempted nothing (the test would not test preemption)");
+        }
     }
     /* 4. a mixed batch: speculating and opted-out greedy, plain sampling
      * (opted out: equals its oracle), speculative sampling (reproducible) */
@@ -371,9 +413,11 @@ int main(void) {
             if (i % 3 == 2) cs[i].keep = true;
         }
         REQUIRE(run_oracle(target, tok, cs, n, cwant) == 0, "cancel/stop oracle");
-        for (int k = 0; k < (tsan ? 1 : D_N); k++) {
+        for (int k = 0; k < (tsan ? 1 : quick ? D_BLOCK : D_N); k++) { /* quick (sanitizers): not the block drafter */
+            char what[64];
+            snprintf(what, sizeof what, "cancel/stop, %s", d_name[k]);
             run_all(target, tok, dr[k], &wide, cs, n, got, NULL, NULL);
-            for (int i = 0; i < n; i++) compare(k ? "cancel/stop, lookup" : "cancel/stop, draft model", i, &cwant[i], &got[i]);
+            for (int i = 0; i < n; i++) compare(what, i, &cwant[i], &got[i]);
         }
         free(cs);
         free(cwant);

@@ -8,7 +8,7 @@
 // strings, n=3, logprobs, embeddings, a skill per request), per-request
 // LoRA adapters (skill+adapter, mixed in one batch), the chat page
 // (headless Chromium when installed), and speculative decoding
-// (--draft and --lookup servers give the plain server's greedy text,
+// (--draft, --lookup and --drafter servers give the plain server's greedy text,
 // /metrics counts accepted drafts).
 // usage: node serve_test.mjs <cmf> <model.cmf> <build dir>
 import { spawn, spawnSync } from "node:child_process";
@@ -270,6 +270,10 @@ async function limitTests() {
   check(p.status === 2 && /api-key/.test(p.stderr), "non-loopback bind without a key refused: " + p.status + " " + p.stderr);
   const d = spawnSync(cmf, ["serve", model, "--draft", "x.cmf", "--port", "0"], { encoding: "utf8", timeout: 20000 });
   check(d.status !== 0 && /x\.cmf/.test(d.stderr), "--draft of a missing file fails naming it: " + d.status + " " + d.stderr);
+  const bd = spawnSync(cmf, ["serve", model, "--drafter", "y.cmf", "--port", "0"], { encoding: "utf8", timeout: 20000 });
+  check(bd.status !== 0 && /y\.cmf/.test(bd.stderr), "--drafter of a missing file fails naming it: " + bd.status + " " + bd.stderr);
+  const bd2 = spawnSync(cmf, ["serve", model, "--drafter", "y.cmf", "--lookup", "3"], { encoding: "utf8", timeout: 20000 });
+  check(bd2.status === 2 && /choose one drafter/.test(bd2.stderr), "--drafter with --lookup is a usage error: " + bd2.stderr);
   const d2 = spawnSync(cmf, ["serve", model, "--draft-max", "4"], { encoding: "utf8", timeout: 20000 });
   check(d2.status === 2 && /need --draft/.test(d2.stderr), "--draft-max without a drafter is a usage error: " + d2.stderr);
   srv.proc.kill("SIGTERM");
@@ -388,7 +392,7 @@ async function openaiTests(port, skillPort) {
 }
 
 // speculative decoding (issue 22): a server with --draft (and one with
-// --lookup) gives the greedy completions of the plain server byte for byte,
+// --lookup, one with the block drafter --drafter) gives the greedy completions of the plain server byte for byte,
 // sampling requests complete, "speculative": false opts out, and /metrics
 // counts drafted and accepted tokens.
 async function specTests(plainPort) {
@@ -399,7 +403,8 @@ async function specTests(plainPort) {
     "The little dog", "Once upon a time there was a girl named Mia. Once upon a time there was a girl named"];
   const greedy = (p, extra = {}) => ({ model: "demo-base", prompt: p, max_tokens: 48, temperature: 0, ...extra });
   const want = await Promise.all(prompts.map((p) => req(plainPort, "POST", "/v1/completions", { body: greedy(p) })));
-  for (const args of [["--draft", draftModel], ["--lookup", "3"]]) {
+  const blockDrafter = path.join(path.dirname(model), "demo-drafter.cmf"); // conditioned on the target's hidden states
+  for (const args of [["--draft", draftModel], ["--lookup", "3"], ["--drafter", blockDrafter]]) {
     const sp = await startServer([model, "-np", "8", "--api-key", KEY, ...args]);
     const got = await Promise.all(prompts.map((p) => req(sp.port, "POST", "/v1/completions", { body: greedy(p) })));
     for (let i = 0; i < prompts.length; i++) {
