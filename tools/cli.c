@@ -465,3 +465,11 @@ void cli_warn_ctx(const char *cmd, const cmf_model *m, long n_ctx) {
                 "(max_position_embeddings); output quality may degrade past it\n",
                 cmd, n_ctx, info.n_ctx_train);
 }
+
+cmf_status cli_device_open_shared(const char *device, long threads, cmf_device **dev, cmf_error *err) {
+    char spec[128];
+    if (device && strcmp(device, "cpu") != 0) snprintf(spec, sizeof spec, "%s", device);
+    else if (threads > 0) snprintf(spec, sizeof spec, "cpu:t=%ld", threads);
+    else snprintf(spec, sizeof spec, "cpu");
+    return cmf_device_open(spec, dev, err);
+}

@@ -116,6 +116,11 @@ bool cli_refuse_foreign(const char *cmd, const char *path);
  * false on failure. */
 bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
 
+/* One device for a target and its draft model (they share a thread pool or
+ * a GPU): --device D when it names more than the plain CPU, else
+ * "cpu:t=THREADS" (threads 0: "cpu"). Errors: cmf_device_open's. */
+cmf_status cli_device_open_shared(const char *device, long threads, cmf_device **dev, cmf_error *err);
+
 /* SIGINT/SIGTERM/SIGHUP while a command works (a conversion, a generation):
  * cli_interrupt_begin() installs handlers that only set a flag (a signal
  * that was ignored at start stays ignored; with second_sigint_kills a

@@ -306,11 +306,7 @@ int cmd_bench(int argc, char **argv) {
     cmf_model_params mp = {.n_threads = (int)threads, .backend = device, .n_ctx = (uint32_t)(n_max + 16),
                            .gpu_layers = gpu_layers};
     if (draft_path) { /* the target and the draft share one device (one thread pool) */
-        char ds[64];
-        if (device && strcmp(device, "cpu") != 0) snprintf(ds, sizeof ds, "%s", device);
-        else if (threads > 0) snprintf(ds, sizeof ds, "cpu:t=%ld", threads);
-        else snprintf(ds, sizeof ds, "cpu");
-        if (cmf_device_open(ds, &dev, &err) != CMF_OK) goto fail;
+        if (cli_device_open_shared(device, threads, &dev, &err) != CMF_OK) goto fail;
         mp.device = dev;
     }
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;

@@ -585,11 +585,8 @@ int cmd_run(int argc, char **argv) {
     cmf_file *f;
     cmf_model *m;
     if (cli_spec_wanted(&spo)) { /* one device for the target and the draft model */
-        char spec[64];
-        if (!device || strcmp(device, "cpu") == 0) snprintf(spec, sizeof spec, threads ? "cpu:t=%ld" : "cpu", threads);
-        else snprintf(spec, sizeof spec, "%s", device);
         cmf_error derr = {0};
-        if (cmf_device_open(spec, &dev, &derr) != CMF_OK) { free(text); cli_lora_free(&lo); return cli_fail(cmd, &derr); }
+        if (cli_device_open_shared(device, threads, &dev, &derr) != CMF_OK) { free(text); cli_lora_free(&lo); return cli_fail(cmd, &derr); }
     }
     if (!open_model_on(cmd, file, (int)threads, device, gpu_layers, dev, (uint32_t)ctx, &f, &m)) {
         free(text);
