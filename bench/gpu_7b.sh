@@ -13,7 +13,7 @@
 # is printed as a ratio to the probe: decode against the roofline (probe
 # bandwidth / weight bytes read per token), prefill as TFLOP/s. llama.cpp
 # is not built here (a CUDA build costs minutes of a shared device budget):
-# its figures are ../shared/docs/GPU.md's, measured on the same kind of
+# its figures are docs/VULKAN.md's, measured on the same kind of
 # H200 in February 2025 on the same shape, labelled as such.
 #
 # usage: bench/gpu_7b.sh [BIN_DIR] [WORK_DIR]
@@ -70,7 +70,7 @@ stamp "summary"
 python3 - "$res" "$probe" "$quants" "$parq" <<'EOF'
 import json, os, sys
 res, probe, quants, parq = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
-# ../shared/docs/GPU.md: llama.cpp (Feb 2025), llama-bench -ngl 99, same H200 kind, same shape
+# docs/VULKAN.md: llama.cpp (Feb 2025), llama-bench -ngl 99, same H200 kind, same shape
 rec = {"Q4_0": {"cuda_tg": 212, "cuda_pp": 10139, "vk_tg": 162, "vk_pp": 6525},
        "Q8_0": {"cuda_tg": 184, "cuda_pp": 10104, "vk_tg": 158, "vk_pp": 6737}}
 peer = {"q4tp": "Q4_0", "q4_block": "Q4_0", "q8_row": "Q8_0"}
@@ -79,7 +79,7 @@ def load(p):
         with open(p) as fp: return json.load(fp)
     except Exception: return None
 print(f"probe: {probe:.0f} GB/s (this run)")
-print("llama.cpp figures: recorded Feb 2025 (../shared/docs/GPU.md), not this run")
+print("llama.cpp figures: recorded Feb 2025 (docs/VULKAN.md), not this run")
 print("| weights | GiB | test | tok/s | vs probe | llama.cpp CUDA (rec.) | x CUDA | llama.cpp Vulkan (rec.) | x Vulkan |")
 print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
 for q in quants:
