@@ -165,6 +165,7 @@ int cli_spec_generate(const cli_spec *o, const cli_spec_run *r) {
     cmf_kv_params kp = {.n_ctx = r->n_ctx, .n_seq_max = 1, .type = r->kv_type};
     if (cmf_kv_create(r->target, &kp, &kv, &err) != CMF_OK || cmf_sampler_new(&r->sampler, ti.n_vocab, &smp, &err) != CMF_OK ||
         cmf_detok_stream_new(r->tok, true, &so.ds, &err) != CMF_OK ||
+        cmf_detok_stream_prime(so.ds, r->ids, r->n_ids, &err) != CMF_OK ||
         cmf_stop_matcher_new(r->stops, r->n_stops, &so.sm, &err) != CMF_OK) {
         cli_fail(r->cmd, &err);
         goto done;
@@ -193,7 +194,7 @@ int cli_spec_generate(const cli_spec *o, const cli_spec_run *r) {
     size_t nt = cmf_tokenizer_vocab_size(r->tok);
     cmf_spec_gen_params gp = {.target = r->target, .kv = kv, .seq = 0, .weight_set = r->weight_set, .sampler = smp,
                               .greedy = greedy, .draft = ds, .seed = cmf_sampler_seed(smp) + 1,
-                              .prompt = r->ids, .n_prompt = (uint32_t)r->n_ids, .n_predict = (int32_t)r->n_predict,
+                              .prompt = r->ids, .n_prompt = (uint32_t)r->n_ids, .n_predict = (int32_t)r->n_predict, .n_ctx = r->n_ctx,
                               .eos_ids = r->eos, .n_eos = (uint32_t)r->n_eos, .on_token = on_token, .user = &so,
                               .cancel = cli_interrupt_poll,
                               /* measured (wall-clock) costs steer the draft length; with sampling the

@@ -252,6 +252,10 @@ cmf_status cmf_kv_seq_fork(cmf_kv_cache *kv, int32_t src, int32_t dst, uint32_t 
 cmf_status cmf_kv_seq_keep(cmf_kv_cache *kv, int32_t seq, uint32_t from, const uint32_t *keep, uint32_t n,
                            cmf_error *err);
 uint32_t cmf_kv_free_slots(const cmf_kv_cache *kv);
+/* Positions seq can still grow by: the free (and cached) pages' slots plus
+ * the rest of its last page when it holds that page alone. 0 for a seq out
+ * of range. */
+uint32_t cmf_kv_seq_room(const cmf_kv_cache *kv, int32_t seq);
 uint32_t cmf_kv_n_ctx(const cmf_kv_cache *kv);
 
 /* Prefix cache. tokens[0..n) are the token ids of positions 0..n-1 of seq

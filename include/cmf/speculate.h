@@ -353,6 +353,7 @@ typedef struct cmf_spec_gen_params {
     const int32_t *prompt;   /* [n_prompt], >= 1 token */
     uint32_t n_prompt;
     int32_t n_predict;       /* max new tokens; < 0 = until on_token stops or the context is full */
+    uint32_t n_ctx;          /* positions the sequence may fill (a session's -c); 0 = the KV cache's free slots */
     const int32_t *eos_ids;  /* stop after emitting one of these (reported to on_token) */
     uint32_t n_eos;
     cmf_spec_token_fn on_token; /* may be NULL */

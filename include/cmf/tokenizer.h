@@ -74,6 +74,13 @@ cmf_status cmf_detok_stream_push(cmf_detok_stream *s, int32_t id, const char **t
                                  cmf_error *err);
 cmf_status cmf_detok_stream_flush(cmf_detok_stream *s, const char **text, size_t *len,
                                   cmf_error *err);
+/* Push the last CMF_DETOK_PRIME of ids (the prompt) as context whose text
+ * is discarded, so the first generated token decodes as it does after the
+ * prompt (a SentencePiece "▁word" keeps its space). Best effort: an id the
+ * tokenizer rejects leaves the stream unprimed. Errors: CMF_ERR_ARG,
+ * CMF_ERR_NOMEM. */
+#define CMF_DETOK_PRIME 4u
+cmf_status cmf_detok_stream_prime(cmf_detok_stream *s, const int32_t *ids, size_t n, cmf_error *err);
 void cmf_detok_stream_free(cmf_detok_stream *s);
 
 /* ---- vocabulary converters (used by the importers) -------------------- */

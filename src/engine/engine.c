@@ -37,7 +37,6 @@
 #include <string.h>
 #include <time.h>
 
-#define ENGINE_DETOK_PRIME 4u /* context tokens pushed (and discarded) first */
 #define ENGINE_MAX_SEQ 1024u
 
 enum { SEQ_QUEUED, SEQ_RUNNING, SEQ_IDLE };
@@ -198,19 +197,7 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
     s->ds = NULL;
     if (e->tok) {
         if ((st = cmf_detok_stream_new(e->tok, true, &s->ds, err))) return st;
-        size_t k = sp->n_prompt < ENGINE_DETOK_PRIME ? sp->n_prompt : ENGINE_DETOK_PRIME;
-        for (size_t i = sp->n_prompt - k; i < sp->n_prompt; i++) {
-            const char *text;
-            size_t len;
-            cmf_error perr;
-            /* best effort: an id the tokenizer rejects only costs the priming */
-            if (cmf_detok_stream_push(s->ds, sp->prompt[i], &text, &len, &perr) != CMF_OK) {
-                cmf_detok_stream_free(s->ds);
-                s->ds = NULL;
-                if ((st = cmf_detok_stream_new(e->tok, true, &s->ds, err))) return st;
-                break;
-            }
-        }
+        if ((st = cmf_detok_stream_prime(s->ds, sp->prompt, sp->n_prompt, err))) return st;
     }
     cmf_grammar_matcher_free(s->gm);
     s->gm = NULL;

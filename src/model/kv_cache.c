@@ -287,6 +287,15 @@ static uint32_t first_write_page(const cmf_kv_cache *kv, uint32_t s) {
     return len % kv->page_size ? kv->seq_pages[s][len / kv->page_size] : CMF_KV_NONE;
 }
 
+uint32_t cmf_kv_seq_room(const cmf_kv_cache *kv, int32_t seq) {
+    uint32_t room = cmf_kv_free_slots(kv);
+    if (seq < 0 || (uint32_t)seq >= kv->n_seq) return 0;
+    uint32_t pg = first_write_page(kv, (uint32_t)seq), len = kv->seq_len[seq];
+    /* the rest of a last page it holds alone (a shared one is copied first) */
+    if (pg != CMF_KV_NONE && kv->pages[pg].ref == 1) room += kv->page_size - len % kv->page_size;
+    return room;
+}
+
 cmf_status cmf_kv_reserve(cmf_kv_cache *kv, const uint32_t *new_len, cmf_error *err) {
     /* count: new pages, plus one copy per writer of a shared page, except
      * that the last holder of a page writes in place: w writers of a page

@@ -182,6 +182,7 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
     bool stop = false;
     double t_plain = -1.0, c_draft = -1.0, c_verify = -1.0; /* measured costs */
     uint32_t n_plain_timed = 0;
+    if (p->n_predict == 0) goto done; /* prefill only, as a session's -n 0 */
     int32_t t = cmf_sampler_sample(p->sampler, g.logits);
     cmf_sampler_accept(p->sampler, t);
     if (p->draft) {
@@ -201,8 +202,16 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
             uint32_t left = (uint32_t)p->n_predict - stats->n_generated;
             if (k + 1 > left) k = left > 0 ? left - 1 : 0;
         }
-        uint32_t free_slots = cmf_kv_free_slots(p->kv);
-        if (k + 1 > free_slots) k = free_slots > 0 ? free_slots - 1 : 0;
+        uint32_t free_slots = cmf_kv_seq_room(p->kv, p->seq);
+        if (p->n_ctx) { /* the context asked for, not the page-rounded cache */
+            uint32_t room = p->n_ctx > n_kv ? p->n_ctx - n_kv : 0;
+            if (room < free_slots) free_slots = room;
+        }
+        if (free_slots == 0) {
+            stats->context_full = true;
+            break;
+        }
+        if (k + 1 > free_slots) k = free_slots - 1;
         cmf_draft_request rq = {.history = g.hist, .n_history = g.n_hist, .k_max = k, .p_min = 0.0f,
                                 .draft = g.tok + 1, .q = p->greedy ? NULL : g.q};
         double t_draft = 0.0;

@@ -114,3 +114,23 @@ cmf_status cmf_detok_stream_flush(cmf_detok_stream *s, const char **text, size_t
     if (!s->prefix) return cmf_error_set(err, CMF_ERR_NOMEM, "detok stream: out of memory");
     return CMF_OK;
 }
+
+cmf_status cmf_detok_stream_prime(cmf_detok_stream *s, const int32_t *ids, size_t n, cmf_error *err) {
+    if (!s || (n && !ids)) return cmf_error_set(err, CMF_ERR_ARG, "cmf_detok_stream_prime: NULL argument");
+    size_t k = n < CMF_DETOK_PRIME ? n : CMF_DETOK_PRIME;
+    for (size_t i = n - k; i < n; i++) {
+        const char *text;
+        size_t len;
+        cmf_error perr;
+        if (cmf_detok_stream_push(s, ids[i], &text, &len, &perr) != CMF_OK) { /* best effort: start clean */
+            s->win.n = 0;
+            s->ctx = 0;
+            free(s->prefix);
+            s->prefix = calloc(1, 1);
+            s->prefix_len = 0;
+            if (!s->prefix) return cmf_error_set(err, CMF_ERR_NOMEM, "detok stream: out of memory");
+            break;
+        }
+    }
+    return CMF_OK;
+}
