@@ -344,6 +344,11 @@ int cmd_bench(int argc, char **argv) {
         }
         if (draft_path) {
             if (!cli_open_file(cmd, draft_path, &df)) goto done;
+            if (!cmf_file_same_tokenizer(f, df)) {
+                fprintf(stderr, "cmf %s: --draft %s: its tokenizer differs from the target's (%s); a draft model must "
+                                "share the target's tokenizer\n", cmd, draft_path, path);
+                goto done;
+            }
             if (cmf_model_load(df, &mp, &dm, &err) != CMF_OK) goto fail;
             cmf_drafter_model_params dp = {.n_ctx = (uint32_t)(n_prompt + n_gen + 16), .n_seq_max = 1};
             for (int c = 0; c < n_par; c++)

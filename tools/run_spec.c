@@ -128,9 +128,7 @@ static int open_drafter(const cli_spec *o, const cli_spec_run *r, cmf_file **df,
         return CLI_EXIT_OK;
     }
     if (!cli_open_file(r->cmd, o->draft, df)) return CLI_EXIT_FAIL;
-    size_t la = 0, lb = 0;
-    const char *ja = cmf_file_tokenizer_json(r->target_file, &la), *jb = cmf_file_tokenizer_json(*df, &lb);
-    if (jb && lb && (!ja || la != lb || memcmp(ja, jb, la) != 0)) {
+    if (!cmf_file_same_tokenizer(r->target_file, *df)) {
         fprintf(stderr, "cmf %s: --draft %s: its tokenizer differs from the target's (%s); a draft model must "
                         "share the target's tokenizer\n", r->cmd, o->draft, cmf_file_path(r->target_file));
         return CLI_EXIT_FAIL;

@@ -121,6 +121,9 @@ const char *cmf_file_header_json(const cmf_file *f, size_t *len);
 /* §6 tokenizer section (Hugging Face tokenizer.json bytes, not
  * NUL-terminated); NULL with *len = 0 when absent. */
 const char *cmf_file_tokenizer_json(const cmf_file *f, size_t *len);
+/* True when both files carry a tokenizer section and the two are byte for
+ * byte the same (a draft model must share its target's tokenizer). */
+bool cmf_file_same_tokenizer(const cmf_file *a, const cmf_file *b);
 /* header.tokenizer_config.chat_template, or NULL. */
 const char *cmf_file_chat_template(const cmf_file *f);
 /* §8 masks section bytes of shard 1 (validated at open: meta JSON parses,

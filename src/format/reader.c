@@ -406,6 +406,12 @@ const char *cmf_file_tokenizer_json(const cmf_file *f, size_t *len) {
     return (const char *)s->map + s->env.tok_off;
 }
 
+bool cmf_file_same_tokenizer(const cmf_file *a, const cmf_file *b) {
+    size_t la = 0, lb = 0;
+    const char *ja = a ? cmf_file_tokenizer_json(a, &la) : NULL, *jb = b ? cmf_file_tokenizer_json(b, &lb) : NULL;
+    return ja && jb && la && la == lb && memcmp(ja, jb, la) == 0;
+}
+
 const char *cmf_file_chat_template(const cmf_file *f) { return f->chat_template; }
 
 const uint8_t *cmf_file_masks(const cmf_file *f, size_t *len) {

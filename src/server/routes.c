@@ -51,9 +51,7 @@ static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err
     ep->n_seq_ctx = n_ctx < train ? (uint32_t)n_ctx : train;
     if (o->draft_path) {
         if ((st = cmf_file_open(o->draft_path, &s->draft_file, err)) != CMF_OK) return cmf_error_prefix(err, "--draft");
-        size_t la = 0, lb = 0;
-        const char *ta = cmf_file_tokenizer_json(s->file, &la), *tb = cmf_file_tokenizer_json(s->draft_file, &lb);
-        if (!tb || la != lb || memcmp(ta, tb, la) != 0)
+        if (!cmf_file_same_tokenizer(s->file, s->draft_file))
             return cmf_error_set(err, CMF_ERR_ARG, "--draft %s: its tokenizer differs from %s's (a draft model must "
                                  "share the target's vocabulary)", o->draft_path, o->model_path);
         cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev};

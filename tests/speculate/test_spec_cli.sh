@@ -57,6 +57,11 @@ if [ -f "$ST/stories260K.bin" ] && [ -f "$ST/tok512.bin" ]; then
     "$CMF" run "$OUT/st.cmf" -p "Once" -n 16 --temp 0 -t 2 $d >"$OUT/sp1.txt" 2>/dev/null
     check "SentencePiece $d: output equals plain" 'cmp -s "$OUT/sp0.txt" "$OUT/sp1.txt" && [ -s "$OUT/sp0.txt" ]'
   done
+  Q=$SRC/../shared/data/upstream_cmf/qwen3-f32.cmf # no tokenizer section
+  if [ -f "$Q" ]; then
+    "$CMF" run "$OUT/st.cmf" -p "Once" -n 4 --temp 0 -md "$Q" >/dev/null 2>"$OUT/nt.err"
+    check "a draft model without a tokenizer is refused" '[ $? -eq 1 ] && grep -q "tokenizer differs" "$OUT/nt.err"'
+  fi
 else
   echo "SKIP (part): stories260K not in ../shared/data"
 fi
