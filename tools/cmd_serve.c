@@ -161,7 +161,7 @@ int cmd_serve(int argc, char **argv) {
         LONGFLAG("--max-per-key", NULL, 0, 1 << 20, o.per_key)
         LONGFLAG("--draft-max", NULL, 0, 256, o.draft_max)
         LONGFLAG("--draft-min", NULL, 0, 256, o.draft_min)
-        LONGFLAG("--lookup", NULL, 1, 64, o.lookup)
+        LONGFLAG("--lookup", NULL, 1, 8, o.lookup)
 #undef LONGFLAG
         if (cli_flag_value(argc, argv, &i, "--draft-p-min", &v, &missing)) {
             if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }

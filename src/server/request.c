@@ -101,7 +101,9 @@ static unsigned parse_term(srv *s, const char *name, const char *t, size_t len, 
             buf[sl] = 0;
             d = strtod(buf, &e);
         }
-        if (!e || *e || sl == 0 || !strchr("+-.0123456789", buf[0]) || !isfinite(d) || d < -SRV_MAX_LORA_SCALE || d > SRV_MAX_LORA_SCALE) {
+        /* a decimal number only: strtod would also take hex ("0x10"), "inf", "nan" */
+        bool dec = sl > 0 && sl < sizeof buf && strchr("+-.0123456789", buf[0]) && !strpbrk(buf, "xXpP");
+        if (!e || *e || !dec || !isfinite(d) || d < -SRV_MAX_LORA_SCALE || d > SRV_MAX_LORA_SCALE) {
             snprintf(msg, cap, "model '%.200s': the scale of adapter '%.*s' must be a number in [%g, %g]", name,
                      (int)(nl > 200 ? 200 : nl), t, -SRV_MAX_LORA_SCALE, SRV_MAX_LORA_SCALE);
             return 400;
@@ -591,11 +593,10 @@ unsigned srv_gen_parse(srv *s, const cJSON *b, bool chat, srv_gen *g, char *msg,
         FAIL(400, "n", "n times the number of prompts is more than %d choices", SRV_MAX_CHOICES);
     size_t max_tokens = s->o.max_tokens ? s->o.max_tokens : s->n_seq_ctx;
     g->max_tokens = chat ? (int32_t)max_tokens : 16; /* OpenAI's completions default */
-    if (!int_field(b, "max_tokens", 0, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_tokens"; return 400; }
+    if (!int_field(b, "max_tokens", 1, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_tokens"; return 400; }
     if (given) g->max_tokens = (int32_t)ll;
-    if (!int_field(b, "max_completion_tokens", 0, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_completion_tokens"; return 400; }
+    if (!int_field(b, "max_completion_tokens", 1, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_completion_tokens"; return 400; }
     if (given) g->max_tokens = (int32_t)ll;
-    if (g->max_tokens == 0) g->max_tokens = 1; /* the engine's 0 is prefill only */
     /* speculative decoding (cmf's field; default: on when the server has a drafter) */
     bool spec = true;
     if (!bool_field(b, "speculative", &spec, msg, cap)) { *param = "speculative"; return 400; }

@@ -155,7 +155,7 @@ async function rawTests(port) {
   for (const [b, what] of bad) check(isErr(await req(port, "POST", "/v1/chat/completions", { body: b }), 400), "400 for " + what);
   const badFields = [
     [{ temperature: "hot" }, "temperature"], [{ temperature: 3 }, "temperature"], [{ n: 0 }, "n"], [{ n: 1000 }, "n"],
-    [{ max_tokens: -1 }, "max_tokens"], [{ max_tokens: 1.5 }, "max_tokens"], [{ stop: 5 }, "stop"], [{ stop: [""] }, "stop"],
+    [{ max_tokens: -1 }, "max_tokens"], [{ max_tokens: 0 }, "max_tokens"], [{ max_completion_tokens: 0 }, "max_completion_tokens"], [{ max_tokens: 1.5 }, "max_tokens"], [{ stop: 5 }, "stop"], [{ stop: [""] }, "stop"],
     [{ logit_bias: { abc: 1 } }, "logit_bias"], [{ logit_bias: { 5: 1000 } }, "logit_bias"], [{ logit_bias: { 99999: 1 } }, "logit_bias"],
     [{ logprobs: true, top_logprobs: 21 }, "top_logprobs"], [{ top_logprobs: 2 }, "top_logprobs"], [{ seed: 1.5 }, "seed"],
     [{ stream_options: { include_usage: true } }, "stream_options"], [{ messages: "hi" }, "messages"],
@@ -479,7 +479,7 @@ async function adapterTests(port, file, adapter) {
   eq(two, [alone["skill:shout+story"], alone["skill:shout+story"]], "n=2 with an adapter (greedy): both choices = alone");
   // malformed model strings
   for (const [m, code] of [["skill+nope", 404], ["skill:nope+story", 404], ["skill+", 400], ["skill+story@", 400],
-    ["skill+story@x", 400], ["skill+story@ 1", 400], ["skill+story@\t1", 400], ["skill+story@nan", 400], ["skill+story@1e9", 400], ["skill+@1", 400], ["skill:", 400],
+    ["skill+story@x", 400], ["skill+story@ 1", 400], ["skill+story@\t1", 400], ["skill+story@nan", 400], ["skill+story@0x10", 400], ["skill+story@1e9", 400], ["skill+@1", 400], ["skill:", 400],
     ["skill++story", 400], ["skill+story@1@2", 400], ["other+story", 404], ["skill+story ", 404],
     ["skill" + "+story".repeat(17), 400]]) {
     const r = await req(port, "POST", "/v1/completions", { body: body(m) });
