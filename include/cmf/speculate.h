@@ -140,13 +140,13 @@ cmf_status cmf_spec_accept_step(const cmf_spec_step_in *in, cmf_spec_step_out *o
  * never compared). With acceptance a, k
  * drafts emit E(k) = (1 - a^(k+1)) / (1 - a) tokens per step at a cost of
  * C(k) = 1 + k·(cost_draft + cost_verify) target decode steps; the rule
- * picks the k in [draft_min, draft_max] with the best E(k)/C(k), and 0
- * when none beats plain decoding (E/C <= 1); while at 0 it drafts
- * draft_min (at least 1) tokens every `probe` steps to notice when
+ * picks the k in [draft_min, draft_max] with the best E(k)/C(k); when
+ * none beats plain decoding (E/C <= 1) it drafts draft_min tokens, and
+ * with draft_min 0 none but 1 every `probe` steps to notice when
  * drafting pays again. The drafter may stop earlier (p_min, lookup misses). */
 typedef struct cmf_spec_params {
     uint32_t draft_max; /* --draft-max: 16 default, <= CMF_SPEC_MAX_DRAFT */
-    uint32_t draft_min; /* --draft-min: 0 default (adaptive may go to 0) */
+    uint32_t draft_min; /* --draft-min: the adaptive rule never drafts fewer; 0 default (may go to 0) */
     float p_min;        /* --draft-p-min: a drafter stops when its top
                            probability is below this; 0.75 default (llama.cpp's) */
     float cost_draft;   /* one drafted token's cost in target decode steps

@@ -157,10 +157,10 @@ uint32_t cmf_draft_seq_next_k(cmf_draft_seq *ds) {
             double g = gain(a, j, c);
             if (g > best * (1.0 + 1e-9)) best = g, k = j;
         }
-        if (k == 0 && sp->draft_min > 0 && gain(a, sp->draft_min, c) >= 1.0) k = sp->draft_min;
+        if (k == 0 && sp->draft_min > 0) k = sp->draft_min; /* --draft-min: never fewer */
         if (k == 0 && (sp->probe == 0 || ++ds->since_probe >= sp->probe)) { /* probe */
             ds->since_probe = 0;
-            k = sp->draft_min > 0 ? sp->draft_min : 1;
+            k = 1;
         }
     }
     ds->k_last = k;
