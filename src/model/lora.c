@@ -189,7 +189,11 @@ cmf_status cmf_lora_open(const char *path, cmf_lora **out, cmf_error *err) {
     cmf_status vst = cmf_verify(path, &vr, err);
     if (vst) return vst;
     if (vr.n_problems) {
-        cmf_error_set(err, CMF_ERR_FORMAT, "%s: %s (`cmf verify` lists every problem)", path, vr.problems[0]);
+        const char *pr = vr.problems[0];
+        size_t pl = strlen(path);
+        bool named = !strncmp(pr, path, pl) && pr[pl] == ':'; /* the report names the file already */
+        cmf_error_set(err, CMF_ERR_FORMAT, "%s%s%s (`cmf verify` lists every problem)", named ? "" : path,
+                      named ? "" : ": ", pr);
         cmf_verify_report_free(&vr);
         return CMF_ERR_FORMAT;
     }
