@@ -558,8 +558,8 @@ int cmd_run(int argc, char **argv) {
     if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+    if (cli_spec_check(cmd, &spo) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_spec_wanted(&spo)) {
-        if (cli_spec_check(cmd, &spo) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
         if (gopt.flag || n_probs > 0) {
             cli_lora_free(&lo);
             return cli_usage_error(cmd, "%s does not go with a drafter yet", gopt.flag ? gopt.flag : "--n-probs");

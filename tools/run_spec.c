@@ -58,15 +58,18 @@ int cli_spec_flag(const char *cmd, int argc, char **argv, int *i, cli_spec *o) {
              cli_flag_value(argc, argv, i, "--draft-n", &v, &missing))
         lv = &o->draft_max, lo = 1, hi = CMF_SPEC_MAX_DRAFT;
     else if (cli_flag_value(argc, argv, i, "--draft-min", &v, &missing)) lv = &o->draft_min, lo = 0, hi = CMF_SPEC_MAX_DRAFT;
+    if (lv && lv != &o->lookup && !o->tuned) o->tuned = flag;
     if (lv) {
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag), -1;
         return cli_parse_long(cmd, flag, v, lo, hi, lv) ? 1 : -1;
     }
     if (cli_flag_value(argc, argv, i, "--draft-p-min", &v, &missing)) {
+        if (!o->tuned) o->tuned = flag;
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag), -1;
         return cli_parse_double(cmd, flag, v, 0.0, 1.0, &o->p_min) ? 1 : -1;
     }
     if (strcmp(flag, "--draft-fixed") == 0) {
+        if (!o->tuned) o->tuned = flag;
         o->fixed = true;
         return 1;
     }
@@ -78,6 +81,7 @@ bool cli_spec_wanted(const cli_spec *o) { return o->draft || o->drafter || o->lo
 int cli_spec_check(const char *cmd, const cli_spec *o) {
     int n = (o->draft != NULL) + (o->drafter != NULL) + (o->lookup > 0);
     if (n > 1) return cli_usage_error(cmd, "give one drafter: -md/--draft FILE, --lookup N or --drafter FILE");
+    if (n == 0 && o->tuned) return cli_usage_error(cmd, "%s needs a drafter: -md/--draft FILE, --lookup N or --drafter FILE", o->tuned);
     if (o->draft_min > o->draft_max)
         return cli_usage_error(cmd, "--draft-min %ld is larger than --draft-max %ld", o->draft_min, o->draft_max);
     return CLI_EXIT_OK;

@@ -18,6 +18,7 @@ typedef struct cli_spec {
     long draft_max, draft_min;
     double p_min;
     bool fixed;          /* --draft-fixed: no adaptive length (benchmarks) */
+    const char *tuned;   /* the first --draft-max/-min/-p-min/-fixed given (they need a drafter) */
 } cli_spec;
 
 extern const char cli_spec_help[];

@@ -77,6 +77,8 @@ bad "draft-max 0" "--draft-max" -md "$DRAFT" --draft-max 0
 bad "min > max" "--draft-min" -md "$DRAFT" --draft-min 5 --draft-max 2
 bad "p-min 2" "--draft-p-min" -md "$DRAFT" --draft-p-min 2
 bad "two drafters" "one drafter" -md "$DRAFT" --lookup 2
+bad "draft-max without a drafter" "needs a drafter" --draft-max 4
+bad "draft-fixed without a drafter" "needs a drafter" --draft-fixed
 bad "missing draft file" "nope.cmf" -md "$OUT/nope.cmf"
 bad "n-probs" "--n-probs" --lookup 2 --n-probs 3
 bad "block drafter: a model file" "header key drafter missing" --drafter "$DRAFT"
