@@ -403,14 +403,17 @@ bool cli_refuse_foreign(const char *cmd, const char *path) {
     return false;
 }
 
-bool cli_open_file(const char *cmd, const char *path, cmf_file **f) {
+bool cli_open_flag_file(const char *cmd, const char *flag, const char *path, cmf_file **f) {
     *f = NULL;
     if (cli_refuse_foreign(cmd, path)) return false;
     cmf_error err = {0};
     if (cmf_file_open(path, f, &err) == CMF_OK) return true;
+    if (flag) cmf_error_prefix(&err, "%s", flag);
     cli_fail(cmd, &err);
     return false;
 }
+
+bool cli_open_file(const char *cmd, const char *path, cmf_file **f) { return cli_open_flag_file(cmd, NULL, path, f); }
 
 /* ---- SIGINT / SIGTERM / SIGHUP while writing -------------------------------------- */
 

@@ -115,6 +115,9 @@ bool cli_refuse_foreign(const char *cmd, const char *path);
 /* cli_refuse_foreign, then cmf_file_open; prints the error and returns
  * false on failure. */
 bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
+/* cli_open_file for a file given by a flag: errors read
+ * "cmf <cmd>: <flag> <path>: ..." (e.g. "--draft x.cmf: cannot open"). */
+bool cli_open_flag_file(const char *cmd, const char *flag, const char *path, cmf_file **f);
 
 /* One device for a target and its draft model (they share a thread pool or
  * a GPU): --device D when it names more than the plain CPU, else

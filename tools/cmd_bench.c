@@ -343,10 +343,11 @@ int cmd_bench(int argc, char **argv) {
             if (cmf_spec_params_check(&bs.params, &err) != CMF_OK) goto fail;
         }
         if (draft_path) {
-            if (!cli_open_file(cmd, draft_path, &df)) goto done;
+            if (!cli_open_flag_file(cmd, "--draft", draft_path, &df)) goto done;
             if (!cmf_file_same_tokenizer(f, df)) {
                 fprintf(stderr, "cmf %s: --draft %s: its tokenizer differs from the target's (%s); a draft model must "
                                 "share the target's tokenizer\n", cmd, draft_path, path);
+                rc = CLI_EXIT_USAGE; /* a wrong pairing of arguments, as serve and run report it */
                 goto done;
             }
             if (cmf_model_load(df, &mp, &dm, &err) != CMF_OK) goto fail;

@@ -131,11 +131,11 @@ static int open_drafter(const cli_spec *o, const cli_spec_run *r, cmf_file **df,
         }
         return CLI_EXIT_OK;
     }
-    if (!cli_open_file(r->cmd, o->draft, df)) return CLI_EXIT_FAIL;
+    if (!cli_open_flag_file(r->cmd, "--draft", o->draft, df)) return CLI_EXIT_FAIL;
     if (!cmf_file_same_tokenizer(r->target_file, *df)) {
         fprintf(stderr, "cmf %s: --draft %s: its tokenizer differs from the target's (%s); a draft model must "
                         "share the target's tokenizer\n", r->cmd, o->draft, cmf_file_path(r->target_file));
-        return CLI_EXIT_FAIL;
+        return CLI_EXIT_USAGE; /* a wrong pairing of arguments, as serve reports it */
     }
     cmf_model_params mp = {.device = r->device, .n_ctx = r->n_ctx};
     if (cmf_model_load(*df, &mp, dm, &err) != CMF_OK) {

@@ -59,8 +59,8 @@ if [ -f "$ST/stories260K.bin" ] && [ -f "$ST/tok512.bin" ]; then
   done
   Q=$SRC/../shared/data/upstream_cmf/qwen3-f32.cmf # no tokenizer section
   if [ -f "$Q" ]; then
-    "$CMF" run "$OUT/st.cmf" -p "Once" -n 4 --temp 0 -md "$Q" >/dev/null 2>"$OUT/nt.err"
-    check "a draft model without a tokenizer is refused" '[ $? -eq 1 ] && grep -q "tokenizer differs" "$OUT/nt.err"'
+    "$CMF" run "$OUT/st.cmf" -p "Once" -n 4 --temp 0 -md "$Q" >/dev/null 2>"$OUT/nt.err"; ntrc=$?
+    check "a draft model without a tokenizer is refused (usage error, as in serve)" '[ $ntrc -eq 2 ] && grep -q "tokenizer differs" "$OUT/nt.err"'
   fi
 else
   echo "SKIP (part): stories260K not in ../shared/data"
@@ -72,6 +72,9 @@ bad() { # name expected-substring args...
   check "$name: exit $rc" '[ $rc -ne 0 ] && grep -q -- "$want" "$OUT/bad.err"'
 }
 bad "lookup 0" "--lookup" --lookup 0
+printf x >"$OUT/bad.cmf"
+bad "-md with a corrupt file names the flag" "--draft: $OUT/bad.cmf" -md "$OUT/bad.cmf"
+bad "-md with a missing file names the flag" "--draft: $OUT/missing.cmf" -md "$OUT/missing.cmf"
 bad "lookup 9" "--lookup" --lookup 9
 bad "draft-max 0" "--draft-max" -md "$DRAFT" --draft-max 0
 bad "min > max" "--draft-min" -md "$DRAFT" --draft-min 5 --draft-max 2
