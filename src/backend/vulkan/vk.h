@@ -92,6 +92,42 @@ typedef struct vk_arena_chunk {
     uint64_t size, used;
 } vk_arena_chunk;
 
+/* One command of a step's log (vk_record.c): what the command buffer will
+ * hold, so that a step whose log equals a recorded one replays that
+ * command buffer. Zero-filled before use (compared with memcmp). */
+#define VK_PUSH_MAX 128u
+enum { VK_LOG_DISPATCH, VK_LOG_COPY, VK_LOG_FILL };
+typedef struct vk_log_ent {
+    uint32_t kind, barrier;      /* barrier: a global memory barrier after it */
+    VkPipeline pipe;             /* dispatch */
+    uint32_t g[3], sh;           /* dispatch: grid, shader (profile) */
+    VkBuffer src, dst;           /* copy: src -> dst; fill: dst */
+    uint64_t src_off, dst_off, size;
+    uint8_t push[VK_PUSH_MAX];   /* dispatch: the push constants */
+} vk_log_ent;
+
+/* A recorded step: its command buffer and the log it was recorded from. */
+#define VK_REPLAY_SLOTS 8
+typedef struct vk_replay_slot {
+    VkCommandBuffer cb;
+    vk_log_ent *log;
+    uint32_t n, cap;
+    uint64_t last_use;
+} vk_replay_slot;
+
+/* Host-side step counters (CMF_VK_STATS=1 prints them when the backend is
+ * freed; cmf_vk_stats reads them). Times in microseconds of CPU wall clock. */
+typedef struct vk_step_stats {
+    uint64_t steps;              /* submissions of a step's command buffer (begin .. read) */
+    uint64_t replayed, recorded; /* of them: an existing recording reused / a new one made */
+    uint64_t uncached;           /* recorded one-time (replay off, profile, mid-step reads, ops outside a step) */
+    uint64_t cmds_recorded;      /* log entries turned into commands */
+    double us_record;            /* vkBegin .. vkEndCommandBuffer of the recorded (and uncached) steps */
+    double us_match;             /* finding the recording of the replayed steps */
+    double us_host;              /* begin .. the submission: the ops on the host (logging, arena data) */
+    double us_wait;              /* submission .. fence signalled */
+} vk_step_stats;
+
 typedef struct vk_ctx {
     VkInstance inst;
     VkPhysicalDevice phys;
@@ -149,6 +185,17 @@ typedef struct vk_ctx {
     char err_msg[256];
     char name[256];
 
+    /* the step's log and its recordings (vk_record.c) */
+    vk_log_ent *log;
+    uint32_t n_log, cap_log;
+    bool replay;                 /* CMF_VK_REPLAY=0 turns it off (A/B) */
+    bool step_cacheable;         /* this step may be replayed / recorded for replay */
+    vk_replay_slot slots[VK_REPLAY_SLOTS];
+    uint64_t use_tick;
+    double t_begin;              /* monotonic µs at begin */
+    vk_step_stats stats;
+    bool print_stats;
+
     /* CMF_VK_PROFILE=1: a timestamp after every dispatch of the step's
      * command buffer; GPU time per shader, printed when the backend is freed */
     bool profile;
@@ -160,6 +207,25 @@ typedef struct vk_ctx {
     uint64_t prof_n[VK_SH_COUNT], prof_steps;
     float ts_period;             /* ns per timestamp tick */
 } vk_ctx;
+
+/* vk_record.c: the step's command log. cmf_vk_log_open starts an empty
+ * log (recording = true); the cmf_vk_log_* calls append to it;
+ * cmf_vk_log_run turns it into a command buffer — the recording of an
+ * equal log when one exists (replay), else a new one (kept for replay when
+ * the step is cacheable) — submits it and waits. cmf_vk_replay_drop forgets
+ * every recording (a buffer they name was destroyed). */
+bool cmf_vk_log_open(vk_ctx *vk);
+void cmf_vk_log_dispatch(vk_ctx *vk, VkPipeline p, vk_shader sh, const void *push, uint32_t push_size, uint32_t gx,
+                         uint32_t gy, uint32_t gz, bool barrier);
+void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes);
+void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes);
+cmf_status cmf_vk_log_run(vk_ctx *vk);
+void cmf_vk_replay_drop(vk_ctx *vk);
+void cmf_vk_replay_free(vk_ctx *vk);
+double cmf_vk_now_us(void);
+/* The step counters so far (vk_step_stats). */
+void cmf_vk_stats(const vk_ctx *vk, vk_step_stats *out);
+void cmf_vk_stats_print(const vk_ctx *vk);
 
 /* vk_device.c */
 cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err);

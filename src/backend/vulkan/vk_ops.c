@@ -275,9 +275,17 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
         uint32_t np = (hi + v->page_size - 1) / v->page_size;
         /* one copy of a page table shared by consecutive tokens */
         if (v->pages != last_pages || np > last_np) {
-            last_pa = cmf_vk_arena_put(vk, v->pages, (uint64_t)(np ? np : 1) * sizeof(uint32_t));
+            /* room for a power of two of entries (at least 4): the arena's layout, and so
+             * the step's recording (vk_record.c), changes only when a table crosses one */
+            uint32_t cap = 4;
+            while (cap < np) cap *= 2;
+            uint32_t *pt = cmf_vk_arena_get(vk, (uint64_t)cap * sizeof(uint32_t), &last_pa);
+            if (pt) {
+                memcpy(pt, v->pages, (size_t)np * sizeof(uint32_t));
+                memset(pt + np, 0, (size_t)(cap - np) * sizeof(uint32_t));
+            }
             last_pages = v->pages;
-            last_np = np;
+            last_np = cap;
         }
         uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
         uint32_t *r = rec + (size_t)t * 12;
