@@ -38,7 +38,7 @@
 /* The shaders (shaders/<name>.comp), embedded as SPIR-V. */
 typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
-    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_COUNT
+    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK, VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -280,6 +280,11 @@ bool cmf_vk_dtype_ok(cmf_dtype dt);
  * lm_head.weight) with a progress bar; error when they do not fit, with
  * the number of layers that would (the --gpu-layers to use). */
 cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, cmf_error *err);
+
+/* vk_ops_sample.c: the op `topk` (backend.h), k <= CMF_VK_TOPK_MAX. */
+#define CMF_VK_TOPK_MAX 64u
+void cmf_vk_op_topk(cmf_backend *b, const float *logits, size_t ld, uint32_t n, uint32_t n_cand, uint32_t k,
+                    float *out);
 
 /* vk_ops_moe.c, vk_ops_lora.c: the ops `moe` and `lora` (backend.h). */
 cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);

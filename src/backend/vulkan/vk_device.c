@@ -24,10 +24,11 @@
 
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
-    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[];
+    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
-    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size;
+    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
+    cmf_vk_spv_topk_size;
 
 #define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
 #define ALIGN 256ull
@@ -171,6 +172,7 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MATMUL_TILED] = {cmf_vk_spv_matmul_tiled, &cmf_vk_spv_matmul_tiled_size},
     [VK_SH_MOE_COMBINE] = {cmf_vk_spv_moe_combine, &cmf_vk_spv_moe_combine_size},
     [VK_SH_LORA] = {cmf_vk_spv_lora, &cmf_vk_spv_lora_size},
+    [VK_SH_TOPK] = {cmf_vk_spv_topk, &cmf_vk_spv_topk_size},
 };
 
 /* ---- pipeline cache on disk --------------------------------------------- */
@@ -427,7 +429,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
-                                                           "moe_combine", "lora"};
+                                                           "moe_combine", "lora", "topk"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,

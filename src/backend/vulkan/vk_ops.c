@@ -498,6 +498,7 @@ static const cmf_backend_ops vk_ops = {
     .write = vk_be_write,
     .kv_store = vk_be_kv_store,
     .prepare = vk_be_prepare,
+    .topk = cmf_vk_op_topk,
 };
 
 cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) {
@@ -513,6 +514,8 @@ cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) 
     b->ops = &vk_ops;
     b->ctx = vk;
     b->n_threads = 1;
+    const char *smp = getenv("CMF_VK_SAMPLE"); /* device sampling (topk); 0 = off, for A/B */
+    b->topk_max = smp && strcmp(smp, "0") == 0 ? 0 : CMF_VK_TOPK_MAX;
     *out = b;
     return CMF_OK;
 }
