@@ -2,9 +2,11 @@
  * vk.h — internals of the Vulkan backend (src/backend/vulkan/), shared by
  * its files: vk_device.c (instance and device selection, device memory
  * and its suballocator, the fake address space of the model's opaque
- * pointers, pipelines and the on-disk pipeline cache, command recording,
- * staging, weight upload) and vk_ops.c (the cmf_backend_ops table), with
- * the MoE block and the LoRA update in vk_ops_moe.c and vk_ops_lora.c.
+ * pointers, pipelines and the on-disk pipeline cache, staging, weight
+ * upload), vk_record.c (the step's command log, recorded command buffers
+ * and their replay) and vk_ops.c (the cmf_backend_ops table), with the MoE
+ * block, the LoRA update and topk in vk_ops_moe.c, vk_ops_lora.c and
+ * vk_ops_sample.c.
  *
  * Memory model (docs/VULKAN.md):
  *   - Device memory comes in blocks (VkBuffer + VkDeviceMemory, device-local,
@@ -17,8 +19,10 @@
  *   - Shaders reach every buffer through device addresses in push constants
  *     (GL_EXT_buffer_reference): no descriptor sets.
  *   - Per-step host data (token ids, positions' cos/sin, page tables, KV
- *     slots, masks) is written at record time into a host-visible arena
- *     that lives until the step's submission has completed.
+ *     slots, masks) is written by the ops into a host-visible arena that
+ *     lives until the step's submission has completed, at offsets that
+ *     depend on the step's shape only, so an equal step replays its
+ *     recorded command buffer (vk_record.c).
  *   - Weights: one device copy per tensor payload, keyed by its host data
  *     pointer, uploaded at load (prepare) or on first use; small host
  *     float vectors (norm weights, biases) are uploaded on first use and

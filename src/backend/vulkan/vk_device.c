@@ -3,8 +3,9 @@
  * physical-device selection, device memory blocks with a first-fit
  * suballocator, the reserved host address range that names them, the
  * host-visible arena and staging buffers, pipelines (one per shader and
- * specialization, cached on disk), command recording with one submission
- * per step, and weight upload.
+ * specialization, cached on disk), the step's begin/submit/read around
+ * the command log of vk_record.c (one submission per step), and weight
+ * upload.
  *
  * Requirements of a device: Vulkan 1.2 with bufferDeviceAddress,
  * storageBuffer8BitAccess, storageBuffer16BitAccess, shaderInt8,
