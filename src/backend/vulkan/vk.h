@@ -184,7 +184,6 @@ typedef struct vk_ctx {
                                     op, begin or free runs it first */
     bool no_barrier;             /* the next dispatch is independent of the one after it */
     uint32_t n_dispatch;         /* dispatches recorded in this step */
-    VkPipeline bound;            /* bound in the open command buffer */
     cmf_status err_st;           /* first error of the recorded work */
     char err_msg[256];
     char name[256];
@@ -204,7 +203,6 @@ typedef struct vk_ctx {
      * command buffer; GPU time per shader, printed when the backend is freed */
     bool profile;
     VkQueryPool qpool;
-    VkCommandBuffer main_cmd;
     uint32_t n_q;
     uint8_t q_sh[4096];
     double prof_ns[VK_SH_COUNT];

@@ -366,7 +366,6 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         st = cmf_error_set(err, CMF_ERR_NOMEM, "vulkan:%d: out of memory creating the queue objects", index);
         goto fail;
     }
-    vk->main_cmd = vk->cmd;
     /* the tiled GEMM pays on GPUs; on a CPU device (lavapipe) its barriers cost more than it saves */
     const char *tl = getenv("CMF_VK_TILED");
     vk->tiled = tl && *tl ? strcmp(tl, "0") != 0 : vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
