@@ -51,6 +51,8 @@ static void usage(FILE *o) {
             "  --device D  cpu (default), vulkan or vulkan:N\n"
             CLI_GPU_LAYERS_HELP
             "  --json    machine-readable output\n"
+            "  --sample-device  tg steps read back the device's greedy token (cmf_forward_opts.top_k = 1)\n"
+            "            instead of the logits (a device with sampling, e.g. vulkan)\n"
             "  --parallel N,N,...  instead: N sequences decoding together through the\n"
             "            engine (continuous batching), each with a -p token prompt\n"
             "            (default 128) and -n greedy tokens (default 128); aggregate\n"
@@ -74,7 +76,7 @@ static void usage(FILE *o) {
 /* One test: run `reps` timed repetitions (after a warm-up); samples in ts[].
  * name != NULL: a progress line per run on stderr. */
 static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, uint32_t ws, const int32_t *toks, int n_prompt,
-                           int n_gen, int reps, double *ts, const char *name, cmf_error *err) {
+                           int n_gen, int reps, double *ts, const char *name, bool dev_greedy, cmf_error *err) {
     uint32_t nv;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -106,7 +108,12 @@ static cmf_status run_test(cmf_model *m, cmf_kv_cache *kv, uint32_t ws, const in
         for (int i = 0; i < n_gen && st == CMF_OK; i++) {
             int32_t tok = toks[i], p = i, s = 0;
             cmf_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &p, .seq_id = &s, .weight_set = ws ? wsr : NULL};
-            st = cmf_model_forward(m, kv, &b, logits, err);
+            int32_t id;
+            float v;
+            cmf_forward_opts o = {.logits = logits};
+            if (dev_greedy) /* --sample-device: the device's greedy token, not the logits */
+                o = (cmf_forward_opts){.top_k = 1, .top_ids = &id, .top_logits = &v};
+            st = cmf_model_forward_ex(m, kv, &b, &o, err);
         }
         double dt = now_s() - t0;
         if (rep >= 0) ts[rep] = (double)(n_prompt + n_gen) / dt;
@@ -174,7 +181,7 @@ int cmd_bench(int argc, char **argv) {
     long ngl = -1;
     uint32_t gpu_layers = 0;
     long n_prompt = 512, n_gen = 128, reps = 5, threads = 0;
-    bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false;
+    bool json = false, progress = false, p_set = false, r_set = false, exact = false, cycle = false, dev_greedy = false;
     int par[16], n_par = 0;
     const char *draft_path = NULL, *block_path = NULL, *text_path = NULL;
     long lookup = 0, draft_max = -1, draft_min = -1;
@@ -258,6 +265,8 @@ int cmd_bench(int argc, char **argv) {
             json = true;
         } else if (strcmp(argv[i], "--progress") == 0) {
             progress = true;
+        } else if (strcmp(argv[i], "--sample-device") == 0) {
+            dev_greedy = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             return cli_usage_error(cmd, "unknown flag '%s' (see cmf bench --help)", argv[i]);
         } else if (!path) {
@@ -310,6 +319,10 @@ int cmd_bench(int argc, char **argv) {
         mp.device = dev;
     }
     if (cmf_model_load(f, &mp, &m, &err) != CMF_OK) goto fail;
+    if (dev_greedy && cmf_model_top_k_max(m) == 0) {
+        cmf_error_set(&err, CMF_ERR_UNSUPPORTED, "--sample-device: the model's device does not sample (try --device vulkan)");
+        goto fail;
+    }
     t_load = now_s() - t_load;
     cmf_model_info info;
     cmf_model_get_info(m, &info);
@@ -425,7 +438,7 @@ int cmd_bench(int argc, char **argv) {
     double bpt = (double)info.decode_bytes, fpt = flops_per_token(f);
     /* Warm-up: a few decode steps touch every weight page several times (the
      * first passes over a fresh mapping run far below memory speed). */
-    if (run_test(m, kv, ws[0], toks, 0, 4, 1, ts, NULL, &err) != CMF_OK) {
+    if (run_test(m, kv, ws[0], toks, 0, 4, 1, ts, NULL, dev_greedy, &err) != CMF_OK) {
         free(ts);
         goto fail;
     }
@@ -435,7 +448,7 @@ int cmd_bench(int argc, char **argv) {
         if (np + ng == 0) continue;
         char name[32];
         snprintf(name, sizeof name, "%s%d%s", tests[k].kind, np + ng, lo.n ? "+lora" : "");
-        if (run_test(m, kv, ws[0], toks, np, ng, (int)reps, ts, progress ? name : NULL, &err) != CMF_OK) {
+        if (run_test(m, kv, ws[0], toks, np, ng, (int)reps, ts, progress ? name : NULL, dev_greedy, &err) != CMF_OK) {
             free(ts);
             if (json) printf("]\n");
             goto fail;

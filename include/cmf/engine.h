@@ -55,6 +55,12 @@ typedef struct cmf_engine_params {
     cmf_kv_type kv_type; /* CMF_KV_F16 default */
     bool prefix_cache;   /* reuse the KV pages of prompts already seen */
     bool batch_invariant;/* exact mode: see "Batch invariance" above */
+    bool device_sampling;/* sample on the model's device when it can (cmf_model_top_k_max)
+                            and every sequence of a step allows it (its sampler's
+                            cmf_sampler_top_k > 0; no grammar, want_probs, drafts or
+                            prefill-only turn): a step then reads back each row's best
+                            k ids, not its logits, and those tokens' events carry
+                            logits = NULL. The tokens are the ones the logits give. */
     /* Speculative decoding (see "Speculation" above): NULL = none. Not
      * owned; it must outlive the engine and be used by no other thread
      * while the engine steps. A draft model drafter needs n_seq_max

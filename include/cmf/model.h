@@ -365,7 +365,21 @@ typedef struct cmf_forward_opts {
                                  after each tapped layer */
     float *logits;            /* as cmf_model_forward's logits_out; only with
                                  layer_end == n_layer (else must be NULL) */
+    /* Sampling on the device (docs/VULKAN.md): with top_k > 0, each logits
+     * row's top_k best ids among [0, top_n_cand) (0 = n_vocab), best first
+     * (larger logit, then smaller id; NaN as -inf), computed where the head
+     * runs, so that only they cross to the host; logits may then be NULL.
+     * top_k <= cmf_model_top_k_max (else CMF_ERR_UNSUPPORTED); only with
+     * layer_end == n_layer. */
+    uint32_t top_k, top_n_cand;
+    int32_t *top_ids;         /* [n_out][top_k] */
+    float *top_logits;        /* [n_out][top_k] their logits */
 } cmf_forward_opts;
+
+/* The largest cmf_forward_opts.top_k the model's head backend computes
+ * itself (0: none, e.g. the CPU, or a hybrid placement whose head runs on
+ * the CPU). */
+uint32_t cmf_model_top_k_max(const cmf_model *m);
 
 /* cmf_model_forward with options. K/V are written for the layers run only
  * (a stage's cache holds its layers). Errors: those of cmf_model_forward;

@@ -91,6 +91,17 @@ int32_t cmf_sampler_probs(cmf_sampler *s, const float *logits, float *probs);
 cmf_status cmf_sampler_set_allowed(cmf_sampler *s, const uint32_t *bits, cmf_error *err);
 /* Record a token in the penalty history (prompt tokens and sampled ones). */
 void cmf_sampler_accept(cmf_sampler *s, int32_t token);
+/* Sampling from a device's candidates (cmf_forward_opts.top_k): the number
+ * k of best-first candidates this sampler needs instead of the logits — 1
+ * when greedy, top_k when it is set and nothing needs the whole
+ * vocabulary (no logit bias, allowed set or active penalty) — or 0 when it
+ * needs the logits. */
+uint32_t cmf_sampler_top_k(const cmf_sampler *s);
+/* cmf_sampler_sample from the k >= cmf_sampler_top_k(s) best ids and their
+ * logits, best first (larger logit, then smaller id, NaN as -inf): the
+ * token cmf_sampler_sample picks from the full logits, with the same RNG
+ * draw, when the candidates are those logits' best k. */
+int32_t cmf_sampler_sample_top(cmf_sampler *s, const int32_t *ids, const float *logits, uint32_t k);
 void cmf_sampler_reset(cmf_sampler *s);
 /* The distribution cmf_sampler_sample would draw from for these logits,
  * without drawing: the tokens that survive steps 0-5, best first, with

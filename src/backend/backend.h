@@ -233,6 +233,14 @@ typedef struct cmf_backend_ops {
      * to the type (q8: scale = max|x| / 127, round to nearest). */
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
+    /* Optional (NULL: the caller reads the logits instead; used only when
+     * b->topk_max >= k): the k best of the first n_cand logits of each of n
+     * rows (row stride ld floats), best first — larger logit, then smaller
+     * id, NaN as -inf (the sampler's order, src/sample/sampler.c) — into
+     * the backend buffer out [2][n][k]: the ids (int32 bits) of every row,
+     * then their logits. k = 1 is the greedy argmax. Recorded into the step
+     * like any op (read out after submit). 1 <= k <= topk_max, n_cand >= k. */
+    void (*topk)(cmf_backend *b, const float *logits, size_t ld, uint32_t n, uint32_t n_cand, uint32_t k, float *out);
     /* Optional (NULL: nothing to do, the CPU): called once when a model is
      * loaded on the backend, with its file, layer count, the layers it will
      * run ([0, n_dev); n_dev < n_layer: a hybrid placement, the later
@@ -252,6 +260,7 @@ struct cmf_backend {
     const cmf_backend_ops *ops;
     void *ctx;        /* backend state (CPU: the thread pool) */
     int n_threads;
+    uint32_t topk_max; /* largest k of ops->topk (0: none; CMF_VK_SAMPLE=0 turns the Vulkan one off) */
 };
 
 /* The backend a device owns (device.c), shared by the models on it. */

@@ -86,7 +86,11 @@ struct cmf_engine {
     cmf_kv_cache *kv;
     uint32_t n_vocab, n_sample, n_seq_max, n_seq_ctx, n_batch;
     uint32_t cap_batch;       /* rows of the batch scratch */
-    bool prefix_cache, batch_invariant;
+    bool prefix_cache, batch_invariant, dev_sample;
+    int32_t *top_ids;            /* [rows][k] device-sampling candidates of a step */
+    uint32_t step_top_k;         /* this step's k (0: the logits were read) */
+    float *top_vals;
+    size_t cap_top;
     cmf_drafter *drafter;     /* NULL = no speculation (not owned) */
     const uint32_t *tap_layers; /* the drafter's tapped layers [n_taps] (a block drafter), */
     uint32_t n_taps, n_embd;  /* 0 = it needs no hidden states */
@@ -317,6 +321,7 @@ cmf_status cmf_engine_new(cmf_model *model, const cmf_tokenizer *tok, const cmf_
     e->n_batch = e->cap_batch = n_batch;
     e->prefix_cache = p->prefix_cache;
     e->batch_invariant = p->batch_invariant;
+    e->dev_sample = p->device_sampling;
     e->drafter = p->drafter;
     if (p->drafter && cmf_drafter_get_info(p->drafter)->n_taps) {
         const cmf_drafter_info *di = cmf_drafter_get_info(p->drafter);
@@ -398,6 +403,8 @@ void cmf_engine_free(cmf_engine *e) {
     free(e->b_off);
     free(e->b_len);
     free(e->logits);
+    free(e->top_ids);
+    free(e->top_vals);
     free(e->p_row);
     free(e->resid);
     free(e->taps);
@@ -638,6 +645,35 @@ static bool sample_one(cmf_engine *e, eseq *s, float *logits) {
         if (cmf_grammar_matcher_accept_token(s->gm, t, &gerr)) { finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_INTERNAL, gerr.msg); return false; }
     }
     return commit_token(e, s, t, logits);
+}
+
+/* Device sampling: the k every logits row of the batch needs (the largest
+ * of its sequences' cmf_sampler_top_k), or 0 when some row needs its
+ * logits or the model's device cannot (engine.h device_sampling). */
+static uint32_t step_top_k(cmf_engine *e, uint32_t n, uint32_t n_chunks) {
+    if (!e->dev_sample || e->n_taps) return 0;
+    uint32_t k = 0;
+    for (uint32_t c = 0; c < n_chunks; c++) {
+        const eseq *s = e->b_owner[c];
+        if (!e->b_logits[e->b_off[c] + e->b_len[c] - 1]) continue; /* a prompt chunk before the last */
+        if (s->n_draft || s->gm || s->want_probs || s->dseq || (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict))
+            return 0;
+        uint32_t ks = cmf_sampler_top_k(s->smp);
+        if (ks == 0) return 0;
+        k = ks > k ? ks : k;
+    }
+    if (k == 0 || k > cmf_model_top_k_max(e->model) || k > e->n_sample) return 0;
+    size_t rows = 0;
+    for (uint32_t i = 0; i < n; i++) rows += e->b_logits[i] != 0;
+    if (rows * k > e->cap_top) {
+        int32_t *ids = realloc(e->top_ids, rows * k * sizeof *ids);
+        if (ids) e->top_ids = ids;
+        float *v = realloc(e->top_vals, rows * k * sizeof *v);
+        if (v) e->top_vals = v;
+        if (!ids || !v) return 0; /* the logits path then */
+        e->cap_top = rows * k;
+    }
+    return k;
 }
 
 /* Append t (sampled from logits) to s as its pending token and run what
@@ -1113,6 +1149,15 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         cmf_error ferr;
         memset(&ferr, 0, sizeof ferr);
         cmf_forward_opts fo = {.logits = e->logits}; /* a block drafter's hidden states too */
+        uint32_t top_k = step_top_k(e, n, n_chunks);
+        if (top_k) { /* only the rows' best ids come back */
+            fo.logits = NULL;
+            fo.top_k = top_k;
+            fo.top_n_cand = e->n_sample;
+            fo.top_ids = e->top_ids;
+            fo.top_logits = e->top_vals;
+        }
+        e->step_top_k = top_k;
         if (e->n_taps) fo.tap_layers = e->tap_layers, fo.n_taps = e->n_taps, fo.taps = e->taps;
         st = cmf_model_forward_ex(e->model, e->kv, &b, &fo, &ferr);
         if (st == CMF_OK) break;
@@ -1171,6 +1216,11 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
             continue;
         }
         if (s->cancelled) continue; /* ends next step */
+        if (e->step_top_k) { /* device sampling (step_top_k: no grammar, drafts or taps) */
+            size_t r = (size_t)(row - 1) * e->step_top_k;
+            commit_token(e, s, cmf_sampler_sample_top(s->smp, e->top_ids + r, e->top_vals + r, e->step_top_k), NULL);
+            continue;
+        }
         if (sample_one(e, s, lg) && (s->dseq || e->n_taps)) /* a plain decode or prompt of a speculating one */
             spec_observe(e, s, 0, 0, (uint32_t)s->n_tok, e->b_len[c], e->b_off[c], n);
     }

@@ -80,7 +80,8 @@ cmf_status cmf_session_new(cmf_model *model, const cmf_tokenizer *tok,
         s->sampler.has_seed = true;
         cmf_sampler_free(probe);
         cmf_engine_params ep = {.n_ctx = n_ctx, .n_seq_max = 1, .n_seq_ctx = n_ctx,
-                                .n_batch = CMF_PREFILL_CHUNK, .kv_type = p->kv_type};
+                                .n_batch = CMF_PREFILL_CHUNK, .kv_type = p->kv_type,
+                                .device_sampling = true /* events' logits are not used here */};
         st = cmf_engine_new(model, tok, &ep, &s->eng, err);
     }
     if (st != CMF_OK) {

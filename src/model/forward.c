@@ -47,6 +47,9 @@ typedef struct fwd_buf {
     float *logits; /* [n_logits][n_vocab] logits before the read-back */
     uint32_t n_logits; /* rows allocated there */
     uint32_t *rows;    /* [n] the rows whose logits were asked for */
+    float *top;        /* [2][n_top] top-k ids and logits (backend), n_top = rows x k allocated */
+    size_t n_top;
+    float *top_host;   /* [2][n_top] their host copy */
     float *taps;       /* copies of the residual stream after tapped layers */
     size_t n_taps;     /* rows allocated there */
     uint32_t cap;      /* tokens this scratch holds */
@@ -69,6 +72,8 @@ static void buf_free(cmf_backend *be, fwd_buf *b) {
         if (fl[i]) be->ops->release(be, fl[i]);
     if (b->logits) be->ops->release(be, b->logits);
     if (b->taps) be->ops->release(be, b->taps);
+    if (b->top) be->ops->release(be, b->top);
+    free(b->top_host);
     free(b->rows);
     free(b->views);
     free(b->slots);
@@ -357,8 +362,15 @@ typedef struct fwd_io {
     const uint64_t *tree_mask;
 } fwd_io;
 
+/* Where a micro-batch's top-k rows go (cmf_forward_opts.top_k). */
+typedef struct fwd_top {
+    uint32_t k, n_cand;
+    int32_t *ids;
+    float *vals;
+} fwd_top;
+
 static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *bt, fwd_buf *b,
-                                 const fwd_io *io, float *logits_out, cmf_error *err) {
+                                 const fwd_io *io, float *logits_out, const fwd_top *top, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
     cmf_backend *be = b->be;
     uint32_t n = bt->n_tokens, E = hp->n_embd;
@@ -427,7 +439,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         b->rows[n_out++] = t;
         if (b->n_dec >= 0 && t < (uint32_t)b->n_dec) out_dec++;
     }
-    if (n_out == 0 || !logits_out) return be->ops->submit(be, err);
+    if (n_out == 0 || (!logits_out && !top)) return be->ops->submit(be, err);
     if (b->n_logits < n_out) { /* grown to the most rows asked for so far */
         if (b->logits) be->ops->release(be, b->logits);
         b->n_logits = 0;
@@ -442,9 +454,32 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     size_t nl = (size_t)n_out * hp->n_vocab;
     if (hp->logits_scale != 1.0f) be->ops->softcap(be, b->logits, nl, 0.0f, 1.0f / hp->logits_scale);
     if (hp->final_softcap > 0.0f) be->ops->softcap(be, b->logits, nl, hp->final_softcap, 1.0f);
+    size_t nt = top ? (size_t)n_out * top->k : 0;
+    if (top) { /* the rows' best ids on the head's backend: only they are read */
+        if (b->n_top < nt) {
+            if (b->top) be->ops->release(be, b->top);
+            free(b->top_host);
+            b->n_top = 0;
+            b->top_host = malloc(2 * nt * sizeof *b->top_host);
+            if (!b->top_host || !(b->top = be->ops->alloc(be, 2 * nt)))
+                return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory for %u rows of top-%u", n_out, top->k);
+            b->n_top = nt;
+        }
+        be->ops->topk(be, b->logits, hp->n_vocab, n_out, top->n_cand, top->k, b->top);
+    }
     if ((st = be->ops->submit(be, err))) return st;
-    be->ops->read(be, logits_out, b->logits, nl);
+    if (top) { /* the step's one read: the ids, then the logits only when asked */
+        be->ops->read(be, b->top_host, b->top, 2 * nt);
+        memcpy(top->ids, b->top_host, nt * sizeof *top->ids);
+        memcpy(top->vals, b->top_host + nt, nt * sizeof *top->vals);
+    }
+    if (logits_out) be->ops->read(be, logits_out, b->logits, nl);
     return CMF_OK;
+}
+
+uint32_t cmf_model_top_k_max(const cmf_model *m) {
+    if (!m || m->be_cpu || !m->be->ops->topk) return 0;
+    return m->be->topk_max;
 }
 
 cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch *batch,
@@ -469,6 +504,14 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
             return cmf_error_set(err, CMF_ERR_ARG, "forward: tap after layer %u outside the range [%u, %u)",
                                  io.tap_layers[k], io.l0, io.l1);
     float *logits_out = o->logits;
+    fwd_top top = {o->top_k, o->top_n_cand ? o->top_n_cand : m->hp.n_vocab, o->top_ids, o->top_logits};
+    if (o->top_k) {
+        if (io.l1 < L || !o->top_ids || !o->top_logits)
+            return cmf_error_set(err, CMF_ERR_ARG, "forward: top_k needs the last layer and top_ids/top_logits");
+        if (o->top_k > cmf_model_top_k_max(m) || top.n_cand > m->hp.n_vocab || top.n_cand < o->top_k)
+            return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "forward: top_k %u of %u ids: the head's backend does %u",
+                                 o->top_k, top.n_cand, cmf_model_top_k_max(m));
+    }
     uint32_t *old_len = malloc(2 * kv->n_seq * sizeof(uint32_t));
     if (!old_len) return cmf_error_set(err, CMF_ERR_NOMEM, "forward: out of memory");
     uint32_t *new_len = old_len + kv->n_seq;
@@ -569,14 +612,16 @@ cmf_status cmf_model_forward_ex(cmf_model *m, cmf_kv_cache *kv, const cmf_batch 
             i0.l1 = i1.l0 = split;
             i0.hidden_out = mid;
             i1.hidden_in = mid;
-            st = forward_layers(m, kv, &sub, b0, &i0, NULL, err);
-            if (!st) st = forward_layers(m, kv, &sub, b1, &i1, logits_out, err);
+            st = forward_layers(m, kv, &sub, b0, &i0, NULL, NULL, err);
+            if (!st) st = forward_layers(m, kv, &sub, b1, &i1, logits_out, NULL, err);
         } else {
-            st = forward_layers(m, kv, &sub, b, &io, logits_out, err);
+            st = forward_layers(m, kv, &sub, b, &io, logits_out, top.k ? &top : NULL, err);
         }
-        if (!st && logits_out) /* rows written by this micro-batch */
-            for (uint32_t i = 0; i < cn; i++)
-                if (want ? want[i] != 0 : i == cn - 1) logits_out += m->hp.n_vocab;
+        for (uint32_t i = 0; !st && i < cn; i++) /* rows written by this micro-batch */
+            if (want ? want[i] != 0 : i == cn - 1) {
+                if (logits_out) logits_out += m->hp.n_vocab;
+                if (top.k) top.ids += top.k, top.vals += top.k;
+            }
         off += cn;
     }
     free(none);

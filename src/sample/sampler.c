@@ -276,6 +276,8 @@ static inline float penalized(const cmf_sampler *s, int32_t t, float l) {
 /* Steps 1-5. Leaves the survivors in s->cand[0..return) with their final
  * logits; *sorted tells whether they are best first. Greedy leaves the
  * argmax alone. */
+static size_t chain_tail(cmf_sampler *s, size_t n, bool *sorted);
+
 static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
     const size_t V = s->n_vocab;
     cand *c = s->cand;
@@ -322,6 +324,13 @@ static size_t run_chain(cmf_sampler *s, const float *logits, bool *sorted) {
         select_top(c, V, n);
         *sorted = true;
     }
+    return chain_tail(s, n, sorted);
+}
+
+/* Steps 3-5 on the survivors s->cand[0..n) of steps 1-2 (*sorted: best
+ * first); returns how many survive. */
+static size_t chain_tail(cmf_sampler *s, size_t n, bool *sorted) {
+    cand *c = s->cand;
     /* 3. top-p over softmax at temperature 1 */
     if (s->p.top_p < 1.0f && n > 1) {
         float mx = -INFINITY;
@@ -398,6 +407,8 @@ int32_t cmf_sampler_sample(cmf_sampler *s, const float *logits) {
 
 /* Steps -1..6: the chosen token, the distribution into probs when not
  * NULL, and a draw only when draw (else the most probable survivor). */
+static int32_t draw_from(cmf_sampler *s, size_t n, float *probs, bool draw);
+
 static int32_t sample_dist(cmf_sampler *s, const float *logits, float *probs, bool draw) {
     bool sorted;
     logits = apply_bias(s, logits);
@@ -408,6 +419,12 @@ static int32_t sample_dist(cmf_sampler *s, const float *logits, float *probs, bo
         if (probs) greedy_probs(s, logits, c[0].id, probs);
         return c[0].id;
     }
+    return draw_from(s, n, probs, draw);
+}
+
+/* Step 6 over the survivors s->cand[0..n) (not greedy). */
+static int32_t draw_from(cmf_sampler *s, size_t n, float *probs, bool draw) {
+    const cand *c = s->cand;
     if (probs) memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
     const double inv = 1.0 / (double)s->p.temp;
     float mx = -INFINITY;
@@ -469,4 +486,31 @@ size_t cmf_sampler_candidates(cmf_sampler *s, const float *logits, size_t cap, i
         }
     }
     return n;
+}
+
+/* ---- sampling from device candidates ------------------------------------- */
+
+uint32_t cmf_sampler_top_k(const cmf_sampler *s) {
+    if (!s || s->n_bias || s->allowed || s->penalize) return 0;
+    if (is_greedy(s)) return 1;
+    return s->p.top_k > 0 && (uint32_t)s->p.top_k < s->n_vocab ? (uint32_t)s->p.top_k : 0;
+}
+
+int32_t cmf_sampler_sample_top(cmf_sampler *s, const int32_t *ids, const float *logits, uint32_t k) {
+    uint32_t need = cmf_sampler_top_k(s);
+    assert(need >= 1 && k >= need);
+    (void)need;
+    if (is_greedy(s)) return ids[0];
+    /* steps 1-2 done by the caller: the top_k candidates, best first, as
+     * run_chain leaves them (NaN already -inf; +inf -> FLT_MAX) */
+    size_t n = (size_t)s->p.top_k < s->n_vocab ? (size_t)s->p.top_k : s->n_vocab;
+    if (n > k) n = k;
+    for (size_t i = 0; i < n; i++) {
+        float v = logits[i];
+        s->cand[i].id = ids[i];
+        s->cand[i].logit = isnan(v) ? -INFINITY : v == INFINITY ? FLT_MAX : v;
+    }
+    bool sorted = true;
+    n = chain_tail(s, n, &sorted);
+    return draw_from(s, n, NULL, true);
 }

@@ -13,7 +13,9 @@
  * CMF_TEST_DEVICE=vulkan runs it on that device (cmf_model_params.backend;
  * 24 sequences on demo-draft.cmf: lavapipe is slow; skips without one),
  * CMF_TEST_GPU_LAYERS=N with it only the first N layers (the rest and the
- * head on the CPU: test_engine_hybrid);
+ * head on the CPU: test_engine_hybrid); on a device, a run with
+ * device_sampling (the sequences without penalties: tokens sampled from
+ * the device's top-k candidates equal the oracle's, drawn from its logits);
  * CMF_TEST_TSAN=1 (the ThreadSanitizer build, where every load is
  * instrumented) runs the threads part alone on the small demo-draft.cmf.
  */
@@ -56,9 +58,12 @@ static uint64_t hash_row(const float *x, uint32_t n) {
     return h;
 }
 
+static size_t n_device_sampled; /* events without logits: tokens sampled on the device */
+
 static bool on_ev(const cmf_seq_event *ev, void *user) {
     rec *r = user;
     if (r->mu) pthread_mutex_lock(r->mu);
+    if (ev->token >= 0 && !ev->logits && !r->mu) n_device_sampled++;
     if (ev->token >= 0 && r->n < 128) {
         r->tok[r->n] = ev->token;
         r->lh[r->n] = ev->logits ? hash_row(ev->logits, ev->n_vocab) : 0;
@@ -165,7 +170,7 @@ static void compare(const char *what, int i, const rec *want, const rec *got, bo
     int bad_tok = 0, bad_logits = 0;
     for (size_t k = 0; k < n; k++) {
         bad_tok += got->tok[k] != want->tok[k];
-        bad_logits += got->lh[k] != want->lh[k];
+        bad_logits += got->lh[k] != want->lh[k] && got->lh[k] != 0; /* 0: sampled on the device, no logits */
     }
     CHECK(bad_tok == 0 && bad_logits == 0, "%s seq %d: %d tokens and %d logits rows differ from alone", what,
           i, bad_tok, bad_logits);
@@ -488,6 +493,22 @@ int main(void) {
     uint32_t pre_d = 0;
     cmf_engine_params d = {.n_ctx = 1024, .n_seq_max = 8, .n_batch = 64, .prefix_cache = true, .batch_invariant = true};
     run_batched(m, tok, sp, n, want, &d, "prefix", &pre_d);
+    if (device && !ngl) { /* (e) device sampling: the sequences whose sampler needs no logits */
+        spec *sf = calloc((size_t)n, sizeof *sf);
+        rec *wf = calloc((size_t)n, sizeof *wf);
+        int nf = 0;
+        for (int i = 0; sf && wf && i < n; i++)
+            if (sp[i].smp.repeat_penalty == 1.0f) sf[nf] = sp[i], wf[nf++] = want[i];
+        cmf_engine_params ds = {.n_ctx = 2048, .n_seq_max = 8, .n_batch = 64, .batch_invariant = true,
+                                .device_sampling = true};
+        uint32_t pre_e = 0;
+        n_device_sampled = 0;
+        run_batched(m, tok, sf, nf, wf, &ds, "device-sampling", &pre_e);
+        fprintf(stderr, "device-sampling: %zu tokens sampled on the device\n", n_device_sampled);
+        CHECK(n_device_sampled > 0, "device sampling: no token was sampled on the device");
+        free(sf);
+        free(wf);
+    }
     run_threads(m, tok, sp, n, want);
     run_fork(m, tok, sp, want);
     for (int i = 0; i < 6; i++)

@@ -2,9 +2,11 @@
  * vk.h — internals of the Vulkan backend (src/backend/vulkan/), shared by
  * its files: vk_device.c (instance and device selection, device memory
  * and its suballocator, the fake address space of the model's opaque
- * pointers, pipelines and the on-disk pipeline cache, command recording,
- * staging, weight upload) and vk_ops.c (the cmf_backend_ops table), with
- * the MoE block and the LoRA update in vk_ops_moe.c and vk_ops_lora.c.
+ * pointers, pipelines and the on-disk pipeline cache, staging, weight
+ * upload), vk_record.c (the step's command log, recorded command buffers
+ * and their replay) and vk_ops.c (the cmf_backend_ops table), with the MoE
+ * block, the LoRA update and topk in vk_ops_moe.c, vk_ops_lora.c and
+ * vk_ops_sample.c.
  *
  * Memory model (docs/VULKAN.md):
  *   - Device memory comes in blocks (VkBuffer + VkDeviceMemory, device-local,
@@ -17,8 +19,10 @@
  *   - Shaders reach every buffer through device addresses in push constants
  *     (GL_EXT_buffer_reference): no descriptor sets.
  *   - Per-step host data (token ids, positions' cos/sin, page tables, KV
- *     slots, masks) is written at record time into a host-visible arena
- *     that lives until the step's submission has completed.
+ *     slots, masks) is written by the ops into a host-visible arena that
+ *     lives until the step's submission has completed, at offsets that
+ *     depend on the step's shape only, so an equal step replays its
+ *     recorded command buffer (vk_record.c).
  *   - Weights: one device copy per tensor payload, keyed by its host data
  *     pointer, uploaded at load (prepare) or on first use; small host
  *     float vectors (norm weights, biases) are uploaded on first use and
@@ -38,7 +42,7 @@
 /* The shaders (shaders/<name>.comp), embedded as SPIR-V. */
 typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
-    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_COUNT
+    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK, VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -92,6 +96,42 @@ typedef struct vk_arena_chunk {
     uint64_t size, used;
 } vk_arena_chunk;
 
+/* One command of a step's log (vk_record.c): what the command buffer will
+ * hold, so that a step whose log equals a recorded one replays that
+ * command buffer. Zero-filled before use (compared with memcmp). */
+#define VK_PUSH_MAX 128u
+enum { VK_LOG_DISPATCH, VK_LOG_COPY, VK_LOG_FILL };
+typedef struct vk_log_ent {
+    uint32_t kind, barrier;      /* barrier: a global memory barrier after it */
+    VkPipeline pipe;             /* dispatch */
+    uint32_t g[3], sh;           /* dispatch: grid, shader (profile) */
+    VkBuffer src, dst;           /* copy: src -> dst; fill: dst */
+    uint64_t src_off, dst_off, size;
+    uint8_t push[VK_PUSH_MAX];   /* dispatch: the push constants */
+} vk_log_ent;
+
+/* A recorded step: its command buffer and the log it was recorded from. */
+#define VK_REPLAY_SLOTS 8
+typedef struct vk_replay_slot {
+    VkCommandBuffer cb;
+    vk_log_ent *log;
+    uint32_t n, cap;
+    uint64_t last_use;
+} vk_replay_slot;
+
+/* Host-side step counters (CMF_VK_STATS=1 prints them when the backend is
+ * freed; cmf_vk_stats reads them). Times in microseconds of CPU wall clock. */
+typedef struct vk_step_stats {
+    uint64_t steps;              /* submissions of a step's command buffer (begin .. read) */
+    uint64_t replayed, recorded; /* of them: an existing recording reused / a new one made */
+    uint64_t uncached;           /* recorded one-time (replay off, profile, mid-step reads, ops outside a step) */
+    uint64_t cmds_recorded;      /* log entries turned into commands */
+    double us_record;            /* vkBegin .. vkEndCommandBuffer of the recorded (and uncached) steps */
+    double us_match;             /* finding the recording of the replayed steps */
+    double us_host;              /* begin .. the submission: the ops on the host (logging, arena data) */
+    double us_wait;              /* submission .. fence signalled */
+} vk_step_stats;
+
 typedef struct vk_ctx {
     VkInstance inst;
     VkPhysicalDevice phys;
@@ -144,22 +184,50 @@ typedef struct vk_ctx {
                                     op, begin or free runs it first */
     bool no_barrier;             /* the next dispatch is independent of the one after it */
     uint32_t n_dispatch;         /* dispatches recorded in this step */
-    VkPipeline bound;            /* bound in the open command buffer */
     cmf_status err_st;           /* first error of the recorded work */
     char err_msg[256];
     char name[256];
+
+    /* the step's log and its recordings (vk_record.c) */
+    vk_log_ent *log;
+    uint32_t n_log, cap_log;
+    bool replay;                 /* CMF_VK_REPLAY=0 turns it off (A/B) */
+    bool step_cacheable;         /* this step may be replayed / recorded for replay */
+    vk_replay_slot slots[VK_REPLAY_SLOTS];
+    uint64_t use_tick;
+    double t_begin;              /* monotonic µs at begin */
+    vk_step_stats stats;
+    bool print_stats;
 
     /* CMF_VK_PROFILE=1: a timestamp after every dispatch of the step's
      * command buffer; GPU time per shader, printed when the backend is freed */
     bool profile;
     VkQueryPool qpool;
-    VkCommandBuffer main_cmd;
     uint32_t n_q;
     uint8_t q_sh[4096];
     double prof_ns[VK_SH_COUNT];
     uint64_t prof_n[VK_SH_COUNT], prof_steps;
     float ts_period;             /* ns per timestamp tick */
 } vk_ctx;
+
+/* vk_record.c: the step's command log. cmf_vk_log_open starts an empty
+ * log (recording = true); the cmf_vk_log_* calls append to it;
+ * cmf_vk_log_run turns it into a command buffer — the recording of an
+ * equal log when one exists (replay), else a new one (kept for replay when
+ * the step is cacheable) — submits it and waits. cmf_vk_replay_drop forgets
+ * every recording (a buffer they name was destroyed). */
+bool cmf_vk_log_open(vk_ctx *vk);
+void cmf_vk_log_dispatch(vk_ctx *vk, VkPipeline p, vk_shader sh, const void *push, uint32_t push_size, uint32_t gx,
+                         uint32_t gy, uint32_t gz, bool barrier);
+void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes);
+void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes);
+cmf_status cmf_vk_log_run(vk_ctx *vk);
+void cmf_vk_replay_drop(vk_ctx *vk);
+void cmf_vk_replay_free(vk_ctx *vk);
+double cmf_vk_now_us(void);
+/* The step counters so far (vk_step_stats). */
+void cmf_vk_stats(const vk_ctx *vk, vk_step_stats *out);
+void cmf_vk_stats_print(const vk_ctx *vk);
 
 /* vk_device.c */
 cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err);
@@ -214,6 +282,11 @@ bool cmf_vk_dtype_ok(cmf_dtype dt);
  * lm_head.weight) with a progress bar; error when they do not fit, with
  * the number of layers that would (the --gpu-layers to use). */
 cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, uint32_t n_dev, cmf_error *err);
+
+/* vk_ops_sample.c: the op `topk` (backend.h), k <= CMF_VK_TOPK_MAX. */
+#define CMF_VK_TOPK_MAX 64u
+void cmf_vk_op_topk(cmf_backend *b, const float *logits, size_t ld, uint32_t n, uint32_t n_cand, uint32_t k,
+                    float *out);
 
 /* vk_ops_moe.c, vk_ops_lora.c: the ops `moe` and `lora` (backend.h). */
 cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);

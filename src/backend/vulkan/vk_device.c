@@ -3,8 +3,9 @@
  * physical-device selection, device memory blocks with a first-fit
  * suballocator, the reserved host address range that names them, the
  * host-visible arena and staging buffers, pipelines (one per shader and
- * specialization, cached on disk), command recording with one submission
- * per step, and weight upload.
+ * specialization, cached on disk), the step's begin/submit/read around
+ * the command log of vk_record.c (one submission per step), and weight
+ * upload.
  *
  * Requirements of a device: Vulkan 1.2 with bufferDeviceAddress,
  * storageBuffer8BitAccess, storageBuffer16BitAccess, shaderInt8,
@@ -24,10 +25,11 @@
 
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
-    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[];
+    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
-    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size;
+    cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
+    cmf_vk_spv_topk_size;
 
 #define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
 #define ALIGN 256ull
@@ -171,6 +173,7 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MATMUL_TILED] = {cmf_vk_spv_matmul_tiled, &cmf_vk_spv_matmul_tiled_size},
     [VK_SH_MOE_COMBINE] = {cmf_vk_spv_moe_combine, &cmf_vk_spv_moe_combine_size},
     [VK_SH_LORA] = {cmf_vk_spv_lora, &cmf_vk_spv_lora_size},
+    [VK_SH_TOPK] = {cmf_vk_spv_topk, &cmf_vk_spv_topk_size},
 };
 
 /* ---- pipeline cache on disk --------------------------------------------- */
@@ -363,12 +366,15 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         st = cmf_error_set(err, CMF_ERR_NOMEM, "vulkan:%d: out of memory creating the queue objects", index);
         goto fail;
     }
-    vk->main_cmd = vk->cmd;
     /* the tiled GEMM pays on GPUs; on a CPU device (lavapipe) its barriers cost more than it saves */
     const char *tl = getenv("CMF_VK_TILED");
     vk->tiled = tl && *tl ? strcmp(tl, "0") != 0 : vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *wd = getenv("CMF_VK_WIDE");
     vk->wide = !(wd && strcmp(wd, "0") == 0);
+    const char *rp = getenv("CMF_VK_REPLAY");
+    vk->replay = !(rp && strcmp(rp, "0") == 0);
+    const char *sts = getenv("CMF_VK_STATS");
+    vk->print_stats = sts && *sts && strcmp(sts, "0") != 0;
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -423,7 +429,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
-                                                           "moe_combine", "lora"};
+                                                           "moe_combine", "lora", "topk"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -435,6 +441,8 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
                             vk->prof_ns[i] / 1e3 / (double)vk->prof_n[i], 100.0 * vk->prof_ns[i] / (total > 0 ? total : 1));
             vkDestroyQueryPool(vk->dev, vk->qpool, NULL);
         }
+        if (vk->print_stats) cmf_vk_stats_print(vk);
+        cmf_vk_replay_free(vk);
         cache_save(vk);
         for (uint32_t i = 0; i < vk->n_pipes; i++) vkDestroyPipeline(vk->dev, vk->pipes[i].p, NULL);
         if (vk->pcache) vkDestroyPipelineCache(vk->dev, vk->pcache, NULL);
@@ -633,6 +641,7 @@ VkDeviceAddress cmf_vk_arena_put(vk_ctx *vk, const void *data, uint64_t bytes) {
 static bool stage_reserve(vk_ctx *vk, uint64_t bytes) {
     if (vk->stage_size >= bytes) return true;
     if (vk->stage_buf) {
+        cmf_vk_replay_drop(vk); /* recordings name the old buffer */
         vkDestroyBuffer(vk->dev, vk->stage_buf, NULL);
         vkFreeMemory(vk->dev, vk->stage_mem, NULL);
         vk->stage_buf = VK_NULL_HANDLE;
@@ -649,64 +658,10 @@ static bool stage_reserve(vk_ctx *vk, uint64_t bytes) {
 
 /* ---- recording ------------------------------------------------------------ */
 
-static void barrier(vk_ctx *vk) {
-    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
-    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    vkCmdPipelineBarrier(vk->cmd, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
-}
+static bool cmd_open(vk_ctx *vk) { return cmf_vk_log_open(vk); }
 
-static bool cmd_open(vk_ctx *vk) {
-    vkResetCommandBuffer(vk->cmd, 0);
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (vkBeginCommandBuffer(vk->cmd, &bi) != VK_SUCCESS) {
-        cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: vkBeginCommandBuffer failed");
-        return false;
-    }
-    vk->recording = true;
-    vk->n_dispatch = 0;
-    vk->bound = VK_NULL_HANDLE;
-    if (vk->profile && vk->cmd == vk->main_cmd) {
-        vkCmdResetQueryPool(vk->cmd, vk->qpool, 0, 4096);
-        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
-        vk->n_q = 0;
-    }
-    return true;
-}
-
-/* Per-shader GPU time of the finished command buffer (profile). */
-static void prof_collect(vk_ctx *vk) {
-    if (!vk->profile || vk->cmd != vk->main_cmd || vk->n_q == 0) return;
-    uint64_t ts[4096];
-    if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q + 1, sizeof ts, ts, sizeof ts[0],
-                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
-        for (uint32_t i = 1; i <= vk->n_q; i++) {
-            vk->prof_ns[vk->q_sh[i]] += (double)(ts[i] - ts[i - 1]) * vk->ts_period;
-            vk->prof_n[vk->q_sh[i]]++;
-        }
-        vk->prof_steps++;
-    }
-    vk->n_q = 0;
-}
-
-/* End, submit and wait for the open command buffer. */
-static cmf_status cmd_run(vk_ctx *vk) {
-    vk->recording = false;
-    if (vkEndCommandBuffer(vk->cmd) != VK_SUCCESS)
-        return cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: vkEndCommandBuffer failed");
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
-    vkResetFences(vk->dev, 1, &vk->fence);
-    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
-    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
-    if (r != VK_SUCCESS)
-        return cmf_vk_fail(vk, r == VK_ERROR_DEVICE_LOST ? CMF_ERR_IO : CMF_ERR_NOMEM,
-                           "vulkan: the step failed on %s (VkResult %d)", vk->name, (int)r);
-    prof_collect(vk);
-    return CMF_OK;
-}
+/* Submit the log (a replay when an equal one was recorded) and wait. */
+static cmf_status cmd_run(vk_ctx *vk) { return cmf_vk_log_run(vk); }
 
 static void arena_reset(vk_ctx *vk) {
     for (uint32_t i = 0; i < vk->n_arena; i++) vk->arena[i].used = 0;
@@ -729,6 +684,8 @@ void cmf_vk_begin(vk_ctx *vk) {
     vk->immediate = false;
     arena_reset(vk); /* the previous step has completed (submit waits) */
     cmd_open(vk);
+    vk->step_cacheable = true;
+    vk->t_begin = cmf_vk_now_us();
 }
 
 /* The step's recorded errors are returned here; the commands themselves
@@ -739,10 +696,9 @@ cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err) {
     cmf_status st = vk->err_st;
     if (st) { /* drop the recording: it may reference what failed */
         cmf_error_set(err, st, "%s", vk->err_msg[0] ? vk->err_msg : "vulkan: step failed");
-        if (vk->recording) {
-            vkEndCommandBuffer(vk->cmd);
-            vk->recording = false;
-        }
+        vk->recording = false; /* the log is dropped */
+        vk->n_log = 0;
+        vk->step_cacheable = false;
         arena_reset(vk);
         vk->err_st = CMF_OK;
         vk->err_msg[0] = 0;
@@ -796,19 +752,8 @@ void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_
         return;
     }
     if (!vk->recording) return;
-    uint8_t pc[PUSH_MAX] = {0};
-    memcpy(pc, push, push_size < PUSH_MAX ? push_size : PUSH_MAX);
-    if (p != vk->bound) vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
-    vk->bound = p;
-    vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, PUSH_MAX, pc);
-    vkCmdDispatch(vk->cmd, gx, gy, gz);
-    if (!vk->no_barrier) barrier(vk);
+    cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
     vk->no_barrier = false;
-    vk->n_dispatch++;
-    if (vk->profile && vk->cmd == vk->main_cmd && vk->n_q + 1 < 4096) {
-        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, ++vk->n_q);
-        vk->q_sh[vk->n_q] = (uint8_t)sh;
-    }
 }
 
 void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t bytes) {
@@ -819,9 +764,7 @@ void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t byte
         cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan: copy between pointers that are not backend buffers");
         return;
     }
-    VkBufferCopy r = {os, od, bytes};
-    vkCmdCopyBuffer(vk->cmd, vk->blocks[bs].buf, vk->blocks[bd].buf, 1, &r);
-    barrier(vk);
+    cmf_vk_log_copy(vk, vk->blocks[bs].buf, os, vk->blocks[bd].buf, od, bytes);
 }
 
 void cmf_vk_write_rec(vk_ctx *vk, void *dst, const void *src, uint64_t bytes) {
@@ -839,16 +782,13 @@ void cmf_vk_write_rec(vk_ctx *vk, void *dst, const void *src, uint64_t bytes) {
     vk_arena_chunk *c = NULL;
     for (uint32_t i = 0; i < vk->n_arena; i++)
         if (a >= vk->arena[i].addr && a < vk->arena[i].addr + vk->arena[i].size) c = &vk->arena[i];
-    VkBufferCopy r = {a - c->addr, od, bytes};
-    vkCmdCopyBuffer(vk->cmd, c->buf, vk->blocks[bd].buf, 1, &r);
-    barrier(vk);
+    cmf_vk_log_copy(vk, c->buf, a - c->addr, vk->blocks[bd].buf, od, bytes);
 }
 
 static void fill_zero(vk_ctx *vk, uint32_t block, uint64_t off, uint64_t size) {
     bool rec = vk->recording;
     if (!rec && !cmd_open(vk)) return;
-    vkCmdFillBuffer(vk->cmd, vk->blocks[block].buf, off, size, 0);
-    barrier(vk);
+    cmf_vk_log_fill(vk, vk->blocks[block].buf, off, size);
     if (!rec) {
         cmd_run(vk);
         arena_reset(vk);
@@ -861,8 +801,7 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
     if (!cmf_vk_lookup(vk, src, &b, &off))
         return cmf_error_set(err, CMF_ERR_ARG, "vulkan: read from a pointer that is not a backend buffer");
     if (vk->pending && bytes <= STAGE_MAX && stage_reserve(vk, bytes)) { /* the copy joins the step */
-        VkBufferCopy r = {off, 0, bytes};
-        vkCmdCopyBuffer(vk->cmd, vk->blocks[b].buf, vk->stage_buf, 1, &r);
+        cmf_vk_log_copy(vk, vk->blocks[b].buf, off, vk->stage_buf, 0, bytes);
         vk->pending = false;
         cmf_status st = cmd_run(vk);
         arena_reset(vk);
@@ -880,8 +819,7 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
         uint64_t n = bytes - done < STAGE_MAX ? bytes - done : STAGE_MAX;
         if (!stage_reserve(vk, n)) return cmf_error_set(err, CMF_ERR_NOMEM, "vulkan: no staging memory");
         if (!cmd_open(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
-        VkBufferCopy r = {off + done, 0, n};
-        vkCmdCopyBuffer(vk->cmd, vk->blocks[b].buf, vk->stage_buf, 1, &r);
+        cmf_vk_log_copy(vk, vk->blocks[b].buf, off + done, vk->stage_buf, 0, n);
         cmf_status st = cmd_run(vk);
         if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
         memcpy((uint8_t *)dst + done, vk->stage_map, n);
@@ -895,6 +833,7 @@ cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t byte
     cmf_status fst = flush_pending(vk); /* a submitted step is not this op's */
     if (fst) return cmf_error_set(err, fst, "%s", vk->err_msg);
     bool imm = vk->immediate, rec = vk->recording;
+    vk->step_cacheable = false; /* a step split in two is not replayed */
     if (rec) {
         cmf_status st = cmd_run(vk);
         if (st) return cmf_error_set(err, st, "%s", vk->err_msg);
@@ -909,32 +848,30 @@ cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t byte
  * (uploads at load and first use happen outside any step's command
  * buffer; a step being recorded is submitted later, so it sees them). */
 static cmf_status upload(vk_ctx *vk, uint32_t b, uint64_t off, const void *src, uint64_t bytes) {
-    VkCommandBuffer keep = vk->cmd;
-    bool rec = vk->recording;
-    VkCommandBuffer tmp = VK_NULL_HANDLE;
-    if (rec) { /* a second command buffer: the step's stays open */
-        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                           .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                           .commandBufferCount = 1};
-        if (vkAllocateCommandBuffers(vk->dev, &cai, &tmp) != VK_SUCCESS) return CMF_ERR_NOMEM;
-        vk->cmd = tmp;
-    }
+    /* its own command buffer: the step's log stays open */
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                       .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                       .commandBufferCount = 1};
+    VkCommandBuffer cb;
+    if (vkAllocateCommandBuffers(vk->dev, &cai, &cb) != VK_SUCCESS) return CMF_ERR_NOMEM;
     cmf_status st = CMF_OK;
     for (uint64_t done = 0; done < bytes && !st;) {
         uint64_t n = bytes - done < STAGE_MAX ? bytes - done : STAGE_MAX;
         if (!stage_reserve(vk, n)) { st = CMF_ERR_NOMEM; break; }
         memcpy(vk->stage_map, (const uint8_t *)src + done, n);
-        if (!cmd_open(vk)) { st = CMF_ERR_NOMEM; break; }
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                       .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+        if (vkBeginCommandBuffer(cb, &bi) != VK_SUCCESS) { st = CMF_ERR_NOMEM; break; }
         VkBufferCopy r = {0, off + done, n};
-        vkCmdCopyBuffer(vk->cmd, vk->stage_buf, vk->blocks[b].buf, 1, &r);
-        st = cmd_run(vk);
+        vkCmdCopyBuffer(cb, vk->stage_buf, vk->blocks[b].buf, 1, &r);
+        VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
+        vkResetFences(vk->dev, 1, &vk->fence);
+        if (vkEndCommandBuffer(cb) != VK_SUCCESS || vkQueueSubmit(vk->queue, 1, &si, vk->fence) != VK_SUCCESS ||
+            vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS)
+            st = cmf_vk_fail(vk, CMF_ERR_IO, "vulkan: an upload failed on %s", vk->name);
         done += n;
     }
-    if (rec) {
-        vkFreeCommandBuffers(vk->dev, vk->cpool, 1, &tmp);
-        vk->cmd = keep;
-        vk->recording = true;
-    }
+    vkFreeCommandBuffers(vk->dev, vk->cpool, 1, &cb);
     return st;
 }
 

@@ -275,9 +275,24 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
         uint32_t np = (hi + v->page_size - 1) / v->page_size;
         /* one copy of a page table shared by consecutive tokens */
         if (v->pages != last_pages || np > last_np) {
-            last_pa = cmf_vk_arena_put(vk, v->pages, (uint64_t)(np ? np : 1) * sizeof(uint32_t));
+            /* the longest prefix of the table the run of tokens sharing it reads, in room
+             * for a power of two of entries (at least 4): the arena's layout, and so the
+             * step's recording (vk_record.c), changes only when a table crosses one */
+            uint32_t need = np;
+            for (uint32_t t2 = t + 1; t2 < a->n_tok && a->views[t2].pages == v->pages; t2++) {
+                uint32_t h2 = a->key_end ? a->key_end[t2] : (uint32_t)a->pos[t2] + 1;
+                uint32_t n2 = (h2 + v->page_size - 1) / v->page_size;
+                need = n2 > need ? n2 : need;
+            }
+            uint32_t cap = 4;
+            while (cap < need) cap *= 2;
+            uint32_t *pt = cmf_vk_arena_get(vk, (uint64_t)cap * sizeof(uint32_t), &last_pa);
+            if (pt) {
+                memcpy(pt, v->pages, (size_t)need * sizeof(uint32_t));
+                memset(pt + need, 0, (size_t)(cap - need) * sizeof(uint32_t));
+            }
             last_pages = v->pages;
-            last_np = np;
+            last_np = need;
         }
         uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
         uint32_t *r = rec + (size_t)t * 12;
@@ -490,6 +505,7 @@ static const cmf_backend_ops vk_ops = {
     .write = vk_be_write,
     .kv_store = vk_be_kv_store,
     .prepare = vk_be_prepare,
+    .topk = cmf_vk_op_topk,
 };
 
 cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) {
@@ -505,6 +521,8 @@ cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) 
     b->ops = &vk_ops;
     b->ctx = vk;
     b->n_threads = 1;
+    const char *smp = getenv("CMF_VK_SAMPLE"); /* device sampling (topk); 0 = off, for A/B */
+    b->topk_max = smp && strcmp(smp, "0") == 0 ? 0 : CMF_VK_TOPK_MAX;
     *out = b;
     return CMF_OK;
 }

@@ -1,0 +1,271 @@
+/*
+ * vk_record.c — the Vulkan backend's step log and its replay (vk.h,
+ * docs/VULKAN.md "Record once, replay"). The ops never call vkCmd*
+ * themselves: each dispatch, copy and fill of a step is appended to a log
+ * (vk_log_ent: pipeline, push constants, grid, buffers, barrier). When the
+ * step runs, the log becomes a command buffer:
+ *
+ *   - if a recording of an equal log exists (byte-equal, compared newest
+ *     first over VK_REPLAY_SLOTS slots), that command buffer is submitted
+ *     again: nothing is recorded;
+ *   - else a new command buffer is recorded from the log and, when the step
+ *     is cacheable, kept in the least recently used slot.
+ *
+ * Equal logs give equal command buffers, so a replay runs exactly what a
+ * fresh recording would (bit-identical results). What changes from step
+ * to step (token ids, RoPE cos/sin, KV slots and lengths, page tables)
+ * lives in the host-visible arena at offsets that depend only on the
+ * step's shape, so the log — and the recording — is per shape bucket:
+ * the number of rows, and per token the page-table length rounded up to a
+ * power of two (vk_ops.c). Weights, adapters or buffers that change show
+ * up as different addresses in the push constants: a different log, a
+ * new recording. The only handle that can be destroyed and reused while
+ * recordings name it is the staging buffer, which drops them all
+ * (cmf_vk_replay_drop).
+ *
+ * Not cacheable: CMF_VK_REPLAY=0, CMF_VK_PROFILE=1 (its timestamps), a
+ * step split by a mid-step read (MoE routing), ops outside a step.
+ */
+#include "backend/vulkan/vk.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double cmf_vk_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+bool cmf_vk_log_open(vk_ctx *vk) {
+    vk->n_log = 0;
+    vk->recording = true;
+    vk->n_dispatch = 0;
+    return true;
+}
+
+static vk_log_ent *log_add(vk_ctx *vk, uint32_t kind) {
+    if (vk->n_log == vk->cap_log) {
+        uint32_t cap = vk->cap_log ? vk->cap_log * 2 : 256;
+        vk_log_ent *l = realloc(vk->log, (size_t)cap * sizeof *l);
+        if (!l) {
+            cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of memory for the step's command log");
+            return NULL;
+        }
+        vk->log = l;
+        vk->cap_log = cap;
+    }
+    vk_log_ent *e = &vk->log[vk->n_log++];
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    return e;
+}
+
+void cmf_vk_log_dispatch(vk_ctx *vk, VkPipeline p, vk_shader sh, const void *push, uint32_t push_size, uint32_t gx,
+                         uint32_t gy, uint32_t gz, bool barrier) {
+    vk_log_ent *e = log_add(vk, VK_LOG_DISPATCH);
+    if (!e) return;
+    e->pipe = p;
+    e->sh = (uint32_t)sh;
+    e->g[0] = gx, e->g[1] = gy, e->g[2] = gz;
+    e->barrier = barrier;
+    memcpy(e->push, push, push_size < VK_PUSH_MAX ? push_size : VK_PUSH_MAX);
+    vk->n_dispatch++;
+}
+
+void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes) {
+    vk_log_ent *e = log_add(vk, VK_LOG_COPY);
+    if (!e) return;
+    e->src = src, e->src_off = src_off, e->dst = dst, e->dst_off = dst_off, e->size = bytes;
+    e->barrier = 1;
+}
+
+void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes) {
+    vk_log_ent *e = log_add(vk, VK_LOG_FILL);
+    if (!e) return;
+    e->dst = dst, e->dst_off = off, e->size = bytes;
+    e->barrier = 1;
+}
+
+static void barrier(VkCommandBuffer cb) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(cb, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+/* The log's commands into cb (begun with flags); profile timestamps after
+ * every dispatch when CMF_VK_PROFILE is on. */
+static bool record(vk_ctx *vk, VkCommandBuffer cb, VkCommandBufferUsageFlags flags) {
+    double t0 = cmf_vk_now_us();
+    vkResetCommandBuffer(cb, 0);
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = flags};
+    if (vkBeginCommandBuffer(cb, &bi) != VK_SUCCESS) {
+        cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: vkBeginCommandBuffer failed");
+        return false;
+    }
+    bool prof = vk->profile;
+    if (prof) {
+        vkCmdResetQueryPool(cb, vk->qpool, 0, 4096);
+        vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, vk->qpool, 0);
+        vk->n_q = 0;
+    }
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (uint32_t i = 0; i < vk->n_log; i++) {
+        const vk_log_ent *e = &vk->log[i];
+        if (e->kind == VK_LOG_DISPATCH) {
+            if (e->pipe != bound) vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, e->pipe);
+            bound = e->pipe;
+            vkCmdPushConstants(cb, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, VK_PUSH_MAX, e->push);
+            vkCmdDispatch(cb, e->g[0], e->g[1], e->g[2]);
+        } else if (e->kind == VK_LOG_COPY) {
+            VkBufferCopy r = {e->src_off, e->dst_off, e->size};
+            vkCmdCopyBuffer(cb, e->src, e->dst, 1, &r);
+        } else {
+            vkCmdFillBuffer(cb, e->dst, e->dst_off, e->size, 0);
+        }
+        if (e->barrier) barrier(cb);
+        if (prof && e->kind == VK_LOG_DISPATCH && vk->n_q + 1 < 4096) {
+            vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, ++vk->n_q);
+            vk->q_sh[vk->n_q] = (uint8_t)e->sh;
+        }
+    }
+    bool ok = vkEndCommandBuffer(cb) == VK_SUCCESS;
+    if (!ok) cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: vkEndCommandBuffer failed");
+    if (vk->step_cacheable && !vk->immediate) {
+        vk->stats.us_record += cmf_vk_now_us() - t0;
+        vk->stats.cmds_recorded += vk->n_log;
+    }
+    return ok;
+}
+
+/* The recording of an equal log, newest first; NULL when none. */
+static vk_replay_slot *find(vk_ctx *vk) {
+    vk_replay_slot *best = NULL;
+    for (int i = 0; i < VK_REPLAY_SLOTS; i++) {
+        vk_replay_slot *s = &vk->slots[i];
+        if (!s->cb || s->n != vk->n_log || (best && s->last_use < best->last_use)) continue;
+        if (memcmp(s->log, vk->log, (size_t)vk->n_log * sizeof *vk->log) == 0) best = s;
+    }
+    return best;
+}
+
+/* The least recently used slot, its command buffer allocated, the log copied in. */
+static vk_replay_slot *take_slot(vk_ctx *vk) {
+    vk_replay_slot *s = &vk->slots[0];
+    for (int i = 1; i < VK_REPLAY_SLOTS; i++)
+        if (!vk->slots[i].cb || (s->cb && vk->slots[i].last_use < s->last_use)) s = &vk->slots[i];
+    if (!s->cb) {
+        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                           .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                           .commandBufferCount = 1};
+        if (vkAllocateCommandBuffers(vk->dev, &cai, &s->cb) != VK_SUCCESS) {
+            s->cb = VK_NULL_HANDLE;
+            return NULL;
+        }
+    }
+    if (s->cap < vk->n_log) {
+        vk_log_ent *l = realloc(s->log, (size_t)vk->n_log * sizeof *l);
+        if (!l) return NULL;
+        s->log = l;
+        s->cap = vk->n_log;
+    }
+    s->n = 0; /* valid only once recorded */
+    return s;
+}
+
+cmf_status cmf_vk_log_run(vk_ctx *vk) {
+    vk->recording = false;
+    double t0 = cmf_vk_now_us();
+    bool cache = vk->step_cacheable && vk->replay && !vk->profile && !vk->immediate && vk->n_log > 0;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    if (cache) {
+        vk->stats.us_host += t0 - vk->t_begin;
+        vk->stats.steps++;
+        vk_replay_slot *s = find(vk);
+        if (s) {
+            cb = s->cb;
+            s->last_use = ++vk->use_tick;
+            vk->stats.replayed++;
+            vk->stats.us_match += cmf_vk_now_us() - t0;
+        } else if ((s = take_slot(vk)) && record(vk, s->cb, 0)) {
+            memcpy(s->log, vk->log, (size_t)vk->n_log * sizeof *vk->log);
+            s->n = vk->n_log;
+            s->last_use = ++vk->use_tick;
+            cb = s->cb;
+            vk->stats.recorded++;
+        } else {
+            cache = false;
+            vk->stats.steps--;
+            vk->stats.us_host -= t0 - vk->t_begin;
+        }
+    }
+    if (!cache) {
+        if (vk->step_cacheable && !vk->immediate) {
+            vk->stats.steps++;
+            vk->stats.uncached++;
+            vk->stats.us_host += t0 - vk->t_begin;
+        }
+        if (!record(vk, vk->cmd, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)) return vk->err_st;
+        cb = vk->cmd;
+    }
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
+    vkResetFences(vk->dev, 1, &vk->fence);
+    double t1 = cmf_vk_now_us();
+    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+    if (vk->step_cacheable && !vk->immediate) vk->stats.us_wait += cmf_vk_now_us() - t1;
+    vk->n_log = 0;
+    vk->step_cacheable = false; /* until the next begin */
+    if (r != VK_SUCCESS)
+        return cmf_vk_fail(vk, r == VK_ERROR_DEVICE_LOST ? CMF_ERR_IO : CMF_ERR_NOMEM,
+                           "vulkan: the step failed on %s (VkResult %d)", vk->name, (int)r);
+    if (vk->profile && vk->n_q) { /* per-shader GPU time of the finished command buffer */
+        uint64_t ts[4096];
+        if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q + 1, sizeof ts, ts, sizeof ts[0],
+                                  VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
+            for (uint32_t i = 1; i <= vk->n_q; i++) {
+                vk->prof_ns[vk->q_sh[i]] += (double)(ts[i] - ts[i - 1]) * vk->ts_period;
+                vk->prof_n[vk->q_sh[i]]++;
+            }
+            vk->prof_steps++;
+        }
+        vk->n_q = 0;
+    }
+    return CMF_OK;
+}
+
+void cmf_vk_replay_drop(vk_ctx *vk) {
+    for (int i = 0; i < VK_REPLAY_SLOTS; i++) vk->slots[i].n = 0, vk->slots[i].last_use = 0;
+}
+
+void cmf_vk_replay_free(vk_ctx *vk) {
+    for (int i = 0; i < VK_REPLAY_SLOTS; i++) {
+        if (vk->slots[i].cb) vkFreeCommandBuffers(vk->dev, vk->cpool, 1, &vk->slots[i].cb);
+        free(vk->slots[i].log);
+        memset(&vk->slots[i], 0, sizeof vk->slots[i]);
+    }
+    free(vk->log);
+    vk->log = NULL;
+    vk->n_log = vk->cap_log = 0;
+}
+
+void cmf_vk_stats(const vk_ctx *vk, vk_step_stats *out) { *out = vk->stats; }
+
+void cmf_vk_stats_print(const vk_ctx *vk) {
+    const vk_step_stats *s = &vk->stats;
+    if (!s->steps) return;
+    uint64_t rec = s->recorded + s->uncached;
+    fprintf(stderr,
+            "vulkan steps (%s): %llu (%llu replayed, %llu recorded for replay, %llu recorded once); host: ops "
+            "%.1f us/step, record %.1f us/recorded step (%.1f commands), replay lookup %.2f us/replayed step; "
+            "submit+wait %.1f us/step\n",
+            vk->name, (unsigned long long)s->steps, (unsigned long long)s->replayed, (unsigned long long)s->recorded,
+            (unsigned long long)s->uncached, s->us_host / (double)s->steps, rec ? s->us_record / (double)rec : 0.0,
+            rec ? (double)s->cmds_recorded / (double)rec : 0.0, s->replayed ? s->us_match / (double)s->replayed : 0.0,
+            s->us_wait / (double)s->steps);
+}
