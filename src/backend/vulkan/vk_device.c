@@ -369,6 +369,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->tiled = tl && *tl ? strcmp(tl, "0") != 0 : vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *wd = getenv("CMF_VK_WIDE");
     vk->wide = !(wd && strcmp(wd, "0") == 0);
+    const char *mvs = getenv("CMF_VK_MV");
+    vk->mv = !(mvs && strcmp(mvs, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
