@@ -2,12 +2,12 @@
 # gpu_7b.sh — the Vulkan backend on a GPU at Llama-2-7B shape (issue 19).
 #
 # In one run: the Vulkan read-bandwidth probe and the decode mat-vec at the
-# 7B shapes (bench/vk_bench --matvec: 16-byte load path on and off), then
+# 7B shapes (bench/vk_bench --matvec: the MV path against the previous kernel), then
 # for each of QUANTS a random-weight Llama-2-7B-shape file (hidden 4096, 32
 # layers, 32/32 heads, FFN 11008, vocab 32000; bench/gen_random_cmf writes
 # it directly on this machine, one encoded matrix per shape reused by every
 # layer) and `cmf bench --device "$dev"`: pp512 and tg128 (best of REPS),
-# tg128 with CMF_VK_WIDE=0 (the previous mat-vec, same process family, A/B),
+# tg128 with CMF_VK_MV=0 (the previous mat-vec kernel, same binary, A/B),
 # a CMF_VK_PROFILE=1 decode (GPU time per shader), and for PARQ the
 # aggregate decode at PAR sequences (`cmf bench --parallel`). Every figure
 # is printed as a ratio to the probe: decode against the roofline (probe
@@ -55,8 +55,8 @@ for q in $quants; do
   ls -l "$f"
   stamp "$q: pp512 + tg128"
   CMF_NO_PROGRESS=1 "$cmf" bench "$f" --device "$dev" -p 512 -n 128 -r "$reps" --json > "$res/$q.json"
-  stamp "$q: tg128 with CMF_VK_WIDE=0 (previous mat-vec)"
-  CMF_NO_PROGRESS=1 CMF_VK_WIDE=0 "$cmf" bench "$f" --device "$dev" -p 0 -n 128 -r "$reps" --json > "$res/$q.narrow.json"
+  stamp "$q: tg128 with CMF_VK_MV=0 (previous mat-vec)"
+  CMF_NO_PROGRESS=1 CMF_VK_MV=0 "$cmf" bench "$f" --device "$dev" -p 0 -n 128 -r "$reps" --json > "$res/$q.narrow.json"
   stamp "$q: profile (CMF_VK_PROFILE=1, tg32)"
   CMF_NO_PROGRESS=1 CMF_VK_PROFILE=1 "$cmf" bench "$f" --device "$dev" -p 0 -n 32 -r 1 2>&1 | tee "$res/$q.profile.txt"
   if [ "$q" = "$parq" ]; then
@@ -86,7 +86,7 @@ for q in quants:
     r = load(os.path.join(res, q + ".json")) or []
     nr = load(os.path.join(res, q + ".narrow.json")) or []
     pr = rec.get(peer.get(q, ""), {})
-    for row in r + [dict(x, test=x["test"] + " (CMF_VK_WIDE=0)") for x in nr]:
+    for row in r + [dict(x, test=x["test"] + " (CMF_VK_MV=0)") for x in nr]:
         ts, bpt = row["avg_ts"], row["bytes_per_token"]
         gib = row["weight_bytes"] / 2**30
         if row["n_gen"]:

@@ -9,10 +9,11 @@
  *   read bandwidth: shaders/probe.comp streaming a buffer of --mib MiB with
  *     uvec4 loads, best of 5 (GB/s) — the decode roofline;
  *   with --matvec: the decode mat-vec (matmul, one token) at Llama-2-7B
- *     shapes (4096x4096, 11008x4096, 4096x11008) for q4tp, q4_block and
- *     q8_row, 50 dependent products in one step, us each and GB/s of weight
- *     bytes as a fraction of the probe, with matmul.comp's 16-byte load path
- *     (WIDE) on and off in the same process.
+ *     shapes (4096x4096, 11008x4096, 4096x11008, 32000x4096) for q4tp,
+ *     q4_block, q8_row and f16, 50 dependent products in one step, us each and GB/s of weight
+ *     bytes as a fraction of the probe, with matmul.comp's previous
+ *     kernel (CMF_VK_MV=0) and the MV path at each team shape in the same
+ *     process; q/k/v-like triples as one fused dispatch vs three.
  * Usage: build/bench/vk_bench [--device N] [--mib M] [--matvec] (default 0, 4096).
  * Prints one line per figure and a JSON line at the end.
  */
@@ -60,11 +61,43 @@ static float *rnd(uint64_t n) {
     return v;
 }
 
-/* us per mat-vec of W (rows x cols, dtype dt): 50 dependent products in one
- * step (each reads the same X and writes Y; the backend's barrier between),
- * best of 3 after a first run that uploads W, minus the one-dispatch step
- * cost t1; WIDE on, then off. */
-static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double t1, double bw) {
+/* us per product of one step of 50 dependent products (each reads the same
+ * X and writes Y; the backend's barrier between), best of 3 after a first
+ * run that uploads W, minus the one-dispatch step cost t1. np > 1: each
+ * product is matmul_parts of np copies of W into np outputs. */
+static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, double t1) {
+    uint64_t rows = t->shape[0];
+    cmf_error err = {0};
+    cmf_mm_part parts[3];
+    for (uint32_t k = 0; k < np; k++) parts[k] = (cmf_mm_part){t, 0, rows, y + k * rows, rows};
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        double t0 = now_s();
+        b->ops->begin(b);
+        for (int i = 0; i < 50; i++)
+            if (b->ops->matmul_parts(b, parts, np, x, 1, -1, &err) != CMF_OK) {
+                fprintf(stderr, "vk_bench: matmul: %s\n", err.msg);
+                exit(1);
+            }
+        if (b->ops->submit(b, &err) != CMF_OK) {
+            fprintf(stderr, "vk_bench: %s\n", err.msg);
+            exit(1);
+        }
+        float one;
+        b->ops->read(b, &one, y, 1);
+        double dt_s = (now_s() - t0 - t1) / 50;
+        if (r > 0 && dt_s < best) best = dt_s;
+    }
+    return best * 1e6;
+}
+
+/* The decode mat-vec of W (rows x cols, dtype dt, one token): the previous
+ * kernel (a subgroup a row, CMF_VK_MV=0), MV with vk_ops.c's team choice,
+ * then MV at every (subgroups a team, subgroups a workgroup) of {1,2,4} x
+ * {8,16,32}; with fuse,
+ * also three products sharing X (q/k/v) as one matmul_parts (one MV
+ * dispatch) against three separate ones. */
+static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double t1, double bw, int fuse) {
     vk_ctx *vk = b->ctx;
     float *w = rnd(rows * cols);
     uint64_t shape[2] = {rows, cols}, nb = 0;
@@ -77,36 +110,41 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     free(w);
     cmf_tensor t = {.name = "w", .dtype = (cmf_dtype)dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
                     .data = payload, .nbytes = nb};
-    float *x = b->ops->alloc(b, cols), *y = b->ops->alloc(b, rows);
-    double us[2];
-    for (int wide = 1; wide >= 0; wide--) {
-        vk->wide = wide;
-        double best = 1e30;
-        for (int r = 0; r < 4; r++) {
-            double t0 = now_s();
-            b->ops->begin(b);
-            for (int i = 0; i < 50; i++)
-                if (b->ops->matmul(b, &t, 0, rows, x, 1, -1, y, rows, &err) != CMF_OK) {
-                    fprintf(stderr, "vk_bench: matmul: %s\n", err.msg);
-                    exit(1);
-                }
-            if (b->ops->submit(b, &err) != CMF_OK) {
-                fprintf(stderr, "vk_bench: %s\n", err.msg);
-                exit(1);
-            }
-            float one;
-            b->ops->read(b, &one, y, 1);
-            double dt_s = (now_s() - t0 - t1) / 50;
-            if (r > 0 && dt_s < best) best = dt_s;
+    float *x = b->ops->alloc(b, cols), *y = b->ops->alloc(b, 3 * rows);
+    char name[64];
+    snprintf(name, sizeof name, "%s %llux%llu", cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols);
+#define MV_LINE(label, us)                                                                                            \
+    printf("matvec %-20s %7.1f MiB %-16s %7.1f us %6.0f GB/s (%4.1f%% of probe)\n", name, nb / 1048576.0, label, us, \
+           nb / (us) / 1e3, bw > 0 ? 100 * nb / (us) / 1e3 / bw : 0)
+    vk->mv = false;
+    double old = mv_time(b, &t, x, y, 1, t1);
+    MV_LINE("old (MV=0)", old);
+    vk->mv = true;
+    double mv = mv_time(b, &t, x, y, 1, t1);
+    MV_LINE("mv", mv);
+    double best = mv;
+    uint32_t bs = 0, br = 0;
+    for (uint32_t s = 1; s <= 4; s *= 2)
+        for (uint32_t g = 8; g <= 32; g *= 2) {
+            vk->mv_team = s, vk->mv_wg = g;
+            double u = mv_time(b, &t, x, y, 1, t1);
+            char l[32];
+            snprintf(l, sizeof l, "mv S=%u WG=%u", s, g);
+            MV_LINE(l, u);
+            if (u < best) best = u, bs = s, br = g;
         }
-        us[wide] = best * 1e6;
+    vk->mv_team = vk->mv_wg = 0;
+    printf("matvec %-20s best %.1f us (%4.1f%% of probe) at S=%u WG=%u subgroups (0: default); mv %.2fx old\n", name, best,
+           bw > 0 ? 100 * nb / best / 1e3 / bw : 0, bs, br, old / mv);
+    if (fuse) {
+        vk->mv = true;
+        double f3 = mv_time(b, &t, x, y, 3, t1);
+        vk->mv = false;
+        double o3 = mv_time(b, &t, x, y, 3, t1);
+        vk->mv = true;
+        printf("matvec %-20s x3 sharing X: one MV dispatch %.1f us (%.0f GB/s) | old, 3 dispatches %.1f us\n", name, f3,
+               3 * nb / f3 / 1e3, o3);
     }
-    vk->wide = true;
-    double g1 = (double)nb / us[1] / 1e3, g0 = (double)nb / us[0] / 1e3;
-    printf("matvec %-8s %5llux%-5llu %6.1f MiB: wide %7.1f us %6.0f GB/s (%4.1f%% of probe) | narrow %7.1f us %6.0f GB/s "
-           "(%4.1f%%)\n",
-           cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols, nb / 1048576.0, us[1], g1,
-           bw > 0 ? 100 * g1 / bw : 0, us[0], g0, bw > 0 ? 100 * g0 / bw : 0);
     b->ops->release(b, x);
     b->ops->release(b, y);
     free(payload);
@@ -171,10 +209,10 @@ int main(int argc, char **argv) {
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (mv) {
-        int dts[3] = {CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q8_ROW};
-        uint64_t sh[3][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
-        for (int d = 0; d < 3; d++)
-            for (int k = 0; k < 3; k++) matvec(b, dts[d], sh[k][0], sh[k][1], t1, bw);
+        int dts[4] = {CMF_DT_Q4TP, CMF_DT_Q4_BLOCK, CMF_DT_Q8_ROW, CMF_DT_F16};
+        uint64_t sh[4][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
+        for (int d = 0; d < 4; d++)
+            for (int k = 0; k < 4; k++) matvec(b, dts[d], sh[k][0], sh[k][1], t1, bw, k == 0);
     }
     printf("{\"device\": \"%s\", \"dispatch_us\": %.3f, \"step_us\": %.1f, \"read_gbps\": %.1f}\n", vk->name,
            per * 1e6, t1 * 1e6, bw);

@@ -10,13 +10,17 @@
  * causal, sliding window, softcap, key_end, tree masks), glu (3
  * activations), add_scaled, softcap, add_rows, copy (overlapping), fill,
  * gather_rows (in place), gate_add, pool_copy outside a step, write/read,
- * and the errors (a bad token id, an unsupported dtype).
+ * and the errors (a bad token id, an unsupported dtype). The MV decode
+ * path (in % 32 == 0) at every team shape (subgroups a team, rows a team),
+ * K staged in several chunks (in = 800 at 8 tokens), three parts in one
+ * dispatch, and a row alone equal bit for bit to its row in a batch.
  * Tolerance: 2e-5 relative to the sum of |terms| (float rounding in a
  * different order; q8 KV: one quantization step). Skips (77) without a
  * Vulkan device.
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "backend/vulkan/vk.h"
 #include "test.h"
 
 #include <math.h>
@@ -271,6 +275,79 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
 }
 
+/* MV (matmul.comp QUAD 3) at each (subgroups a team, rows a team), 1 and 9
+ * tokens (K in chunks at 8), three products sharing X in one dispatch, and
+ * batch invariance: token 0 alone gives the bits it gets among 9. */
+static void test_mv(cmf_dtype dt, uint64_t cols) {
+    vk_ctx *vk = gpu->ctx;
+    uint64_t rows = 45;
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    uint32_t n = 9, ldy = 41;
+    float *x = rnd(n * cols), *yc = calloc((size_t)n * ldy, sizeof(float));
+    float *xd = up(x, n * cols), *yd = gpu->ops->alloc(gpu, (size_t)n * ldy);
+    CHECK(cpu->ops->matmul(cpu, &t, 2, 40, x, n, -1, yc, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+    double worst = 0;
+    for (uint32_t s = 1; s <= 8; s *= 2)
+        for (uint32_t rb = 1; rb <= 4; rb++) {
+            vk->mv_team = s, vk->mv_rb = rb, vk->mv_wg = rb == 2 ? 4 : rb == 3 ? 32 : 0;
+            for (uint32_t nn = 1; nn <= n; nn += n - 1) {
+                step_begin();
+                CHECK(gpu->ops->matmul(gpu, &t, 2, 40, xd, nn, nn, yd, ldy, &err) == CMF_OK, "mv: %s", err.msg);
+                step_end("mv");
+                float *yg = down(yd, (size_t)nn * ldy);
+                double d = maxdiff(yc, yg, (size_t)nn * ldy, sqrt((double)cols));
+                worst = d > worst ? d : worst;
+                CHECK(d < 2e-5, "mv %s in=%llu S=%u RB=%u n=%u: max diff %g", cmf_dtype_name(dt),
+                      (unsigned long long)cols, s, rb, nn, d);
+                free(yg);
+            }
+        }
+    vk->mv_team = vk->mv_rb = vk->mv_wg = 0;
+    /* batch invariance */
+    float *y1 = gpu->ops->alloc(gpu, ldy);
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 2, 40, xd, n, n, yd, ldy, &err);
+    gpu->ops->matmul(gpu, &t, 2, 40, xd, 1, 1, y1, ldy, &err);
+    step_end("mv alone");
+    float *a = down(yd, ldy), *b1 = down(y1, ldy);
+    CHECK(memcmp(a, b1, 40 * sizeof(float)) == 0, "mv %s: a row alone differs from its row in a batch",
+          cmf_dtype_name(dt));
+    /* three parts, one dispatch */
+    float *y2 = gpu->ops->alloc(gpu, (size_t)n * 7), *y3 = gpu->ops->alloc(gpu, (size_t)n * 30);
+    cmf_mm_part parts[3] = {{&t, 0, 5, yd, ldy}, {&t, 38, 7, y2, 7}, {&t, 9, 30, y3, 30}};
+    step_begin();
+    CHECK(gpu->ops->matmul_parts(gpu, parts, 3, xd, n, n, &err) == CMF_OK, "mv parts: %s", err.msg);
+    step_end("mv parts");
+    float *c[3], *g[3];
+    for (int k = 0; k < 3; k++) {
+        c[k] = calloc((size_t)n * parts[k].ldy, sizeof(float));
+        CHECK(cpu->ops->matmul(cpu, &t, parts[k].row0, parts[k].n_rows, x, n, -1, c[k], parts[k].ldy, &err) == CMF_OK,
+              "cpu parts");
+        g[k] = down(parts[k].Y, (size_t)n * parts[k].ldy);
+        for (uint32_t i = 0; i < n; i++) /* compare the written columns only */
+            for (uint64_t j = parts[k].n_rows; j < parts[k].ldy; j++)
+                c[k][i * parts[k].ldy + j] = g[k][i * parts[k].ldy + j];
+        double d = maxdiff(c[k], g[k], (size_t)n * parts[k].ldy, sqrt((double)cols));
+        CHECK(d < 2e-5, "mv parts %s part %d: max diff %g", cmf_dtype_name(dt), k, d);
+        free(c[k]), free(g[k]);
+    }
+    fprintf(stderr, "mv     %-8s in=%llu S=1..8 RB=1..4 WG=4..32 n=1,9, 3 parts (diff %.2g)\n", cmf_dtype_name(dt),
+            (unsigned long long)cols, worst);
+    free(x), free(yc), free(a), free(b1), free(w), free(payload);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, y1);
+    gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
+}
+
 int main(void) {
     setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
     cmf_error err = {0};
@@ -289,6 +366,10 @@ int main(void) {
          * subgroup of 8 lanes, so some lanes take two), q8_row at in % 16 == 0 */
         if (dts[i] == CMF_DT_Q8_ROW || dts[i] == CMF_DT_Q4_BLOCK || dts[i] == CMF_DT_Q4TP) test_matmul(dts[i], 320);
     }
+    cmf_dtype mvs[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW, CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED,
+                       CMF_DT_Q4TP};
+    for (size_t i = 0; i < sizeof mvs / sizeof mvs[0]; i++) test_mv(mvs[i], mvs[i] == CMF_DT_Q8_ROW ? 800 : 224);
+    test_mv(CMF_DT_Q4TP, 800);
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);

@@ -149,11 +149,14 @@ typedef struct vk_ctx {
     VkPipelineCache pcache;
     VkShaderModule mods[VK_SH_COUNT];
     char cache_path[1024];
-    vk_pipe pipes[64];
+    vk_pipe pipes[128];          /* one per (shader, spec constants) used */
     uint32_t n_pipes;
     uint32_t subgroup;
     bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */
     bool wide;                   /* matmul.comp's 16-byte weight loads (CMF_VK_WIDE=0 turns them off, for A/B) */
+    bool mv;                     /* matmul.comp's MV decode path (QUAD 3; CMF_VK_MV=0 turns it off, for A/B) */
+    uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
+                                       choice; vk_bench and test_vk_ops sweep them) */
 
     /* address space */
     uint8_t *va_base;

@@ -375,6 +375,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->replay = !(rp && strcmp(rp, "0") == 0);
     const char *sts = getenv("CMF_VK_STATS");
     vk->print_stats = sts && *sts && strcmp(sts, "0") != 0;
+    const char *mvs = getenv("CMF_VK_MV");
+    vk->mv = !(mvs && strcmp(mvs, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,

@@ -51,9 +51,14 @@ static void vk_be_pool_copy(cmf_backend *b, void *pool, size_t dst, size_t src, 
 
 /* ---- matmul ----------------------------------------------------------- */
 
+/* matmul.comp's push constants (128 bytes); team and the parts 1/2 are the
+ * MV path's (QUAD 3): n_rows1/2 = 0 when a dispatch has one part. */
 typedef struct {
     uint64_t w, x, y;
     uint32_t nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
+    uint32_t team; /* subgroups a team | rows a team << 8 */
+    uint64_t w1, w2, y1, y2;
+    uint32_t rows1, rows2, row01, row02, n_rows1, n_rows2, ldy1, ldy2;
 } mm_push;
 
 #define MM_NT 8 /* tokens per subgroup pass (<= every subgroup size we accept) */
@@ -65,51 +70,125 @@ typedef struct {
     uint32_t nelem, rows, cols, row0, n_rows, n, ldy;
 } mmt_push;
 
-/* Rows [0, n_dec) as decode (matmul.comp: a subgroup per weight row),
- * rows [n_dec, n) as prompt (matmul_tiled.comp); n_dec < 0: all rows as
- * decode when n <= MM_NT, else all as prompt. Without vk->tiled every row
- * goes through matmul.comp. */
-static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint64_t n_rows, VkDeviceAddress x,
-                            uint32_t n, int32_t n_dec, const float *Y, size_t ldy, cmf_error *err) {
+/* Weights a 16-byte chunk of the MV path, 0 where it does not apply
+ * (q8_2f: column scales; other dtypes are refused at load). */
+static uint32_t mv_chunk(cmf_dtype dt) {
+    switch (dt) {
+    case CMF_DT_F32: return 4;
+    case CMF_DT_F16: case CMF_DT_BF16: return 8;
+    case CMF_DT_Q8_ROW: return 16;
+    case CMF_DT_Q4_BLOCK: case CMF_DT_Q4_TILED: case CMF_DT_Q4TP: return 32;
+    default: return 0;
+    }
+}
+
+/* One resolved product: a row range of W into Y (record_mm's checks done). */
+typedef struct {
+    const cmf_tensor *W;
+    VkDeviceAddress w, y;
+    uint64_t rows, cols, row0, n_rows, ldy;
+} mm_one;
+
+static cmf_status mm_resolve(vk_ctx *vk, const cmf_mm_part *pt, VkDeviceAddress x, mm_one *o, cmf_error *err) {
+    const cmf_tensor *W = pt->W;
     if (W->ndim < 1 || W->nelem == 0) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: empty tensor '%s'", W->name);
     uint64_t cols = W->shape[W->ndim - 1], rows = W->nelem / cols;
-    if (row0 + n_rows > rows)
+    if (pt->row0 + pt->n_rows > rows)
         return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: rows [%llu, +%llu) outside %llu of '%s'",
-                             (unsigned long long)row0, (unsigned long long)n_rows, (unsigned long long)rows, W->name);
+                             (unsigned long long)pt->row0, (unsigned long long)pt->n_rows, (unsigned long long)rows,
+                             W->name);
     VkDeviceAddress w;
     cmf_status st = cmf_vk_weight(vk, W, &w, err);
     if (st) return st;
-    VkDeviceAddress y = dev(vk, Y, "matmul output");
+    VkDeviceAddress y = dev(vk, pt->Y, "matmul output");
     if (!x || !y) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: X or Y is not a backend buffer");
+    *o = (mm_one){W, w, y, rows, cols, pt->row0, pt->n_rows, pt->ldy};
+    return CMF_OK;
+}
+
+/* The decode rows of n tokens through MV: products of one dtype and width
+ * sharing X (1..3: q/k/v, gate/up) in one dispatch. Workgroups of 32
+ * subgroups where the device allows (X staged once serves 32 rows at one
+ * token), one subgroup a row group (S = 1); both measured fastest at every
+ * 7B shape and dtype on the H200 (vk_bench --matvec, docs/VULKAN.md). RB = 4
+ * rows a subgroup at several tokens (at one token the shader takes 1 row
+ * and four 16-byte chunks of it a lane a pass). vk->mv_team / mv_rb /
+ * mv_wg override (vk_bench sweeps them). */
+static bool mv_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
+    uint32_t e = mv_chunk(o->W->dtype);
+    return vk->mv && e && o->cols % 32 == 0 && x % 16 == 0 && o->w % 16 == 0 && o->rows * o->cols < (1ull << 32);
+}
+
+static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
+    uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
+    if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
+    if (nsg > 32) nsg = 32;
+    while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
+    uint32_t wg = nsg * ssz, s = vk->mv_team && vk->mv_team <= nsg ? vk->mv_team : 1;
+    uint32_t rb = vk->mv_rb && vk->mv_rb <= 4 ? vk->mv_rb : 4;
+    if (nt == 1) rb = 1; /* the shader's MV_RB at one token */
+    uint32_t rpw = nsg / s * rb;
+    uint64_t groups = 0;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
+    uint32_t gx, gy;
+    grid(groups, 1, &gx, &gy);
+    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, s | rb << 8,
+                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
+                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
+    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
+                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
+    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)o[0].W->dtype | (3u << 16), nt, &p, sizeof p, gx, gy,
+                    (n + nt - 1) / nt);
+}
+
+/* Rows [0, n_dec) as decode (matmul.comp: MV, or a subgroup per weight
+ * row), rows [n_dec, n) as prompt (matmul_tiled.comp); n_dec < 0: all rows
+ * as decode when n <= MM_NT, else all as prompt. Without vk->tiled every
+ * row goes through matmul.comp. The decode rows are recorded only when
+ * dec (the caller fuses them otherwise). */
+static uint32_t decode_rows(const vk_ctx *vk, uint32_t n, int32_t n_dec) {
     uint32_t nv = n_dec >= 0 ? ((uint32_t)n_dec < n ? (uint32_t)n_dec : n) : (n <= MM_NT ? n : 0);
-    if (!vk->tiled) nv = n; /* one kernel for every row (CPU devices) */
+    return vk->tiled ? nv : n; /* one kernel for every row (CPU devices) */
+}
+
+static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n, uint32_t nv, bool dec) {
+    uint64_t cols = o->cols, rows = o->rows, n_rows = o->n_rows, ldy = o->ldy;
+    VkDeviceAddress w = o->w, y = o->y;
     bool keep = vk->no_barrier; /* the caller's: applies to this product's last dispatch */
     if (nv < n) {
         uint64_t xo = x + (uint64_t)nv * cols * 4, yo = y + (uint64_t)nv * ldy * 4;
-        mmt_push q = {w, xo, yo, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0,
+        mmt_push q = {w, xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
                       (uint32_t)n_rows, n - nv, (uint32_t)ldy};
-        vk->no_barrier = nv > 0 || keep; /* the decode rows below are independent of these */
-        cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)W->dtype, 0, &q, sizeof q,
+        vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
+        cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                         (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
-        if (nv == 0) return CMF_OK;
-        n = nv;
         vk->no_barrier = keep;
+    }
+    if (nv == 0 || !dec) return;
+    n = nv;
+    if (mv_ok(vk, o, x)) {
+        record_mv(vk, o, 1, x, n);
+        return;
     }
     uint32_t gx, gy, wg = mm_wg(vk), rpw = wg / vk->subgroup;
     grid(n_rows, rpw, &gx, &gy);
-    mm_push p = {w, x, y, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0, (uint32_t)n_rows,
-                 n, (uint32_t)ldy, gx, rpw};
+    mm_push p = {w, x, y, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0, (uint32_t)n_rows,
+                 n, (uint32_t)ldy, gx, rpw, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    cmf_dtype dt = o->W->dtype;
     bool quad = cols % 4 == 0 && x % 16 == 0 &&
-                (W->dtype == CMF_DT_F32 || W->dtype == CMF_DT_F16 || W->dtype == CMF_DT_BF16 ||
-                 W->dtype == CMF_DT_Q8_ROW || W->dtype == CMF_DT_Q8_2F || W->dtype == CMF_DT_Q4_TILED ||
-                 W->dtype == CMF_DT_Q4TP || (W->dtype == CMF_DT_Q4_BLOCK && cols % 8 == 0));
+                (dt == CMF_DT_F32 || dt == CMF_DT_F16 || dt == CMF_DT_BF16 || dt == CMF_DT_Q8_ROW ||
+                 dt == CMF_DT_Q8_2F || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP ||
+                 (dt == CMF_DT_Q4_BLOCK && cols % 8 == 0));
     /* WIDE (QUAD = 2): q8_row rows as 16-byte loads (row starts are 16-byte
      * aligned at in % 16 == 0: blocks start 256-aligned). */
-    bool wide = quad && vk->wide && W->dtype == CMF_DT_Q8_ROW && cols % 16 == 0;
+    bool wide = quad && vk->wide && dt == CMF_DT_Q8_ROW && cols % 16 == 0;
     uint32_t qm = wide ? 2u : quad ? 1u : 0u;
-    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)W->dtype | (qm << 16), MM_NT, &p, sizeof p, gx,
-                    gy, (n + MM_NT - 1) / MM_NT);
-    return CMF_OK;
+    cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)dt | (qm << 16), MM_NT, &p, sizeof p, gx, gy,
+                    (n + MM_NT - 1) / MM_NT);
 }
 
 static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
@@ -120,16 +199,25 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
     if (n == 0) return CMF_OK;
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
     VkDeviceAddress x = dev(vk, X, "matmul input");
+    mm_one o[CMF_MM_MAX_PARTS];
     cmf_status st = CMF_OK;
-    for (uint32_t i = 0; i < n_parts && !st; i++) {
-        /* the parts read the same X and write disjoint outputs (q/k/v, gate/up): no barrier between them */
-        bool indep = i + 1 < n_parts;
+    for (uint32_t i = 0; i < n_parts && !st; i++) st = mm_resolve(vk, &parts[i], x, &o[i], err);
+    /* the parts read the same X and write disjoint outputs (q/k/v, gate/up) */
+    bool indep = true;
+    for (uint32_t i = 0; i < n_parts; i++)
         for (uint32_t k = i + 1; k < n_parts; k++)
             indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
-        vk->no_barrier = indep;
-        st = record_mm(vk, parts[i].W, parts[i].row0, parts[i].n_rows, x, n, n_dec, parts[i].Y, parts[i].ldy, err);
+    uint32_t nv = decode_rows(vk, n, n_dec);
+    /* MV: up to 3 parts of one dtype and width in one dispatch */
+    bool fuse = !st && indep && n_parts > 1 && n_parts <= 3 && nv > 0;
+    for (uint32_t i = 0; fuse && i < n_parts; i++)
+        fuse = mv_ok(vk, &o[i], x) && o[i].W->dtype == o[0].W->dtype && o[i].cols == o[0].cols;
+    for (uint32_t i = 0; i < n_parts && !st; i++) {
+        vk->no_barrier = fuse || (indep && i + 1 < n_parts);
+        record_mm(vk, &o[i], x, n, nv, !fuse);
     }
     vk->no_barrier = false;
+    if (fuse && !st) record_mv(vk, o, n_parts, x, nv);
     cmf_vk_op_end(vk);
     return st;
 }
