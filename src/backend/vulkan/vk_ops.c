@@ -66,7 +66,8 @@ typedef struct {
 } mmt_push;
 
 /* Rows [0, n_dec) as decode (matmul.comp: a subgroup per weight row),
- * rows [n_dec, n) as prompt (matmul_tiled.comp); n_dec < 0: all rows as
+ * rows [n_dec, n) as prompt (matmul_coop.comp where the device has
+ * cooperative matrices, vk->coop, else matmul_tiled.comp); n_dec < 0: all rows as
  * decode when n <= MM_NT, else all as prompt. Without vk->tiled every row
  * goes through matmul.comp. */
 static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint64_t n_rows, VkDeviceAddress x,
@@ -89,8 +90,12 @@ static cmf_status record_mm(vk_ctx *vk, const cmf_tensor *W, uint64_t row0, uint
         mmt_push q = {w, xo, yo, (uint32_t)W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)row0,
                       (uint32_t)n_rows, n - nv, (uint32_t)ldy};
         vk->no_barrier = nv > 0 || keep; /* the decode rows below are independent of these */
-        cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)W->dtype, 0, &q, sizeof q,
-                        (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
+        if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
+            cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)W->dtype, 0, &q, sizeof q,
+                            (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
+        else
+            cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)W->dtype, 0, &q, sizeof q,
+                            (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
         if (nv == 0) return CMF_OK;
         n = nv;
         vk->no_barrier = keep;
