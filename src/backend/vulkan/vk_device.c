@@ -463,7 +463,16 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2, .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi, .enabledExtensionCount = vk->coop != 0,
                              .ppEnabledExtensionNames = vk->coop ? coop_ext : NULL};
-    if (vkCreateDevice(vk->phys, &di, NULL, &vk->dev) != VK_SUCCESS) {
+    VkResult cr = vkCreateDevice(vk->phys, &di, NULL, &vk->dev);
+    if (cr != VK_SUCCESS && vk->coop) { /* refused with cooperative matrices: without them (the tiled GEMM) */
+        vk->coop = 0;
+        e12.pNext = NULL;
+        e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
+        di.enabledExtensionCount = 0;
+        di.ppEnabledExtensionNames = NULL;
+        cr = vkCreateDevice(vk->phys, &di, NULL, &vk->dev);
+    }
+    if (cr != VK_SUCCESS) {
         st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): vkCreateDevice failed", index, vk->name);
         goto fail;
     }
