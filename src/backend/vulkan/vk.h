@@ -42,7 +42,9 @@
 /* The shaders (shaders/<name>.comp), embedded as SPIR-V. */
 typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
-    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK, VK_SH_COUNT
+    VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK,
+    VK_SH_MATMUL_COOP, /* cooperative-matrix GEMM: created only where vk_ctx.coop is set */
+    VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -157,6 +159,11 @@ typedef struct vk_ctx {
     bool mv;                     /* matmul.comp's MV decode path (QUAD 3; CMF_VK_MV=0 turns it off, for A/B) */
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
+    /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with
+     * VK_KHR_cooperative_matrix, 2 with VK_NV_cooperative_matrix, 0 where
+     * neither offers a 16x8x16 f16 -> f32 subgroup shape on subgroups of 32
+     * (then matmul_tiled.comp); CMF_VK_COOP=0/khr/nv overrides */
+    uint8_t coop;
 
     /* address space */
     uint8_t *va_base;

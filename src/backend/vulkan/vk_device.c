@@ -10,7 +10,9 @@
  * Requirements of a device: Vulkan 1.2 with bufferDeviceAddress,
  * storageBuffer8BitAccess, storageBuffer16BitAccess, shaderInt8,
  * shaderInt16 and shaderInt64 (lavapipe, NVIDIA, AMD and Intel drivers
- * have them).
+ * have them). Optional, enabled only where present: cooperative matrices
+ * (VK_KHR_cooperative_matrix, else VK_NV_cooperative_matrix) with
+ * shaderFloat16 and vulkanMemoryModel, for matmul_coop.comp.
  */
 #include "backend/vulkan/vk.h"
 
@@ -25,11 +27,35 @@
 
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
-    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[];
+    cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
+    cmf_vk_spv_matmul_coop_khr[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
-    cmf_vk_spv_topk_size;
+    cmf_vk_spv_topk_size, cmf_vk_spv_matmul_coop_size, cmf_vk_spv_matmul_coop_khr_size;
+
+/* VK_KHR_cooperative_matrix (Vulkan headers 1.3.255+); Debian 12's are
+ * older: the few names used here, as the registry defines them. */
+#ifndef VK_KHR_cooperative_matrix
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR ((VkStructureType)1000506000)
+#define VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR ((VkStructureType)1000506001)
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix;
+    VkBool32 cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
+typedef struct VkCooperativeMatrixPropertiesKHR {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MSize, NSize, KSize;
+    VkComponentTypeNV AType, BType, CType, ResultType;
+    VkBool32 saturatingAccumulation;
+    VkScopeNV scope;
+} VkCooperativeMatrixPropertiesKHR;
+typedef VkResult(VKAPI_PTR *PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)(VkPhysicalDevice, uint32_t *,
+                                                                                      VkCooperativeMatrixPropertiesKHR *);
+#endif
 
 #define BLOCK_MIN (64ull << 20) /* device blocks: at least 64 MiB */
 #define ALIGN 256ull
@@ -174,7 +200,90 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MOE_COMBINE] = {cmf_vk_spv_moe_combine, &cmf_vk_spv_moe_combine_size},
     [VK_SH_LORA] = {cmf_vk_spv_lora, &cmf_vk_spv_lora_size},
     [VK_SH_TOPK] = {cmf_vk_spv_topk, &cmf_vk_spv_topk_size},
+    [VK_SH_MATMUL_COOP] = {cmf_vk_spv_matmul_coop_khr, &cmf_vk_spv_matmul_coop_khr_size},
 };
+
+/* ---- cooperative matrices ------------------------------------------------ */
+
+/* Whether a list of (M, N, K, A, B, C, result, scope) shapes has the one
+ * matmul_coop.comp is written for: 16 x 8 x 16, f16 inputs, f32
+ * accumulator and result, subgroup scope. */
+static bool coop_shape_ok(uint32_t m, uint32_t n, uint32_t k, int a, int b, int c, int r, int scope) {
+    return m == 16 && n == 8 && k == 16 && a == VK_COMPONENT_TYPE_FLOAT16_NV && b == VK_COMPONENT_TYPE_FLOAT16_NV &&
+           c == VK_COMPONENT_TYPE_FLOAT32_NV && r == VK_COMPONENT_TYPE_FLOAT32_NV && scope == VK_SCOPE_SUBGROUP_NV;
+}
+
+/* Which cooperative-matrix extension the GEMM can use on pd: 1 KHR, 2 NV,
+ * 0 none (no extension, no feature, not the shape, subgroups other than
+ * 32, no shaderFloat16 / vulkanMemoryModel). want: 0 off, 1 KHR only,
+ * 2 NV only, 3 either (KHR first). */
+static uint8_t coop_pick(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup, int want) {
+    if (subgroup != 32 || want == 0) return 0;
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    if (!f12.shaderFloat16 || !f12.vulkanMemoryModel) return 0;
+    if ((want & 1) && has_ext(pd, "VK_KHR_cooperative_matrix")) {
+        VkPhysicalDeviceCooperativeMatrixFeaturesKHR cf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 g2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cf};
+        vkGetPhysicalDeviceFeatures2(pd, &g2);
+        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)
+            vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+        uint32_t n = 0;
+        if (cf.cooperativeMatrix && fn && fn(pd, &n, NULL) == VK_SUCCESS && n) {
+            VkCooperativeMatrixPropertiesKHR *p = calloc(n, sizeof *p);
+            bool ok = false;
+            if (p) {
+                for (uint32_t i = 0; i < n; i++) p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
+                const char *ls = getenv("CMF_VK_COOP_LIST"); /* diagnosis: the shapes the driver lists */
+                if (fn(pd, &n, p) == VK_SUCCESS)
+                    for (uint32_t i = 0; i < n; i++) {
+                        if (ls && *ls == '1')
+                            fprintf(stderr, "KHR coopmat %ux%ux%u A%d B%d C%d R%d scope %d\n", p[i].MSize, p[i].NSize,
+                                    p[i].KSize, (int)p[i].AType, (int)p[i].BType, (int)p[i].CType,
+                                    (int)p[i].ResultType, (int)p[i].scope);
+                        ok = ok || coop_shape_ok(p[i].MSize, p[i].NSize, p[i].KSize, p[i].AType, p[i].BType,
+                                                 p[i].CType, p[i].ResultType, p[i].scope);
+                    }
+                free(p);
+            }
+            if (ok) return 1;
+        }
+    }
+    if ((want & 2) && has_ext(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
+        VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+        VkPhysicalDeviceFeatures2 g2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cf};
+        vkGetPhysicalDeviceFeatures2(pd, &g2);
+        PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV fn = (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+            vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+        uint32_t n = 0;
+        if (cf.cooperativeMatrix && fn && fn(pd, &n, NULL) == VK_SUCCESS && n) {
+            VkCooperativeMatrixPropertiesNV *p = calloc(n, sizeof *p);
+            bool ok = false;
+            if (p) {
+                for (uint32_t i = 0; i < n; i++) p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+                if (fn(pd, &n, p) == VK_SUCCESS)
+                    for (uint32_t i = 0; i < n && !ok; i++)
+                        ok = coop_shape_ok(p[i].MSize, p[i].NSize, p[i].KSize, p[i].AType, p[i].BType, p[i].CType,
+                                           p[i].DType, p[i].scope);
+                free(p);
+            }
+            if (ok) return 2;
+        }
+    }
+    return 0;
+}
+
+/* CMF_VK_COOP: unset or "1" either extension, "0" off, "khr" / "nv" that one only. */
+static int coop_want(void) {
+    const char *e = getenv("CMF_VK_COOP");
+    if (!e || !*e || strcmp(e, "1") == 0) return 3;
+    if (strcmp(e, "khr") == 0) return 1;
+    if (strcmp(e, "nv") == 0) return 2;
+    return 0;
+}
 
 /* ---- pipeline cache on disk --------------------------------------------- */
 
@@ -337,16 +446,35 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->qfam,
                                   .queueCount = 1, .pQueuePriorities = &prio};
+    vk->coop = vk->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : coop_pick(vk->inst, vk->phys, vk->subgroup,
+                                                                                    coop_want());
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR ck = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cn = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
+    const char *coop_ext[1] = {vk->coop == 1 ? "VK_KHR_cooperative_matrix" : VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME};
     VkPhysicalDeviceVulkan12Features e12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL,
                                             .bufferDeviceAddress = VK_TRUE, .storageBuffer8BitAccess = VK_TRUE,
-                                            .shaderInt8 = VK_TRUE};
+                                            .shaderInt8 = VK_TRUE, .shaderFloat16 = vk->coop != 0,
+                                            .vulkanMemoryModel = vk->coop != 0};
     VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .pNext = &e12, .storageBuffer16BitAccess = VK_TRUE};
     VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11,
                                     .features = {.shaderInt16 = VK_TRUE, .shaderInt64 = VK_TRUE}};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2, .queueCreateInfoCount = 1,
-                             .pQueueCreateInfos = &qi};
-    if (vkCreateDevice(vk->phys, &di, NULL, &vk->dev) != VK_SUCCESS) {
+                             .pQueueCreateInfos = &qi, .enabledExtensionCount = vk->coop != 0,
+                             .ppEnabledExtensionNames = vk->coop ? coop_ext : NULL};
+    VkResult cr = vkCreateDevice(vk->phys, &di, NULL, &vk->dev);
+    if (cr != VK_SUCCESS && vk->coop) { /* refused with cooperative matrices: without them (the tiled GEMM) */
+        vk->coop = 0;
+        e12.pNext = NULL;
+        e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
+        di.enabledExtensionCount = 0;
+        di.ppEnabledExtensionNames = NULL;
+        cr = vkCreateDevice(vk->phys, &di, NULL, &vk->dev);
+    }
+    if (cr != VK_SUCCESS) {
         st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): vkCreateDevice failed", index, vk->name);
         goto fail;
     }
@@ -387,6 +515,11 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     for (int s = 0; s < VK_SH_COUNT; s++) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
+        if (s == VK_SH_MATMUL_COOP && !vk->coop) continue; /* its capabilities are not enabled */
+        if (s == VK_SH_MATMUL_COOP && vk->coop == 2) { /* the NV form of the same shader */
+            mi.codeSize = cmf_vk_spv_matmul_coop_size;
+            mi.pCode = (const uint32_t *)(const void *)cmf_vk_spv_matmul_coop;
+        }
         if (vkCreateShaderModule(vk->dev, &mi, NULL, &vk->mods[s]) != VK_SUCCESS) {
             st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: shader module %d rejected", index, s);
             goto fail;
@@ -431,7 +564,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
-                                                           "moe_combine", "lora", "topk"};
+                                                           "moe_combine", "lora", "topk", "matmul_coop"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -732,7 +865,8 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ? 2 : 1;
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
+                      sh == VK_SH_MATMUL_COOP ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

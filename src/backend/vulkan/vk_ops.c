@@ -146,7 +146,8 @@ static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress 
 }
 
 /* Rows [0, n_dec) as decode (matmul.comp: MV, or a subgroup per weight
- * row), rows [n_dec, n) as prompt (matmul_tiled.comp); n_dec < 0: all rows
+ * row), rows [n_dec, n) as prompt (matmul_coop.comp where the device has
+ * cooperative matrices, vk->coop, else matmul_tiled.comp); n_dec < 0: all rows
  * as decode when n <= MM_NT, else all as prompt. Without vk->tiled every
  * row goes through matmul.comp. The decode rows are recorded only when
  * dec (the caller fuses them otherwise). */
@@ -164,8 +165,12 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         mmt_push q = {w, xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
                       (uint32_t)n_rows, n - nv, (uint32_t)ldy};
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
-        cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
-                        (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
+        if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
+            cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
+                            (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
+        else
+            cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
+                            (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
         vk->no_barrier = keep;
     }
     if (nv == 0 || !dec) return;

@@ -1,0 +1,144 @@
+/*
+ * test_vk_coop.c — the cooperative-matrix GEMM (shaders/matmul_coop.comp,
+ * chosen by the Vulkan backend for prompt-class rows where the device has
+ * VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix with a 16x8x16
+ * f16 -> f32 shape) against the CPU backend at its reference level, at
+ * every matrix dtype, on small and odd shapes: 9, 130 and 257 tokens
+ * (partial 128-token tiles), 290 weight rows from row 5 of 300 (partial
+ * 128-row tiles, a row offset), ldy 301 > rows, in = 70 / 72 / 96 / 320
+ * (K not a multiple of the 32-wide chunk; the per-element fallback at
+ * in % 8 != 0), all rows as prompt (n_dec 0) and mixed with 3 decode rows.
+ * Each extension the device offers is tested in turn (CMF_VK_COOP=khr,
+ * then nv: the KHR module is the NV one rewritten, cmake/spv_coop_khr.py).
+ *
+ * Tolerance: the shader rounds X and the decoded weight to f16 (2^-11
+ * relative each) and sums in f32, so every output is held to
+ * |y_gpu - y_cpu| <= 1.5e-3 * sum_k |x_k * w_k| + 1e-6 (w: the original
+ * float weights, within a quantization step of the decoded ones).
+ * Skips (77), saying so, without a Vulkan device or without cooperative
+ * matrices (lavapipe, so CI skips it).
+ */
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "backend/vulkan/vk.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static cmf_backend *cpu, *gpu;
+
+static void step(cmf_status st, const char *what, const cmf_error *e) {
+    CHECK(st == CMF_OK, "%s: %s", what, e->msg);
+    cmf_error err = {0};
+    CHECK(gpu->ops->submit(gpu, &err) == CMF_OK, "%s: submit: %s", what, err.msg);
+}
+
+static void test_gemm(cmf_dtype dt, uint64_t cols) {
+    const uint64_t rows = 300, row0 = 5, nr = 290, ldy = 301;
+    float *w = malloc(rows * cols * sizeof *w);
+    for (uint64_t i = 0; i < rows * cols; i++) w[i] = frand();
+    uint64_t shape[2] = {rows, cols};
+    void *payload = NULL;
+    uint64_t nb = 0;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    const uint32_t ns[3] = {9, 130, 257};
+    double worst = 0;
+    for (int k = 0; k < 3; k++) {
+        uint32_t n = ns[k];
+        float *x = malloc((size_t)n * cols * sizeof *x), *yc = calloc((size_t)n * ldy, sizeof(float));
+        for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
+        float *bound = calloc((size_t)n * ldy, sizeof(float));
+        for (uint32_t i = 0; i < n; i++)
+            for (uint64_t j = 0; j < nr; j++) {
+                double s = 0;
+                for (uint64_t c = 0; c < cols; c++) s += fabs((double)x[i * cols + c] * w[(row0 + j) * cols + c]);
+                bound[i * ldy + j] = (float)(1.5e-3 * s + 1e-6);
+            }
+        CHECK(cpu->ops->matmul(cpu, &t, row0, nr, x, n, -1, yc, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+        float *xd = gpu->ops->alloc(gpu, (size_t)n * cols), *yd = gpu->ops->alloc(gpu, (size_t)n * ldy);
+        gpu->ops->write(gpu, xd, x, (size_t)n * cols);
+        float *yg = malloc((size_t)n * ldy * sizeof *yg);
+        for (int mixed = 0; mixed < 2; mixed++) {
+            gpu->ops->fill(gpu, yd, (size_t)n * ldy, 0.0f);
+            gpu->ops->begin(gpu);
+            step(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, mixed ? 3 : 0, yd, ldy, &err), "vk matmul", &err);
+            gpu->ops->read(gpu, yg, yd, (size_t)n * ldy);
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; i < (size_t)n * ldy; i++) {
+                double d = fabs((double)yg[i] - yc[i]);
+                if (!(d <= bound[i])) {
+                    if (!bad) first = i;
+                    bad++;
+                }
+                double r = bound[i] > 0 ? d / bound[i] : 0;
+                if (!(r <= worst)) worst = r;
+            }
+            CHECK(bad == 0, "coop %s in=%llu n=%u n_dec=%d: %zu outputs off, first [%zu][%zu] gpu %g cpu %g (bound %g)",
+                  cmf_dtype_name(dt), (unsigned long long)cols, n, mixed ? 3 : 0, bad, first / ldy, first % ldy,
+                  (double)yg[first], (double)yc[first], (double)bound[first]);
+        }
+        free(x), free(yc), free(bound), free(yg);
+        gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd);
+    }
+    fprintf(stderr, "coop %-8s in=%-3llu n=9,130,257: worst |diff| / bound %.3f\n", cmf_dtype_name(dt),
+            (unsigned long long)cols, worst);
+    free(w), free(payload);
+}
+
+int main(void) {
+    cmf_error err = {0};
+    REQUIRE(cmf_backend_cpu_new(1, &cpu, &err) == CMF_OK, "cpu: %s", err.msg);
+    cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cpu), CMF_CPU_REF);
+    setenv("CMF_VK_TILED", "1", 1);
+    const char *which[2] = {"khr", "nv"};
+    int ran = 0;
+    for (int e = 0; e < 2; e++) {
+        setenv("CMF_VK_COOP", which[e], 1);
+        cmf_status st = cmf_backend_vulkan_new(0, &gpu, &err);
+        if (st == CMF_ERR_UNSUPPORTED) {
+            cpu->ops->free(cpu);
+            TEST_SKIP("no Vulkan device: %s", err.msg);
+        }
+        REQUIRE(st == CMF_OK, "vulkan: %s", err.msg);
+        vk_ctx *vk = (vk_ctx *)gpu->ctx;
+        if (!vk->coop) {
+            fprintf(stderr, "%s: no %s cooperative matrix with a 16x8x16 f16->f32 subgroup shape: not tested\n",
+                    vk->name, which[e]);
+            gpu->ops->free(gpu);
+            continue;
+        }
+        fprintf(stderr, "%s: VK_%s_cooperative_matrix\n", vk->name, e ? "NV" : "KHR");
+        ran++;
+        cmf_dtype dts[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW, CMF_DT_Q8_2F,
+                           CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
+        for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+            bool q32 = dts[i] == CMF_DT_Q4_TILED || dts[i] == CMF_DT_Q4TP;
+            if (!q32) test_gemm(dts[i], 70);
+            test_gemm(dts[i], q32 ? 96 : 72);
+            test_gemm(dts[i], 320);
+        }
+        gpu->ops->free(gpu);
+    }
+    cpu->ops->free(cpu);
+    unsetenv("CMF_VK_COOP");
+    if (!ran) TEST_SKIP("the Vulkan device has no usable cooperative matrices (VK_KHR/NV_cooperative_matrix, "
+                        "16x8x16 f16, subgroups of 32): the coop GEMM is not used there");
+    return test_done();
+}
