@@ -56,7 +56,10 @@ cp /usr/bin/glslc "$tmp/vkkit/bin/"; cp -L "$(ldd /usr/bin/glslc | awk '/libshad
 cp -r /usr/include/vulkan /usr/include/vk_video /usr/include/spirv "$tmp/vkkit/include/"
 cp -r /usr/share/cmake/SPIRV-Headers "$tmp/vkkit/share/cmake/"
 tar cf - -C "$tmp" vkkit | xz -T2 -6 > "$dest/vkkit.tar.xz"
-if [ -n "${LLVK:-}" ]; then tar cf - -C "$(dirname "$LLVK")" "$(basename "$LLVK")" | xz -T2 -6 > "$dest/llvk.tar.xz"; fi
+if [ -n "${LLVK:-}" ]; then
+  tar cf - -C "$(dirname "$LLVK")" "$(basename "$LLVK")" | xz -T2 -6 > "$dest/llvk.tar.xz"
+  # it needs libgomp.so.1 there (Ubuntu 24.04 with gcc has it); not carried: lib/ is on every binary's path
+fi
 # cmf side
 cp "$build/tools/cmf" "$build/bench/vk_bench" "$build/bench/gen_random_cmf" "$dest/bin/"
 for l in $(ldd "$dest"/bin/* | awk '{print $3}' | grep '^/' | sort -u); do
