@@ -16,7 +16,12 @@
  *
  * usage: gen_random_cmf OUT.cmf [--quant q4tp|q4_block|q8_row|f16|...]
  *        [--layers N] [--hidden N] [--ffn N] [--heads N] [--kv-heads N]
- *        [--vocab N]
+ *        [--vocab N] [--dump-f32 FILE]
+ *
+ * --dump-f32 FILE also writes each distinct random matrix, in the order
+ * it is generated, as u64 rows, u64 cols (little-endian) and rows*cols
+ * f32 values, so that bench/gguf_write.py --from-dump quantizes exactly
+ * these weights for llama.cpp (bench/gpu_7b.sh).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -44,12 +49,18 @@ static float gauss(void) { /* sum of 4 uniforms, scaled: cheap and bounded */
     return s * 1.7320508f * 0.02f;
 }
 
-static int get_enc(enc *cache, int *n, int dt, uint64_t rows, uint64_t cols, enc **out) {
+static int get_enc(enc *cache, int *n, int dt, uint64_t rows, uint64_t cols, FILE *dump, enc **out) {
     for (int i = 0; i < *n; i++)
         if (cache[i].rows == rows && cache[i].cols == cols) { *out = &cache[i]; return 0; }
     float *x = malloc(rows * cols * sizeof(float));
     if (!x) { fprintf(stderr, "gen_random_cmf: out of memory\n"); return 1; }
     for (uint64_t i = 0; i < rows * cols; i++) x[i] = gauss();
+    uint64_t dims[2] = {rows, cols};
+    if (dump && (fwrite(dims, sizeof dims, 1, dump) != 1 || fwrite(x, sizeof(float), rows * cols, dump) != rows * cols)) {
+        fprintf(stderr, "gen_random_cmf: --dump-f32: write failed\n");
+        free(x);
+        return 1;
+    }
     uint64_t shape[2] = {rows, cols};
     cmf_error err = {0};
     enc *e = &cache[(*n)++];
@@ -63,22 +74,23 @@ static int get_enc(enc *cache, int *n, int dt, uint64_t rows, uint64_t cols, enc
 }
 
 int main(int argc, char **argv) {
-    const char *out = NULL, *quant = "q4tp";
+    const char *out = NULL, *quant = "q4tp", *dump_path = NULL;
     long L = 32, H = 4096, F = 11008, NH = 32, NKV = 32, V = 32000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long *dst = !strcmp(a, "--layers") ? &L : !strcmp(a, "--hidden") ? &H : !strcmp(a, "--ffn") ? &F
                   : !strcmp(a, "--heads") ? &NH : !strcmp(a, "--kv-heads") ? &NKV : !strcmp(a, "--vocab") ? &V : NULL;
-        if (dst || !strcmp(a, "--quant")) {
+        if (dst || !strcmp(a, "--quant") || !strcmp(a, "--dump-f32")) {
             if (i + 1 >= argc) { fprintf(stderr, "gen_random_cmf: %s needs a value\n", a); return 2; }
             if (dst) {
                 char *end;
                 *dst = strtol(argv[++i], &end, 10);
                 if (*end || *dst < 1) { fprintf(stderr, "gen_random_cmf: %s: bad value '%s'\n", a, argv[i]); return 2; }
-            } else quant = argv[++i];
+            } else if (!strcmp(a, "--quant")) quant = argv[++i];
+            else dump_path = argv[++i];
         } else if (a[0] == '-' || out) {
             fprintf(stderr, "usage: gen_random_cmf OUT.cmf [--quant Q] [--layers N] [--hidden N] [--ffn N] "
-                            "[--heads N] [--kv-heads N] [--vocab N]\n");
+                            "[--heads N] [--kv-heads N] [--vocab N] [--dump-f32 FILE]\n");
             return 2;
         } else out = a;
     }
@@ -112,6 +124,12 @@ int main(int argc, char **argv) {
     enc cache[8];
     int n_cache = 0, rc = 1;
     float *ones = NULL;
+    FILE *dump = NULL;
+    if (dump_path && !(dump = fopen(dump_path, "wb"))) {
+        fprintf(stderr, "gen_random_cmf: --dump-f32: cannot create '%s'\n", dump_path);
+        cJSON_Delete(cfg);
+        return 1;
+    }
     if (cmf_imp_hf_arch(cfg, "config.json", &arch, &info, &err)) goto fail;
     if (cmf_writer_open(out, NULL, &w, &err)) goto fail;
     cJSON *h = cmf_writer_header(w);
@@ -137,7 +155,7 @@ int main(int argc, char **argv) {
     enc *e;
     uint64_t sh1[1] = {(uint64_t)H};
     char name[128];
-    if (get_enc(cache, &n_cache, dt, (uint64_t)V, (uint64_t)H, &e)) goto done;
+    if (get_enc(cache, &n_cache, dt, (uint64_t)V, (uint64_t)H, dump, &e)) goto done;
     uint64_t sv[2] = {(uint64_t)V, (uint64_t)H};
     if (cmf_writer_add(w, "model.embed_tokens.weight", (cmf_dtype)dt, 2, sv, e->payload, e->nbytes, &err)) goto fail;
     for (long l = 0; l < L; l++) {
@@ -146,14 +164,14 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "model.layers.%ld.post_attention_layernorm.weight", l);
         if (cmf_writer_add_f32(w, name, CMF_DT_F32, 1, sh1, ones, &err)) goto fail;
         for (int k = 0; k < 7; k++) {
-            if (get_enc(cache, &n_cache, dt, mats[k].rows, mats[k].cols, &e)) goto done;
+            if (get_enc(cache, &n_cache, dt, mats[k].rows, mats[k].cols, dump, &e)) goto done;
             uint64_t s2[2] = {mats[k].rows, mats[k].cols};
             snprintf(name, sizeof name, "model.layers.%ld.%s", l, mats[k].name);
             if (cmf_writer_add(w, name, (cmf_dtype)dt, 2, s2, e->payload, e->nbytes, &err)) goto fail;
         }
     }
     if (cmf_writer_add_f32(w, "model.norm.weight", CMF_DT_F32, 1, sh1, ones, &err)) goto fail;
-    if (get_enc(cache, &n_cache, dt, (uint64_t)V, (uint64_t)H, &e)) goto done;
+    if (get_enc(cache, &n_cache, dt, (uint64_t)V, (uint64_t)H, dump, &e)) goto done;
     if (cmf_writer_add(w, "lm_head.weight", (cmf_dtype)dt, 2, sv, e->payload, e->nbytes, &err)) goto fail;
     cmf_status st = cmf_writer_finish(w, &err);
     w = NULL;
@@ -166,6 +184,10 @@ done:
     if (w) cmf_writer_abort(w);
     for (int i = 0; i < n_cache; i++) free(cache[i].payload);
     free(ones);
+    if (dump && fclose(dump) && rc == 0) {
+        fprintf(stderr, "gen_random_cmf: --dump-f32: write failed\n");
+        rc = 1;
+    }
     cJSON_Delete(arch);
     cJSON_Delete(cfg);
     return rc;

@@ -38,8 +38,20 @@ same rounding functions, same order of additions), so the bytes are
 llama.cpp's: checked block for block against quantize_row_{q8_0,q4_0,q6_K}_ref
 of llama.cpp's libggml-base.so on the benchmark weights.
 
+Random weights without an HF folder (bench/gpu_7b.sh): --from-dump DUMP
+reads the matrices `bench/gen_random_cmf --dump-f32 DUMP` generated (each
+distinct shape once, in generation order: u64 rows, u64 cols, f32 data)
+and writes the model gen_random_cmf writes from them — Llama shape from
+--layers/--hidden/--ffn/--heads/--kv-heads/--vocab (its defaults:
+Llama-2-7B), every tensor of one shape the same matrix, norms 1.0, untied
+output — so the GGUF holds the very weights of the .cmf, quantized by
+llama.cpp's quantizers instead of cmf's.
+
 usage: gguf_write.py HF_DIR OUT.gguf [--type q8_0|q4_0]
                      [--output-type q8_0|q6_k|q4_0]
+       gguf_write.py --from-dump DUMP OUT.gguf [--type ...] [--output-type ...]
+                     [--layers 32] [--hidden 4096] [--ffn 11008] [--heads 32]
+                     [--kv-heads 32] [--vocab 32000]
 """
 import argparse
 import json
@@ -85,6 +97,45 @@ class SafeTensors:
         if h["dtype"] == "BF16":  # bf16 = the high half of an f32
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         return raw.astype(np.float32).reshape(h["shape"])
+
+
+class RandomDump:
+    """The model of bench/gen_random_cmf from its --dump-f32 file: a
+    safetensors-like view (header of HF names and shapes, f32(name)) where
+    every tensor of one shape is the dumped matrix of that shape and the
+    norms are ones."""
+
+    def __init__(self, path, a):
+        self.mats, off = {}, 0
+        size = os.path.getsize(path)
+        while off < size:
+            rows, cols = np.fromfile(path, dtype="<u8", count=2, offset=off)
+            self.mats[(int(rows), int(cols))] = np.memmap(path, dtype="<f4", mode="r", offset=off + 16,
+                                                          shape=(int(rows), int(cols)))
+            off += 16 + 4 * int(rows) * int(cols)
+        if off != size:
+            sys.exit(f"gguf_write: {path}: truncated dump (not written by gen_random_cmf --dump-f32?)")
+        H, F, V, kv = a.hidden, a.ffn, a.vocab, a.hidden // a.heads * a.kv_heads
+        self.cfg = {"model_type": "llama", "hidden_size": H, "intermediate_size": F, "num_hidden_layers": a.layers,
+                    "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads, "vocab_size": V,
+                    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                    "bos_token_id": 1, "eos_token_id": 2}
+        shapes = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H], "lm_head.weight": [V, H]}
+        for i in range(a.layers):
+            p = f"model.layers.{i}."
+            shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+                           p + "self_attn.q_proj.weight": [H, H], p + "self_attn.k_proj.weight": [kv, H],
+                           p + "self_attn.v_proj.weight": [kv, H], p + "self_attn.o_proj.weight": [H, H],
+                           p + "mlp.gate_proj.weight": [F, H], p + "mlp.up_proj.weight": [F, H],
+                           p + "mlp.down_proj.weight": [H, F]})
+        for name, sh in shapes.items():
+            if len(sh) == 2 and tuple(sh) not in self.mats:
+                sys.exit(f"gguf_write: {path}: no {sh[0]}x{sh[1]} matrix for {name} (other shape flags than gen_random_cmf's?)")
+        self.header = {k: {"shape": v} for k, v in shapes.items()}
+
+    def f32(self, name):
+        sh = self.header[name]["shape"]
+        return np.ones(sh, np.float32) if len(sh) == 1 else np.asarray(self.mats[tuple(sh)], dtype=np.float32)
 
 
 # ---- llama.cpp's reference quantizers, vectorized over blocks ----------------
@@ -277,18 +328,29 @@ def permute_rope(w, n_head):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("hf_dir")
+    ap.add_argument("hf_dir", nargs="?")
     ap.add_argument("out")
+    ap.add_argument("--from-dump", metavar="DUMP", help="gen_random_cmf --dump-f32 file instead of HF_DIR")
+    for flag, dflt in (("--layers", 32), ("--hidden", 4096), ("--ffn", 11008), ("--heads", 32),
+                       ("--kv-heads", 32), ("--vocab", 32000)):
+        ap.add_argument(flag, type=int, default=dflt, help=f"with --from-dump (default {dflt}, gen_random_cmf's)")
     ap.add_argument("--type", choices=["q8_0", "q4_0"], default="q8_0")
     ap.add_argument("--output-type", choices=["q8_0", "q6_k", "q4_0"],
                     help="output.weight type (default: llama-quantize's, Q8_0 in a Q8_0 file, Q6_K in a Q4_0 file)")
     a = ap.parse_args()
 
-    cfg = json.load(open(os.path.join(a.hf_dir, "config.json")))
+    if bool(a.from_dump) == bool(a.hf_dir):
+        ap.error("give HF_DIR or --from-dump DUMP (one of them)")
+    if a.from_dump:
+        st = RandomDump(a.from_dump, a)
+        cfg = st.cfg
+    else:
+        cfg = json.load(open(os.path.join(a.hf_dir, "config.json")))
     if cfg.get("model_type", "llama") != "llama" or cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"]) * cfg["num_attention_heads"] != cfg["hidden_size"]:
         sys.exit("gguf_write.py: %s: only plain llama checkpoints (model_type 'llama', head_dim = hidden/heads) "
                  "are supported, this is '%s'" % (a.hf_dir, cfg.get("model_type")))
-    st = SafeTensors(os.path.join(a.hf_dir, "model.safetensors"))
+    if not a.from_dump:
+        st = SafeTensors(os.path.join(a.hf_dir, "model.safetensors"))
     h, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     n_head = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
@@ -332,7 +394,7 @@ def main():
     toks, scores, types = vocabulary(V)
     meta = [
         kv("general.architecture", GGUF_STRING, "llama"),
-        kv("general.name", GGUF_STRING, os.path.basename(os.path.normpath(a.hf_dir))),
+        kv("general.name", GGUF_STRING, os.path.basename(os.path.normpath(a.hf_dir)) if a.hf_dir else "gen_random_cmf"),
         kv("general.file_type", GGUF_U32, FTYPE[mtype]),
         kv("general.quantization_version", GGUF_U32, 2),
         kv("general.alignment", GGUF_U32, ALIGN),
@@ -363,13 +425,20 @@ def main():
     head += b"\0" * (-len(head) % ALIGN)
 
     tmp = a.out + ".tmp"
+    done = {}  # --from-dump: one encoding per (shape, permutation, type), as gen_random_cmf
     with open(tmp, "wb") as fp:
         fp.write(head)
         for (gname, hname, heads, _), (_, _, gt, toff, size) in zip(plan, infos):
-            x = st.f32(hname)
-            if heads:
-                x = permute_rope(x, heads)
-            data = encode(x, gt)
+            key = (tuple(st.header[hname]["shape"]), heads, gt)
+            if a.from_dump and key in done:
+                data = done[key]
+            else:
+                x = st.f32(hname)
+                if heads:
+                    x = permute_rope(x, heads)
+                data = encode(x, gt)
+                if a.from_dump:
+                    done[key] = data
             assert len(data) == size and fp.tell() == len(head) + toff, gname
             fp.write(data)
             fp.write(b"\0" * (-size % ALIGN))

@@ -33,7 +33,7 @@
 // HF_DIR and the q8 .cmf).
 //
 // usage: node bench/serve_load.mjs --cmf build/tools/cmf --model M.cmf
-//          [--concurrency 1,4,16,64] [--requests N (default max(8, 2C))]
+//          [--concurrency 1,4,16,64] [--requests N or N1,N2,... one per level (default max(8, 2C))]
 //          [--input 32] [--output 32] [--rate inf] [--seed 1]
 //          [--serve-args "-t 2"] [--json]
 //          [--gguf M.gguf --npm bench/.node [--threads N]]
@@ -45,7 +45,7 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 
 function args(argv) {
-  const a = { cmf: null, model: null, url: null, conc: [1, 4, 16, 64], requests: 0, input: 32, output: 32,
+  const a = { cmf: null, model: null, url: null, conc: [1, 4, 16, 64], requests: [], input: 32, output: 32,
               rate: Infinity, seed: 1, serveArgs: "", json: false, key: null, gguf: null, npm: null, threads: 0 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i], v = () => argv[++i];
@@ -53,7 +53,7 @@ function args(argv) {
     else if (k === "--model") a.model = v();
     else if (k === "--url") a.url = v();
     else if (k === "--concurrency") a.conc = v().split(",").map(Number);
-    else if (k === "--requests") a.requests = Number(v());
+    else if (k === "--requests") a.requests = v().split(",").map(Number);
     else if (k === "--input") a.input = Number(v());
     else if (k === "--output") a.output = Number(v());
     else if (k === "--rate") { const r = v(); a.rate = r === "inf" ? Infinity : Number(r); }
@@ -68,6 +68,8 @@ function args(argv) {
   }
   if (!a.url && (!a.cmf || !a.model)) throw new Error("need --cmf and --model, or --url");
   if (!!a.gguf !== !!a.npm) throw new Error("--gguf and --npm go together");
+  if (a.requests.some((n) => !(n >= 1)) || (a.requests.length > 1 && a.requests.length !== a.conc.length))
+    throw new Error("--requests: one count >= 1, or one per --concurrency level");
   return a;
 }
 
@@ -123,7 +125,8 @@ const pct = (xs, p) => {
 };
 
 async function level(run1, a, c, nVocab) {
-  const n = a.requests || Math.max(8, 2 * c), r = rng(a.seed * 7919 + c);
+  const k = a.conc.indexOf(c), n = a.requests.length ? a.requests[a.requests.length > 1 ? k : 0] : Math.max(8, 2 * c);
+  const r = rng(a.seed * 7919 + c);
   const prompts = Array.from({ length: n }, () => Array.from({ length: a.input }, () => 3 + Math.floor(r() * (nVocab - 3))));
   let at = 0;
   const arrivals = prompts.map(() => (at += isFinite(a.rate) ? -Math.log(1 - r()) / a.rate * 1000 : 0));
