@@ -8,9 +8,10 @@
  *        expert's tokens over several blocks); inside a step and as an op
  *        outside a step. Routed on the device: a step with the op is one
  *        queue submission (counted: vk_ctx.n_submits) and no read in the
- *        middle of it; experts of one set in different dtypes take the
- *        read-back fallback (one mid-step read) and give the same; a bad
- *        n_used refused;
+ *        middle of it, and the same step again replays its recording;
+ *        experts of one set in different dtypes take the read-back
+ *        fallback (one mid-step read) and give the same; a bad n_used
+ *        refused;
  *   lora: two segments over disjoint rows and two stacked on the same
  *        rows, f32 / f16 / bf16 A and Bᵀ, b_row0 > 0, ldy > n_out; the
  *        result of a row alone equals its result in the batch (batch
@@ -123,7 +124,7 @@ static void test_moe(uint32_t n, int32_t n_dec, uint32_t k, bool sigmoid, bool n
     float *o = down(after, (size_t)n * EMB);
     if (in_step) { /* again, weights uploaded: count the step's submissions and mid-step reads */
         vk_ctx *vk = (vk_ctx *)gpu->ctx;
-        uint64_t subs = vk->n_submits, mids = vk->n_mid_reads;
+        uint64_t subs = vk->n_submits, mids = vk->n_mid_reads, reps = vk->stats.replayed;
         gpu->ops->begin(gpu);
         CHECK(gpu->ops->moe(gpu, &v, &err) == CMF_OK, "vk moe: %s", err.msg);
         gpu->ops->copy(gpu, after, v.out, (size_t)n * EMB);
@@ -135,6 +136,8 @@ static void test_moe(uint32_t n, int32_t n_dec, uint32_t k, bool sigmoid, bool n
         uint64_t ds = vk->n_submits - subs, dm = vk->n_mid_reads - mids;
         CHECK(mixed ? dm == 1 && ds == 3 : dm == 0 && ds == 1, "moe n=%u%s: %llu submissions, %llu mid-step reads", n,
               mixed ? " (mixed dtypes: the fallback)" : "", (unsigned long long)ds, (unsigned long long)dm);
+        /* the same step again: its recorded command buffer is replayed (not the fallback's split step) */
+        CHECK(mixed || !vk->replay || vk->stats.replayed == reps + 1, "moe n=%u: the second step was not replayed", n);
     }
     double dd = maxdiff(c.out, o, (size_t)n * EMB, sqrt((double)EMB * FF));
     fprintf(stderr, "moe n=%u n_dec=%d top-%u %s%s scale %.2f %s%s: max diff %.3g\n", n, (int)n_dec, k,
