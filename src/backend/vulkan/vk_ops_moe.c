@@ -14,7 +14,7 @@
  *      index: no gather), the GLU over the slots, down in one dispatch;
  *   4. the combine (shaders/moe_combine.comp): each token's rows summed
  *      with their weights in expert order.
- * Five dispatches a layer whatever the number of experts. The expert
+ * Seven dispatches a layer whatever the number of experts. The expert
  * kernels compute every slot alike (one row class: a slot's result never
  * depends on the batch). Slots, gate/up/down rows and the routing tables
  * live in a scratch the backend grows on demand (vk_ctx.moe_ws).
