@@ -39,10 +39,15 @@ typedef struct {
     uint32_t nelem, rows, cols, nx, rpw, gather;
 } emm_push;
 
+/* Push constants are copied into the step's log and compared byte for
+ * byte (replay, vk_record.c): no struct may end in padding. */
 typedef struct {
     uint64_t y, x, sslot, selg, nsel;
-    uint32_t n, dim, k, nx, mode;
+    uint32_t n, dim, k, nx, mode, pad;
 } ecomb_push;
+
+_Static_assert(sizeof(route_push) == 8 * 8 + 10 * 4 && sizeof(emm_push) == 5 * 8 + 6 * 4 &&
+                   sizeof(ecomb_push) == 5 * 8 + 6 * 4, "MoE push constants without padding");
 
 #define ROUTE_WG 256
 #define ROUTE_MAX_EXPERTS 1024 /* shared arrays of moe_route.comp */
@@ -88,7 +93,7 @@ static cmf_status moe_readback(cmf_backend *b, const cmf_moe_args *a, cmf_error 
         }
         ecomb_push p = {cmf_vk_addr(vk, a->out), cmf_vk_addr(vk, a->xg),
                         cmf_vk_arena_put(vk, tok, (uint64_t)cnt * sizeof *tok),
-                        cmf_vk_arena_put(vk, g, (uint64_t)cnt * sizeof *g), 0, cnt, E, 0, gx, 1};
+                        cmf_vk_arena_put(vk, g, (uint64_t)cnt * sizeof *g), 0, cnt, E, 0, gx, 1, 0};
         if (!p.y || !p.x) cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan moe: out or xg is not a backend buffer");
         else if (p.sslot && p.selg) cmf_vk_dispatch(vk, VK_SH_MOE_COMBINE, COMBINE_WG, 0, 0, &p, sizeof p, gx, 1, cnt);
         cmf_vk_op_end(vk);
@@ -198,7 +203,7 @@ cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err) 
                                  ws + o_args + 3);
         /* the combine: every element of out */
         uint32_t gx = (E + COMBINE_WG - 1) / COMBINE_WG;
-        ecomb_push c = {out, w0 + 4 * o_dn, w0 + 4 * o_ss, w0 + 4 * o_selg, w0 + 4 * o_ns, n, E, k, gx, 0};
+        ecomb_push c = {out, w0 + 4 * o_dn, w0 + 4 * o_ss, w0 + 4 * o_selg, w0 + 4 * o_ns, n, E, k, gx, 0, 0};
         cmf_vk_dispatch(vk, VK_SH_MOE_COMBINE, COMBINE_WG, 0, 0, &c, sizeof c, gx, 1, n);
     }
     cmf_vk_op_end(vk);
