@@ -10,7 +10,9 @@
  * causal, sliding window, softcap, key_end, tree masks), glu (3
  * activations), add_scaled, softcap, add_rows, copy (overlapping), fill,
  * gather_rows (in place), gate_add, pool_copy outside a step, write/read,
- * and the errors (a bad token id, an unsupported dtype). The MV decode
+ * the 1-, 2- and variable-bit dtypes q1 (in % 32 != 0 too), q2tp, vbit and
+ * vbit_ro (random payloads: cmf never writes them), and the errors (a bad
+ * token id, an unsupported dtype, a vbit row of 9 bits). The MV decode
  * path (in % 32 == 0) at every team shape (subgroups a team, rows a team),
  * K staged in several chunks (in = 800 at 8 tokens), three parts in one
  * dispatch, and a row alone equal bit for bit to its row in a batch.
@@ -68,14 +70,57 @@ static void step_end(const char *what) {
     CHECK(st == CMF_OK, "%s: submit: %s", what, err.msg);
 }
 
+static uint8_t rbyte(void) { return (uint8_t)((frand() + 1.0f) * 127.99f); }
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+
+/* A random payload of a dtype cmf reads but never writes (q1, q2tp, vbit,
+ * vbit_ro: docs/FORMAT.md §4), [rows, cols]; NULL for the others. vbit rows
+ * take 3..8 bits (every width), scales and ladders vary by row and tile. */
+static void *lowbit(cmf_dtype dt, uint64_t rows, uint64_t cols, uint64_t *nb) {
+    uint64_t gpr = cols / 32, tpr = (cols + 31) / 32, cb = (gpr * 5 + 7) / 8;
+    uint8_t *p = NULL;
+    if (dt == CMF_DT_Q1) {
+        *nb = rows * tpr * 6;
+        p = malloc(*nb);
+        for (uint64_t t = 0; t < rows * tpr; t++) {
+            put16(p + 6 * t, cmf_f32_to_f16(0.01f + 0.2f * (frand() + 1.0f)));
+            for (int k = 0; k < 4; k++) p[6 * t + 2 + k] = rbyte();
+        }
+    } else if (dt == CMF_DT_Q2TP) {
+        *nb = rows * (8 * gpr + 4 + cb);
+        p = malloc(*nb);
+        for (uint64_t i = 0; i < *nb; i++) p[i] = rbyte();
+        for (uint64_t r = 0; r < rows; r++) { /* lo in [-9, -5], step in [0.05, 0.35] */
+            put16(p + rows * gpr * 8 + 4 * r, cmf_f32_to_f16(-7.0f + 2.0f * frand()));
+            put16(p + rows * gpr * 8 + 4 * r + 2, cmf_f32_to_f16(0.2f + 0.15f * frand()));
+        }
+    } else if (dt == CMF_DT_VBIT || dt == CMF_DT_VBIT_RO) {
+        uint64_t packed = 0, hdr = rows + 2 * rows * gpr + (dt == CMF_DT_VBIT_RO ? 4 * (rows + 1) : 0);
+        for (uint64_t r = 0; r < rows; r++) packed += cols * (3 + r % 6) / 8;
+        *nb = hdr + packed;
+        p = malloc(*nb);
+        for (uint64_t i = 0; i < *nb; i++) p[i] = rbyte();
+        uint64_t pos = 0;
+        for (uint64_t r = 0; r < rows; r++) {
+            p[r] = (uint8_t)(3 + r % 6);
+            if (dt == CMF_DT_VBIT_RO) put32(p + rows + 2 * rows * gpr + 4 * r, (uint32_t)pos);
+            pos += cols * p[r] / 8;
+        }
+        if (dt == CMF_DT_VBIT_RO) put32(p + rows + 2 * rows * gpr + 4 * rows, (uint32_t)pos);
+        for (uint64_t g = 0; g < rows * gpr; g++) put16(p + rows + 2 * g, cmf_f32_to_f16(0.002f + 0.05f * (frand() + 1.0f)));
+    }
+    return p;
+}
+
 static void test_matmul(cmf_dtype dt, uint64_t cols) {
     uint64_t rows = 37;
     float *w = rnd(rows * cols);
     uint64_t shape[2] = {rows, cols};
-    void *payload = NULL;
     uint64_t nb = 0;
+    void *payload = lowbit(dt, rows, cols, &nb);
     cmf_error err = {0};
-    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+    if (!payload && cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
         CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
         free(w);
         return;
@@ -358,6 +403,11 @@ int main(void) {
     cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cpu), CMF_CPU_REF);
     cmf_dtype dts[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW, CMF_DT_Q8_2F,
                        CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
+    /* the 1-, 2- and variable-bit dtypes (scalar decode, dequant.glsl): q1 also at in % 32 != 0 */
+    test_matmul(CMF_DT_Q1, 70);
+    test_matmul(CMF_DT_Q1, 96);
+    cmf_dtype low[] = {CMF_DT_Q2TP, CMF_DT_VBIT, CMF_DT_VBIT_RO};
+    for (size_t i = 0; i < 3; i++) test_matmul(low[i], 64), test_matmul(low[i], 320);
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) { /* in % 4 != 0: scalar loads; == 0: 4 at a time */
         bool q32 = dts[i] == CMF_DT_Q4_TILED || dts[i] == CMF_DT_Q4TP;
         test_matmul(dts[i], q32 ? 96 : 70);
@@ -377,11 +427,24 @@ int main(void) {
     test_attention(CMF_KV_F16, 0, 0.0f, true);
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
-    cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,
-                     .nbytes = 6};
+    cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,
+                     .nbytes = 13};
     float *x = gpu->ops->alloc(gpu, 32), *y = gpu->ops->alloc(gpu, 1);
     st = gpu->ops->matmul(gpu, &q1, 0, 1, x, 1, -1, y, 1, &err);
-    CHECK(st == CMF_ERR_UNSUPPORTED && strstr(err.msg, "q1"), "q1 matmul: %d %s", (int)st, err.msg);
+    CHECK(st == CMF_ERR_UNSUPPORTED && strstr(err.msg, "q1t") && strstr(err.msg, "q1w"), "q1t matmul: %d %s", (int)st,
+          err.msg);
+    gpu->ops->release(gpu, x), gpu->ops->release(gpu, y);
+    /* a vbit row of 9 bits: refused at upload, naming the tensor and the row */
+    uint64_t vnb = 0;
+    uint8_t *vb = lowbit(CMF_DT_VBIT, 2, 32, &vnb);
+    vb[1] = 9;
+    cmf_tensor vt = {.name = "vbw", .dtype = CMF_DT_VBIT, .ndim = 2, .shape = {2, 32}, .nelem = 64, .data = vb,
+                     .nbytes = vnb};
+    x = gpu->ops->alloc(gpu, 32), y = gpu->ops->alloc(gpu, 2);
+    st = gpu->ops->matmul(gpu, &vt, 0, 2, x, 1, -1, y, 2, &err);
+    CHECK(st == CMF_ERR_FORMAT && strstr(err.msg, "vbw") && strstr(err.msg, "row 1"), "vbit 9 bits: %d %s", (int)st,
+          err.msg);
+    free(vb);
     gpu->ops->release(gpu, x), gpu->ops->release(gpu, y);
     gpu->ops->free(gpu);
     cpu->ops->free(cpu);

@@ -4,9 +4,14 @@
  * backend at its reference level on small, odd shapes:
  *   moe: 7 experts, top-2 and top-3, softmax with and without top-k
  *        renormalisation and a routed scale, sigmoid routing; 1 token (a
- *        decode step), 9 tokens with 4 decode-class rows; inside a step
- *        (the scores read back mid-step) and as an op outside a step; a
- *        bad n_used refused;
+ *        decode step), 9 tokens with 4 decode-class rows, 40 tokens (an
+ *        expert's tokens over several blocks); inside a step and as an op
+ *        outside a step. Routed on the device: a step with the op is one
+ *        queue submission (counted: vk_ctx.n_submits) and no read in the
+ *        middle of it, and the same step again replays its recording;
+ *        experts of one set in different dtypes take the read-back
+ *        fallback (one mid-step read) and give the same; a bad n_used
+ *        refused;
  *   lora: two segments over disjoint rows and two stacked on the same
  *        rows, f32 / f16 / bf16 A and Bᵀ, b_row0 > 0, ldy > n_out; the
  *        result of a row alone equals its result in the batch (batch
@@ -16,6 +21,7 @@
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "backend/vulkan/vk.h"
 #include "test.h"
 
 #include <math.h>
@@ -72,14 +78,15 @@ static cmf_tensor mat(const char *name, cmf_dtype dt, uint64_t r, uint64_t c, vo
 #define EMB 40
 #define FF 24
 
-static void test_moe(uint32_t n, int32_t n_dec, uint32_t k, bool sigmoid, bool norm_topk, float scale, bool in_step) {
+static void test_moe(uint32_t n, int32_t n_dec, uint32_t k, bool sigmoid, bool norm_topk, float scale, bool in_step,
+                     bool mixed) {
     void *keep[1 + 3 * NE];
     cmf_tensor router = mat("router", CMF_DT_F32, NE, EMB, &keep[0]);
     cmf_tensor g[NE], u[NE], d[NE];
     const cmf_tensor *gp[NE], *upp[NE], *dp[NE];
     for (int e = 0; e < NE; e++) {
         g[e] = mat("gate", CMF_DT_Q8_ROW, FF, EMB, &keep[1 + 3 * e]);
-        u[e] = mat("up", CMF_DT_F16, FF, EMB, &keep[2 + 3 * e]);
+        u[e] = mat("up", mixed && e == NE - 1 ? CMF_DT_Q8_ROW : CMF_DT_F16, FF, EMB, &keep[2 + 3 * e]);
         d[e] = mat("down", CMF_DT_F32, EMB, FF, &keep[3 + 3 * e]);
         gp[e] = &g[e], upp[e] = &u[e], dp[e] = &d[e];
     }
@@ -115,10 +122,27 @@ static void test_moe(uint32_t n, int32_t n_dec, uint32_t k, bool sigmoid, bool n
     gpu->ops->copy(gpu, after, v.out, (size_t)n * EMB);
     if (in_step) CHECK(gpu->ops->submit(gpu, &err) == CMF_OK, "vk moe submit: %s", err.msg);
     float *o = down(after, (size_t)n * EMB);
+    if (in_step) { /* again, weights uploaded: count the step's submissions and mid-step reads */
+        vk_ctx *vk = (vk_ctx *)gpu->ctx;
+        uint64_t subs = vk->n_submits, mids = vk->n_mid_reads, reps = vk->stats.replayed;
+        gpu->ops->begin(gpu);
+        CHECK(gpu->ops->moe(gpu, &v, &err) == CMF_OK, "vk moe: %s", err.msg);
+        gpu->ops->copy(gpu, after, v.out, (size_t)n * EMB);
+        CHECK(gpu->ops->submit(gpu, &err) == CMF_OK, "vk moe submit: %s", err.msg);
+        float *o2 = down(after, (size_t)n * EMB);
+        CHECK(memcmp(o, o2, (size_t)n * EMB * sizeof *o) == 0, "moe n=%u: a second run differs", n);
+        free(o2);
+        /* fallback: the commands before the read, the read, the rest with the final read */
+        uint64_t ds = vk->n_submits - subs, dm = vk->n_mid_reads - mids;
+        CHECK(mixed ? dm == 1 && ds == 3 : dm == 0 && ds == 1, "moe n=%u%s: %llu submissions, %llu mid-step reads", n,
+              mixed ? " (mixed dtypes: the fallback)" : "", (unsigned long long)ds, (unsigned long long)dm);
+        /* the same step again: its recorded command buffer is replayed (not the fallback's split step) */
+        CHECK(mixed || !vk->replay || vk->stats.replayed == reps + 1, "moe n=%u: the second step was not replayed", n);
+    }
     double dd = maxdiff(c.out, o, (size_t)n * EMB, sqrt((double)EMB * FF));
-    fprintf(stderr, "moe n=%u n_dec=%d top-%u %s%s scale %.2f %s: max diff %.3g\n", n, (int)n_dec, k,
+    fprintf(stderr, "moe n=%u n_dec=%d top-%u %s%s scale %.2f %s%s: max diff %.3g\n", n, (int)n_dec, k,
             sigmoid ? "sigmoid" : "softmax", norm_topk ? " norm" : "", scale, in_step ? "in a step" : "outside",
-            dd);
+            mixed ? " (mixed dtypes)" : "", dd);
     CHECK(dd < 2e-5, "moe n=%u top-%u: max diff %g", n, k, dd);
     free(o);
     float *bufs[] = {(float *)v.x, v.out, v.scores, v.xg, v.g, v.gate_buf, v.up_buf, after};
@@ -173,10 +197,13 @@ int main(void) {
     REQUIRE(st == CMF_OK, "vulkan: %s", err.msg);
     REQUIRE(cmf_backend_cpu_new(1, &cpu, &err) == CMF_OK, "cpu: %s", err.msg);
     cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cpu), CMF_CPU_REF);
-    test_moe(1, 1, 2, false, true, 1.0f, true);
-    test_moe(9, 4, 3, false, false, 1.0f, true);
-    test_moe(9, -1, 2, true, true, 2.5f, true);
-    test_moe(5, -1, 3, false, true, 1.0f, false);
+    test_moe(1, 1, 2, false, true, 1.0f, true, false);
+    test_moe(9, 4, 3, false, false, 1.0f, true, false);
+    test_moe(9, -1, 2, true, true, 2.5f, true, false);
+    test_moe(40, 12, 3, true, false, 1.0f, true, false);
+    test_moe(5, -1, 3, false, true, 1.0f, false, false);
+    test_moe(9, 4, 3, false, true, 1.0f, true, true);
+    test_moe(3, -1, 2, false, true, 1.0f, false, true);
     cmf_moe_args bad = {.n = 1, .n_expert = 4, .n_used = 5};
     CHECK(gpu->ops->moe(gpu, &bad, &err) == CMF_ERR_ARG, "moe n_used 5 of 4 accepted");
     test_lora(CMF_DT_F32);

@@ -6,7 +6,8 @@
  * upload), vk_record.c (the step's command log, recorded command buffers
  * and their replay) and vk_ops.c (the cmf_backend_ops table), with the MoE
  * block, the LoRA update and topk in vk_ops_moe.c, vk_ops_lora.c and
- * vk_ops_sample.c.
+ * vk_ops_sample.c, and the tables some weights carry on the device in
+ * vk_repack.c.
  *
  * Memory model (docs/VULKAN.md):
  *   - Device memory comes in blocks (VkBuffer + VkDeviceMemory, device-local,
@@ -44,7 +45,7 @@ typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
     VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK,
     VK_SH_MATMUL_COOP, /* cooperative-matrix GEMM: created only where vk_ctx.coop is set */
-    VK_SH_COUNT
+    VK_SH_MOE_ROUTE, VK_SH_MOE_MM, VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -107,6 +108,8 @@ typedef struct vk_log_ent {
     uint32_t kind, barrier;      /* barrier: a global memory barrier after it */
     VkPipeline pipe;             /* dispatch */
     uint32_t g[3], sh;           /* dispatch: grid, shader (profile) */
+    VkBuffer ib;                 /* indirect dispatch: the grid at ib_off of ib (else NULL) */
+    uint64_t ib_off;
     VkBuffer src, dst;           /* copy: src -> dst; fill: dst */
     uint64_t src_off, dst_off, size;
     uint8_t push[VK_PUSH_MAX];   /* dispatch: the push constants */
@@ -164,6 +167,11 @@ typedef struct vk_ctx {
      * neither offers a 16x8x16 f16 -> f32 subgroup shape on subgroups of 32
      * (then matmul_tiled.comp); CMF_VK_COOP=0/khr/nv overrides */
     uint8_t coop;
+    bool no_mid_read;            /* CMF_VK_NO_MID_READ=1: cmf_vk_read_mid fails (tests: MoE stays on the device) */
+    uint64_t n_submits;          /* queue submissions so far (tests count them per step) */
+    uint64_t n_mid_reads;        /* reads in the middle of a step so far */
+    float *moe_ws;               /* vk_ops_moe.c: scratch of the device-routed MoE (grown on demand) */
+    uint64_t moe_ws_bytes;
 
     /* address space */
     uint8_t *va_base;
@@ -269,6 +277,11 @@ cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err);
  * neither reads nor writes what this one writes). */
 void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
                      uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz);
+/* A dispatch whose workgroup counts (3 × uint32) are read by the device
+ * from `args` (a backend buffer, 4-byte aligned) when it runs: counts
+ * written by an earlier dispatch of the step (the MoE routing). */
+void cmf_vk_dispatch_indirect(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
+                              uint32_t push_size, const void *args);
 /* Copy between backend buffers / host inside the recording. */
 void cmf_vk_copy_dev(vk_ctx *vk, const void *dst, const void *src, uint64_t bytes);
 void cmf_vk_write_rec(vk_ctx *vk, void *dst, const void *src, uint64_t bytes);
@@ -297,6 +310,19 @@ cmf_status cmf_vk_prepare(vk_ctx *vk, const cmf_file *f, uint32_t n_layer, uint3
 #define CMF_VK_TOPK_MAX 64u
 void cmf_vk_op_topk(cmf_backend *b, const float *logits, size_t ld, uint32_t n, uint32_t n_cand, uint32_t k,
                     float *out);
+
+/* vk_repack.c: the device layout of a weight whose CMF layout the shaders
+ * cannot read in place (docs/VULKAN.md, weights): `pre` bytes of tables
+ * before the payload, `post` bytes after it (at a 4-byte-aligned offset);
+ * both 0 for the dtypes read as stored. q4tp, q2tp: post = rows × 32 f32
+ * ladder rungs; vbit, vbit_ro: pre = rows × u32 byte offsets of the packed
+ * rows from the start of the device copy. */
+void cmf_vk_repack_size(const cmf_tensor *t, uint64_t *pre, uint64_t *post);
+/* The tables (pre bytes then post bytes, malloc'd into *out). Errors:
+ * CMF_ERR_FORMAT (a vbit row of other than 3..8 bits, row offsets that do
+ * not match the rows, a payload of the wrong size; naming the tensor),
+ * CMF_ERR_NOMEM. */
+cmf_status cmf_vk_repack(const cmf_tensor *t, void **out, cmf_error *err);
 
 /* vk_ops_moe.c, vk_ops_lora.c: the ops `moe` and `lora` (backend.h). */
 cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);

@@ -28,11 +28,12 @@
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
     cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
-    cmf_vk_spv_matmul_coop_khr[];
+    cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
-    cmf_vk_spv_topk_size, cmf_vk_spv_matmul_coop_size, cmf_vk_spv_matmul_coop_khr_size;
+    cmf_vk_spv_topk_size, cmf_vk_spv_matmul_coop_size, cmf_vk_spv_matmul_coop_khr_size,
+    cmf_vk_spv_moe_route_size, cmf_vk_spv_moe_mm_size;
 
 /* VK_KHR_cooperative_matrix (Vulkan headers 1.3.255+); Debian 12's are
  * older: the few names used here, as the registry defines them. */
@@ -152,7 +153,7 @@ static cmf_status make_buffer(vk_ctx *vk, uint64_t size, bool host, VkBuffer *bu
                               VkDeviceAddress *addr, void **map) {
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT |
                                       VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if (vkCreateBuffer(vk->dev, &bi, NULL, buf) != VK_SUCCESS) return CMF_ERR_NOMEM;
@@ -201,6 +202,8 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_LORA] = {cmf_vk_spv_lora, &cmf_vk_spv_lora_size},
     [VK_SH_TOPK] = {cmf_vk_spv_topk, &cmf_vk_spv_topk_size},
     [VK_SH_MATMUL_COOP] = {cmf_vk_spv_matmul_coop_khr, &cmf_vk_spv_matmul_coop_khr_size},
+    [VK_SH_MOE_ROUTE] = {cmf_vk_spv_moe_route, &cmf_vk_spv_moe_route_size},
+    [VK_SH_MOE_MM] = {cmf_vk_spv_moe_mm, &cmf_vk_spv_moe_mm_size},
 };
 
 /* ---- cooperative matrices ------------------------------------------------ */
@@ -499,6 +502,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->tiled = tl && *tl ? strcmp(tl, "0") != 0 : vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *wd = getenv("CMF_VK_WIDE");
     vk->wide = !(wd && strcmp(wd, "0") == 0);
+    const char *nm = getenv("CMF_VK_NO_MID_READ"); /* tests: a MoE step that reads back mid-step fails */
+    vk->no_mid_read = nm && *nm && strcmp(nm, "0") != 0;
     const char *rp = getenv("CMF_VK_REPLAY");
     vk->replay = !(rp && strcmp(rp, "0") == 0);
     const char *sts = getenv("CMF_VK_STATS");
@@ -564,7 +569,8 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         if (vk->profile) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
-                                                           "moe_combine", "lora", "topk", "matmul_coop"};
+                                                           "moe_combine", "lora", "topk", "matmul_coop",
+                                                           "moe_route", "moe_mm"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -866,7 +872,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
-                      sh == VK_SH_MATMUL_COOP ? 2 : 1;
+                      sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -889,6 +895,25 @@ void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_
     }
     if (!vk->recording) return;
     cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
+    vk->no_barrier = false;
+}
+
+void cmf_vk_dispatch_indirect(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
+                              uint32_t push_size, const void *args) {
+    uint32_t b;
+    uint64_t off;
+    if (!cmf_vk_lookup(vk, args, &b, &off) || off % 4) {
+        cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan: indirect dispatch arguments are not in a backend buffer");
+        return;
+    }
+    VkPipeline p = pipeline(vk, sh, wg, dt, nt);
+    if (!p) {
+        cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+        return;
+    }
+    if (!vk->recording) return;
+    cmf_vk_log_dispatch(vk, p, sh, push, push_size, 0, 0, 0, !vk->no_barrier);
+    if (vk->n_log) vk->log[vk->n_log - 1].ib = vk->blocks[b].buf, vk->log[vk->n_log - 1].ib_off = off;
     vk->no_barrier = false;
 }
 
@@ -966,6 +991,9 @@ cmf_status cmf_vk_read(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, c
 
 cmf_status cmf_vk_read_mid(vk_ctx *vk, void *dst, const void *src, uint64_t bytes, cmf_error *err) {
     if (vk->err_st) return cmf_error_set(err, vk->err_st, "%s", vk->err_msg);
+    if (vk->no_mid_read)
+        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan: a read in the middle of a step (CMF_VK_NO_MID_READ=1)");
+    vk->n_mid_reads++;
     cmf_status fst = flush_pending(vk); /* a submitted step is not this op's */
     if (fst) return cmf_error_set(err, fst, "%s", vk->err_msg);
     bool imm = vk->immediate, rec = vk->recording;
@@ -1016,7 +1044,8 @@ static cmf_status upload(vk_ctx *vk, uint32_t b, uint64_t off, const void *src, 
 bool cmf_vk_dtype_ok(cmf_dtype dt) {
     switch (dt) {
     case CMF_DT_F32: case CMF_DT_F16: case CMF_DT_BF16: case CMF_DT_Q8_ROW: case CMF_DT_Q8_2F:
-    case CMF_DT_Q4_BLOCK: case CMF_DT_Q4_TILED: case CMF_DT_Q4TP:
+    case CMF_DT_Q4_BLOCK: case CMF_DT_Q4_TILED: case CMF_DT_Q4TP: case CMF_DT_Q1: case CMF_DT_Q2TP:
+    case CMF_DT_VBIT: case CMF_DT_VBIT_RO:
         return true;
     default: return false;
     }
@@ -1063,11 +1092,11 @@ static bool weight_insert(vk_ctx *vk, vk_weight w) {
 }
 
 
-/* Bytes of a tensor's device copy (q4tp: + rows × 32 float ladder rungs). */
+/* Bytes of a tensor's device copy (the repacks of vk_repack.c added). */
 static uint64_t device_bytes(const cmf_tensor *t) {
-    if (t->dtype != CMF_DT_Q4TP) return t->nbytes;
-    uint64_t cols = t->shape[t->ndim - 1];
-    return align_up(t->nbytes, 4) + t->nelem / cols * 32 * 4;
+    uint64_t pre, post;
+    cmf_vk_repack_size(t, &pre, &post);
+    return pre + (post ? align_up(t->nbytes, 4) + post : t->nbytes);
 }
 
 static uint64_t sample_of(const cmf_tensor *t) {
@@ -1096,7 +1125,7 @@ static VkDeviceAddress weight_get(vk_ctx *vk, const cmf_tensor *t, cmf_error *er
     if (!cmf_vk_dtype_ok(t->dtype)) {
         cmf_error_set(err, CMF_ERR_UNSUPPORTED,
                       "vulkan: tensor '%s' is %s, not implemented on Vulkan (have f32, f16, bf16, q8_row, q8_2f, "
-                      "q4_block, q4_tiled, q4tp)", t->name, cmf_dtype_name(t->dtype));
+                      "q4_block, q4_tiled, q4tp, q1, q2tp, vbit, vbit_ro)", t->name, cmf_dtype_name(t->dtype));
         return 0;
     }
     if (t->nelem >= (1ull << 32) || device_bytes(t) >= (1ull << 32)) {
@@ -1113,21 +1142,20 @@ static VkDeviceAddress weight_get(vk_ctx *vk, const cmf_tensor *t, cmf_error *er
     uint32_t b = 0;
     uint64_t off = 0;
     cmf_vk_lookup(vk, p, &b, &off);
-    cmf_status st = upload(vk, b, off, t->data, t->nbytes);
-    if (!st && t->dtype == CMF_DT_Q4TP) { /* the repack: every row's ladder in f32 */
-        uint64_t cols = t->shape[t->ndim - 1], rows = t->nelem / cols, gpr = cols / 32;
-        const uint8_t *ls = (const uint8_t *)t->data + rows * gpr * 16;
-        float *lad = malloc(rows * 32 * sizeof *lad);
-        if (!lad) st = CMF_ERR_NOMEM;
-        for (uint64_t r = 0; lad && r < rows; r++) {
-            uint16_t lo, step;
-            memcpy(&lo, ls + 4 * r, 2);
-            memcpy(&step, ls + 4 * r + 2, 2);
-            cmf_q4tp_ladder(lo, step, lad + r * 32);
-        }
-        if (lad) st = upload(vk, b, off + align_up(t->nbytes, 4), lad, rows * 32 * sizeof *lad);
-        free(lad);
+    uint64_t pre, post;
+    cmf_vk_repack_size(t, &pre, &post);
+    void *extra = NULL;
+    cmf_error e3 = {0};
+    cmf_status st = pre + post ? cmf_vk_repack(t, &extra, &e3) : CMF_OK; /* tables before or after the payload */
+    if (st) {
+        cmf_vk_free(vk, p);
+        cmf_error_set(err, st, "%s", e3.msg);
+        return 0;
     }
+    if (pre) st = upload(vk, b, off, extra, pre);
+    if (!st) st = upload(vk, b, off + pre, t->data, t->nbytes);
+    if (!st && post) st = upload(vk, b, off + pre + align_up(t->nbytes, 4), extra, post);
+    free(extra);
     if (st || !weight_insert(vk, (vk_weight){t->data, nb, sample, vk->blocks[b].addr + off, (uintptr_t)p})) {
         cmf_vk_free(vk, p);
         cmf_error_set(err, st ? st : CMF_ERR_NOMEM, "vulkan: uploading tensor '%s' failed", t->name);

@@ -67,8 +67,10 @@ static uint32_t mm_wg(const vk_ctx *vk) { return vk->subgroup * 8 > 256 ? 256 : 
 
 typedef struct {
     uint64_t w, x, y;
-    uint32_t nelem, rows, cols, row0, n_rows, n, ldy;
+    uint32_t nelem, rows, cols, row0, n_rows, n, ldy, pad;
 } mmt_push;
+/* no padding bytes: the step log is compared byte for byte (replay) */
+_Static_assert(sizeof(mm_push) == 128 && sizeof(mmt_push) == 56, "matmul push constants without padding");
 
 /* Weights a 16-byte chunk of the MV path, 0 where it does not apply
  * (q8_2f: column scales; other dtypes are refused at load). */
@@ -163,7 +165,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
     if (nv < n) {
         uint64_t xo = x + (uint64_t)nv * cols * 4, yo = y + (uint64_t)nv * ldy * 4;
         mmt_push q = {w, xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
-                      (uint32_t)n_rows, n - nv, (uint32_t)ldy};
+                      (uint32_t)n_rows, n - nv, (uint32_t)ldy, 0};
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
         if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,

@@ -16,7 +16,9 @@ typedef struct {
     uint64_t y, t, bt;
     uint32_t n, n_out, r, ldy, ldb, b0, nelem, nx;
     float scale;
+    uint32_t pad; /* no padding bytes: the step's log is compared byte for byte (replay) */
 } lora_push;
+_Static_assert(sizeof(lora_push) == 64, "lora push constants without padding");
 
 #define LORA_WG 64
 
@@ -67,7 +69,7 @@ cmf_status cmf_vk_op_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_s
         uint32_t gx = (n_out + LORA_WG - 1) / LORA_WG;
         lora_push p = {cmf_vk_addr(vk, Y + (size_t)g->row0 * ldy), cmf_vk_addr(vk, T), bt, g->n_rows, n_out, r,
                        (uint32_t)ldy, (uint32_t)g->Bt->shape[1], (uint32_t)g->b_row0, (uint32_t)g->Bt->nelem, gx,
-                       g->scale};
+                       g->scale, 0};
         if (!p.y || !p.t) st = cmf_error_set(err, CMF_ERR_ARG, "vulkan lora: X or Y is not a backend buffer");
         else cmf_vk_dispatch(vk, VK_SH_LORA, LORA_WG, (uint32_t)g->Bt->dtype, 0, &p, sizeof p, gx, 1, g->n_rows);
         cmf_vk_op_end(vk);

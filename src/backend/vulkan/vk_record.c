@@ -24,7 +24,8 @@
  * (cmf_vk_replay_drop).
  *
  * Not cacheable: CMF_VK_REPLAY=0, CMF_VK_PROFILE=1 (its timestamps), a
- * step split by a mid-step read (MoE routing), ops outside a step.
+ * step split by a mid-step read (the MoE fallback of vk_ops_moe.c), ops
+ * outside a step.
  */
 #include "backend/vulkan/vk.h"
 
@@ -93,9 +94,10 @@ static void barrier(VkCommandBuffer cb) {
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                           VK_ACCESS_INDIRECT_COMMAND_READ_BIT}; /* MoE: vk_ops_moe.c */
     VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    vkCmdPipelineBarrier(cb, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+    vkCmdPipelineBarrier(cb, stages, stages | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 /* The log's commands into cb (begun with flags); profile timestamps after
@@ -121,7 +123,8 @@ static bool record(vk_ctx *vk, VkCommandBuffer cb, VkCommandBufferUsageFlags fla
             if (e->pipe != bound) vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, e->pipe);
             bound = e->pipe;
             vkCmdPushConstants(cb, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, VK_PUSH_MAX, e->push);
-            vkCmdDispatch(cb, e->g[0], e->g[1], e->g[2]);
+            if (e->ib) vkCmdDispatchIndirect(cb, e->ib, e->ib_off); /* grid written by the device */
+            else vkCmdDispatch(cb, e->g[0], e->g[1], e->g[2]);
         } else if (e->kind == VK_LOG_COPY) {
             VkBufferCopy r = {e->src_off, e->dst_off, e->size};
             vkCmdCopyBuffer(cb, e->src, e->dst, 1, &r);
@@ -217,6 +220,7 @@ cmf_status cmf_vk_log_run(vk_ctx *vk) {
     vkResetFences(vk->dev, 1, &vk->fence);
     double t1 = cmf_vk_now_us();
     VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    vk->n_submits++;
     if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
     if (vk->step_cacheable && !vk->immediate) vk->stats.us_wait += cmf_vk_now_us() - t1;
     vk->n_log = 0;
