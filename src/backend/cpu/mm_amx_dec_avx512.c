@@ -11,7 +11,7 @@
  * 16 inputs 256 g + 64 p + 4 l + b (p, b = 0..3) exactly in int32 as
  * v = 256 * sum(w q) + sum(w q2) (X's int8 plane q and residual plane q2),
  * then acc[l] = fma(float(v), dsb[g], acc[l]) over g, and at the end
- * reduce(acc) * row scale with the reduction tree of mm_hsum16 below.
+ * mm_hsum16(acc) * row scale (avx512_util.h).
  * Here the same int32 values come from tiles, the same float steps follow
  * in the same order, only vectorised over 16 weight rows instead of 16
  * lanes:
@@ -21,7 +21,7 @@
  *     the values, scales and start lanes are those of the VNNI layout);
  *   B (4 rows x 64 bytes) = the same inputs of 16 weight rows in the tile's
  *     dword layout, B[p][4 r + b] = w[r][256 g + 64 p + 4 l + b]: per pair p
- *     a 16 x 16 dword transpose of 16 rows' 64 bytes (weights are not
+ *     a 16 x 16 dword transpose of 16 rows' 64 bytes (mm_tr16; weights are not
  *     repacked at load: no memory cost);
  *   C = A . B by TDPBSSD (signed x signed; the VNNI path's +128 offset and
  *     its start lanes cancel exactly, so the int32 sums are the same), one
@@ -35,13 +35,13 @@
  */
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/matmul_x86.h"
+#include "backend/cpu/avx512_util.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-/* Sum of 16 vectors v[0..15] lane by lane, in the tree of gcc's
- * _mm512_reduce_add_ps over the lanes of one vector (halves, quarters,
- * pairs, last pair): the decode kernels' reduction, vectorised across rows. */
+/* Sum of 16 vectors v[0..15] lane by lane, in mm_hsum16's tree over the
+ * lanes of one vector: the decode kernels' reduction, vectorised across rows. */
 static inline __m512 hsum16_rows(const __m512 *v) {
     __m512 s[8], u[4];
     for (int i = 0; i < 8; i++) s[i] = _mm512_add_ps(v[i + 8], v[i]);
@@ -64,30 +64,6 @@ void mm_q8_amx_dec_permute(const mm_act *a, int t) {
 }
 
 #if !defined(CMF_AMX_EMULATE)
-/* 16 x 16 dword transpose: o[l] lane r = r_[r] lane l. */
-static inline void transpose16(const __m512i *r_, __m512i *o) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r_[2 * i], r_[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r_[2 * i], r_[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int j = 0; j < 4; j++) { /* u[4 i + j]: rows 4i..4i+3, column 4 k + j in 128-bit lane k */
-        __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-        __m512i s2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
-        __m512i s3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-        o[j] = _mm512_shuffle_i32x4(s0, s2, 0x88);
-        o[4 + j] = _mm512_shuffle_i32x4(s0, s2, 0xDD);
-        o[8 + j] = _mm512_shuffle_i32x4(s1, s3, 0x88);
-        o[12 + j] = _mm512_shuffle_i32x4(s1, s3, 0xDD);
-    }
-}
-
 /* Tiles: tmm0/tmm1 C (q / q2 sums, T x 64 B), tmm2/tmm3 A (q / q2, T x 16
  * B), tmm4 B (4 x 64 B); tmm5-7 the same A, A, B of the next lane. The configuration is written through a compiler
  * barrier (gcc 12 declares LDTILECFG's operand as 8 bytes; gemm_avx512.c). */
@@ -138,18 +114,18 @@ static void amxd_batch(const mm_job *j, uint64_t bs, int R, int t0, int T) {
     const int8_t *xq = a->q + (size_t)t0 * a->qstride, *xq2 = a->q2 + (size_t)t0 * a->qstride;
     for (uint64_t g = 0; g < nsb; g++) {
         for (int p = 0; p < 4; p++) {
-            __m512i rv[16], cv[16];
+            __m512 rv[16];
             const size_t off = MM_SB * g + 64 * (size_t)p;
             for (int r = 0; r < 16; r++) {
                 if (r < R) {
                     if (g + 4 < nsb) _mm_prefetch((const char *)(w[r] + off + 4 * MM_SB), _MM_HINT_T0);
-                    rv[r] = _mm512_loadu_si512(w[r] + off);
+                    rv[r] = _mm512_loadu_ps((const float *)(w[r] + off)); /* dwords, moved bit for bit */
                 } else {
-                    rv[r] = _mm512_setzero_si512();
+                    rv[r] = _mm512_setzero_ps();
                 }
             }
-            transpose16(rv, cv);
-            for (int l = 0; l < 16; l++) _mm512_store_si512(bt[l] + 16 * p, cv[l]);
+            mm_tr16(rv); /* rv[l] lane r = row r's dword l */
+            for (int l = 0; l < 16; l++) _mm512_store_ps((float *)(bt[l] + 16 * p), rv[l]);
         }
         /* all 16 lanes' products first (tile sets alternate so a lane's
          * loads need not wait for the previous lane's products), then the
