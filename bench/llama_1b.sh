@@ -39,7 +39,8 @@
 #        NODE_LLAMA_CPP_VERSION (3.22.1),
 #        LLAMA_BENCH (path of a llama-bench built from source: measured
 #          instead of node-llama-cpp, through bench/llamacpp_native.py; for
-#          hosts without node such as the H200 machine),
+#          hosts without node such as the H200 machine; bench/llamacpp_cpu_pack.sh
+#          packs its sources and says how to build it there),
 #        PYTHON (/usr/bin/python3; an interpreter with numpy)
 # Needs ~4.5 GB of disk in WORK_DIR (+1.8 GB GGUF and 90 MB npm with
 # LLAMACPP=1) and /usr/bin/python3 with numpy (Debian).

@@ -19,7 +19,9 @@
  *   usage: matmul_bench [-t THREADS] [--mb MIB] [-n PREFILL_TOKENS]
  *                       [--dec N] [--dtypes q8_row,q4tp,...] [--vs LEVEL]
  *                       [--amx-f16] (f16 weights on the AMX-BF16 GEMM too,
- *                       cmf_cpu_pool_set_amx_f16)
+ *                       cmf_cpu_pool_set_amx_f16) [--amx-dec N] (q8
+ *                       decode class on AMX tiles from N rows,
+ *                       cmf_cpu_pool_set_amx_dec)
  */
 #include "membw.h"
 
@@ -106,7 +108,7 @@ int main(int argc, char **argv) {
     long mb = 512;
     const char *dtypes = "f32,f16,bf16,q8_row,q8_2f,q4_block,q4_tiled,q4tp";
     const char *vs = NULL;
-    int amx_f16 = 0;
+    int amx_f16 = 0, amx_dec = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mb") == 0 && i + 1 < argc) mb = atol(argv[++i]);
@@ -115,8 +117,9 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--dtypes") == 0 && i + 1 < argc) dtypes = argv[++i];
         else if (strcmp(argv[i], "--vs") == 0 && i + 1 < argc) vs = argv[++i];
         else if (strcmp(argv[i], "--amx-f16") == 0) amx_f16 = 1;
+        else if (strcmp(argv[i], "--amx-dec") == 0 && i + 1 < argc) amx_dec = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b] [--vs LEVEL] [--amx-f16]\n");
+            fprintf(stderr, "usage: matmul_bench [-t N] [--mb MIB] [-n TOKENS] [--dec N] [--dtypes a,b] [--vs LEVEL] [--amx-f16] [--amx-dec N]\n");
             return 2;
         }
     }
@@ -132,6 +135,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     cmf_cpu_pool_set_amx_f16(pool, amx_f16);
+    cmf_cpu_pool_set_amx_dec(pool, amx_dec);
     cmf_cpu_level lv = cmf_cpu_pool_level(pool), lv_vs = lv;
     if (vs) {
         lv_vs = cmf_cpu_level_choose(cmf_cpu_detect_features(), vs);

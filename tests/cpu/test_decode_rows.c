@@ -112,9 +112,13 @@ int main(void) {
                                     CMF_DT_Q4TP};
     static const int ns[] = {2, 3, 5, 8, 9, 16, 17};
     cmf_cpu_pool *pools[2] = {NULL, NULL};
+    int amx_cases = 0;
     cmf_error e;
     REQUIRE(cmf_cpu_pool_new(1, &pools[0], &e) == CMF_OK, "pool: %s", e.msg);
     REQUIRE(cmf_cpu_pool_new(4, &pools[1], &e) == CMF_OK, "pool: %s", e.msg);
+    /* AMX-INT8 tiles for the q8 decode class (off by default) from 2 rows */
+    cmf_cpu_pool_set_amx_dec(pools[0], 2);
+    cmf_cpu_pool_set_amx_dec(pools[1], 2);
     for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
         cmf_cpu_pool_set_level(pools[0], levels[li]);
         cmf_cpu_pool_set_level(pools[1], levels[li]);
@@ -133,8 +137,17 @@ int main(void) {
                 }
             run_case(pools[1], dts[d], 300, q8 ? 777 : 544, 6, 6, 17, 201); /* a sub-range */
             run_case(pools[1], dts[d], 99, q8 ? 300 : 320, 24, 5, 0, 99);   /* split */
+            if (q8 && levels[li] == CMF_CPU_AMX) { /* in % 256 == 0: the AMX tiles (mm_amx_dec_avx512.c) */
+                for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+                    run_case(pools[k & 1], dts[d], (uint64_t)(3 + 29 * (int)k), 256 * (1 + (uint64_t)k % 3), ns[k], ns[k], 0,
+                             (uint64_t)(3 + 29 * (int)k));
+                run_case(pools[1], dts[d], 70, 512, 40, 33, 5, 60);
+                amx_cases += (int)(sizeof ns / sizeof ns[0]) + 1;
+            }
         }
     }
+    if (amx_cases) printf("q8 decode class on AMX tiles: %d cases\n", amx_cases);
+    else printf("q8 decode class on AMX tiles: skipped (no AMX-INT8 on this CPU)\n");
     printf("test_decode_rows: %d cases, decode class of n rows == n one-row calls bit for bit\n",
            cases_run);
     cmf_cpu_pool_free(pools[0]);

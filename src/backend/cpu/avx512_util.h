@@ -38,6 +38,18 @@ static inline __attribute__((always_inline)) void mm_tr16(__m512 r[16]) {
     }
 }
 
+/* Sum of the 16 lanes in a fixed tree (the one gcc's _mm512_reduce_add_ps
+ * uses: lane i + lane i+8, then i + i+4, then (0 + 2) + (1 + 3)), spelled
+ * out so the q8 decode kernels and their AMX form (mm_amx_dec_avx512.c,
+ * the same tree across 16 vectors) agree bit for bit whatever the
+ * compiler (clang's intrinsic adds the lanes in order). */
+static inline __attribute__((always_inline)) float mm_hsum16(__m512 v) {
+    __m256 s = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+    __m128 u = _mm_add_ps(_mm256_extractf128_ps(s, 1), _mm256_castps256_ps128(s));
+    __m128 w = _mm_add_ps(u, _mm_movehl_ps(u, u)); /* w0 = u0 + u2, w1 = u1 + u3 */
+    return _mm_cvtss_f32(_mm_add_ss(w, _mm_shuffle_ps(w, w, 1)));
+}
+
 /* Lane masks of a 32-input block with nr inputs left: lanes [0, 16) and
  * [16, 32) (inputs at or past nr masked off). */
 static inline __attribute__((always_inline)) __mmask16 mm_rmask0(uint64_t nr) {

@@ -160,6 +160,14 @@ unsigned cmf_cpu_pool_features(const cmf_cpu_pool *p);
  * as cmf_cpu_pool_set_level; p NULL: no-op / false. */
 void cmf_cpu_pool_set_amx_f16(cmf_cpu_pool *p, bool on);
 bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p);
+/* q8 decode-class products (n >= 2 rows computed with one-token numerics:
+ * the engine's exact batched decode, speculative verify, small calls) on
+ * AMX-INT8 tiles from min_n rows at level amx (mm_amx_dec_avx512.c;
+ * bit-identical to the VNNI kernels); 0 (the default) keeps them on VNNI,
+ * where they measured faster (README, issue 23). Same threading rule as
+ * cmf_cpu_pool_set_level; p NULL: no-op / 0. */
+void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n);
+int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the

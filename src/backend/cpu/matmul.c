@@ -119,6 +119,7 @@ typedef struct quant_ctx {
     const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
     mm_act *a;
     int layout; /* MM_LAYOUT_* (matmul_int.h) */
+    bool amxdec; /* MM_LAYOUT_SB permuted for mm_q8_decode_rows_amx */
 } quant_ctx;
 
 #define ACT_PLANES 9
@@ -288,6 +289,7 @@ static void quant_task(void *vctx, int t, int n_tasks) {
 #if defined(__x86_64__) || defined(__i386__)
     if (c->layout == MM_LAYOUT_QUAD || c->layout == MM_LAYOUT_SB) { /* AVX-512: same bits */
         mm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_QUAD, t);
+        if (c->amxdec) mm_q8_amx_dec_permute(c->a, t);
         return;
     }
 #endif
@@ -502,6 +504,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
 
     cmf_cpu_level lv = cmf_cpu_pool_level(p);
     mm_kernel_fn fn = pick(fam, lv);
+    bool amxdec = false; /* X permuted for mm_q8_decode_rows_amx */
 #if defined(__x86_64__) || defined(__i386__)
     /* prefill at the AVX-512 levels: blocked GEMM (gemm_avx512.c) */
     int gemm_min = fam == FAM_Q8 ? MM_GEMM_MIN_N_Q8 : fam == FAM_Q4 ? MM_GEMM_MIN_N_Q4 : MM_GEMM_MIN_N;
@@ -516,6 +519,14 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
      * per call (mm_multi_avx512.c; q8's token tiles already are) */
     if (cmf_cpu_level_is_avx512(lv) && fam == FAM_Q4 && cls == MM_CLASS_DECODE && n >= 2)
         fn = mm_q4_decode_rows_avx512;
+    /* q8, decode numerics with several rows (a decode class, or a small call
+     * by size): AMX tiles from cmf_cpu_pool_amx_dec rows where the pool
+     * asks for them (mm_amx_dec_avx512.c) */
+#if !defined(CMF_AMX_EMULATE)
+    amxdec = lv == CMF_CPU_AMX && fam == FAM_Q8 && fn == mm_q8_avx512vnni && cmf_cpu_pool_amx_dec(p) > 0 &&
+             n >= cmf_cpu_pool_amx_dec(p) && n >= 2 && in % MM_SB == 0;
+    if (amxdec) fn = mm_q8_decode_rows_amx;
+#endif
     bool gemm = fn == mm_gemm_avx512 || amxbf;
 #else
     (void)cls;
@@ -543,7 +554,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         mm_act_bind(&act, buf, layout);
-        quant_ctx qc = {X, NULL, &act, layout};
+        quant_ctx qc = {X, NULL, &act, layout, amxdec};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
     }
@@ -560,7 +571,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         int tiles = mm_gemm_act_bind(&act, buf, q4);
-        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL};
+        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
     }
@@ -572,7 +583,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': bf16 activation buffer (%zu bytes)", nm,
                                  bytes);
         act.xbf = buf;
-        quant_ctx qc = {X, NULL, &act, 0};
+        quant_ctx qc = {X, NULL, &act, 0, false};
         cmf_cpu_pool_run(p, bf16_task, &qc, (n + 15) / 16 * 16);
     }
 #endif

@@ -195,7 +195,7 @@ AI void q8_decode_streams(mm_job *j, uint64_t rb, uint64_t len, int t0, const q8
 #pragma GCC unroll 8
         for (int k = 0; k < MM_Q8_STREAMS; k++) {
             uint64_t r = rb + (uint64_t)k * len + i;
-            j->Y[(size_t)t0 * j->ldy + r] = _mm512_reduce_add_ps(acc[k]) * q8_row_scale(j, j->row0 + r);
+            j->Y[(size_t)t0 * j->ldy + r] = mm_hsum16(acc[k]) * q8_row_scale(j, j->row0 + r);
         }
     }
 }
@@ -229,7 +229,7 @@ AI void q8_tile(mm_job *j, uint64_t rb, uint64_t re, int t0, const int T, const 
         if (full < nsb) q8_sb(w + MM_SB * full, in - MM_SB * full, in, &x, full, T, vnni, 0, acc);
         float ws = q8_row_scale(j, wr);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = _mm512_reduce_add_ps(acc[t]) * ws;
+        for (int t = 0; t < T; t++) j->Y[(size_t)(t0 + t) * j->ldy + r] = mm_hsum16(acc[t]) * ws;
     }
 }
 

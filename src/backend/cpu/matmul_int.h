@@ -184,6 +184,13 @@ void mm_q4_avx512gfni(mm_job *j, uint64_t rb, uint64_t re);
  * of X, each row bit-identical to the one-token kernel (mm_q4_avx512* with
  * n = 1) at the job's level (avx512, avx512vnni, avx512gfni/amx). */
 void mm_q4_decode_rows_avx512(mm_job *j, uint64_t rb, uint64_t re);
+/* mm_amx_dec_avx512.c: the decode class of q8 weights (q8_row, q8_2f) for
+ * n >= cmf_cpu_pool_amx_dec rows at level amx, in % MM_SB == 0, on AMX-INT8
+ * tiles, bit-identical per row to the one-token kernel; X in MM_LAYOUT_SB
+ * with its q and q2 planes permuted per superblock by mm_q8_amx_dec_permute
+ * (token t, after mm_quant_avx512). Not in -DCMF_AMX_EMULATE builds. */
+void mm_q8_decode_rows_amx(mm_job *j, uint64_t rb, uint64_t re);
+void mm_q8_amx_dec_permute(const mm_act *a, int t);
 /* gemm_avx512.c: prefill path of the AVX-512 levels for every fast dtype
  * (n >= MM_GEMM_MIN_N*, see below): float X, weights decoded once per call into 32-row
  * panels (matmul.c gives it chunks of whole panels, at most MM_GEMM_ROWS

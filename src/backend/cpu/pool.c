@@ -87,6 +87,7 @@ struct cmf_cpu_pool {
     unsigned features;  /* CMF_CPU_F_* at creation */
     cmf_cpu_level level; /* kernel level of this pool's jobs */
     bool amx_f16;        /* f16 weights on the AMX-BF16 GEMM too */
+    int amx_dec;         /* q8 decode class on AMX tiles from this many rows; 0 off */
 };
 
 static inline void cpu_relax(void) {
@@ -203,6 +204,8 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     atomic_init(&p->claim, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->busy, 0);
+    const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
+    if (amxd) p->amx_dec = atoi(amxd) > 0 ? atoi(amxd) : 0;
     const char *pin = getenv("CMF_PIN");
     int cores[POOL_MAX_THREADS], ncores = 0;
     if (pin && strcmp(pin, "1") == 0) ncores = cmf_cpu_core_cpus(cores, POOL_MAX_THREADS);
@@ -265,6 +268,12 @@ void cmf_cpu_pool_set_amx_f16(cmf_cpu_pool *p, bool on) {
 }
 
 bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p) { return p && p->amx_f16; }
+
+void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n) {
+    if (p) p->amx_dec = min_n > 0 ? min_n : 0;
+}
+
+int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p) { return p ? p->amx_dec : 0; }
 
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv) {
     if (p) p->level = cmf_cpu_level_cap(p->features, lv);
