@@ -5,7 +5,7 @@
  * key per line, blank lines and # comments skipped), the LoRA adapters
  * requests may name (--lora [NAME=]FILE, --lora-scaled [NAME=]FILE S) and
  * the speculative decoding flags (llama-server's -md/--draft, --draft-max,
- * --draft-min, --draft-p-min; --lookup; --drafter: a block drafter), and
+ * --draft-min, --draft-p-min; cmf run's --draft-fixed; --lookup; --drafter: a block drafter), and
  * runs the server until
  * SIGINT/SIGTERM.
  */
@@ -45,10 +45,12 @@ static const char serve_help[] =
     "  --no-prefix-cache      do not reuse the KV pages of prompts already seen\n"
     "  --max-body BYTES       request body limit (default 4194304; larger: 413)\n"
     "  --max-prompt N         prompt tokens per request (default: the sequence context)\n"
-    "  --max-tokens N         ceiling of max_tokens (default: the sequence context)\n"
+    "  --max-tokens N         ceiling of max_tokens and of its defaults (default: the\n"
+    "                         sequence context)\n"
     "  --max-n N              ceiling of n (default 16)\n"
     "  --queue N              sequences that may wait beyond --parallel (default 64;\n"
-    "                         more: 429 with Retry-After)\n"
+    "                         more: 429 with Retry-After; a request that can never\n"
+    "                         fit, n x prompts > --parallel + --queue: 400)\n"
     "  --max-per-key N        concurrent requests per API key (default 0 = no limit)\n"
     "  --sse-ping S           a \": ping\" SSE comment every S seconds while a stream\n"
     "                         waits for its first token (default 5)\n"
@@ -59,9 +61,10 @@ static const char serve_help[] =
     "                         condition it; docs/DRAFTER.md)\n"
     "  --lookup N             n-gram prompt lookup: continue the last N tokens as they\n"
     "                         went earlier in the prompt or output (no model)\n"
-    "  --draft-max K          most tokens drafted per step (default 16)\n"
+    "  --draft-max K          most tokens drafted per step (default 16, at most 64)\n"
     "  --draft-min K          fewest worth verifying (default 0)\n"
     "  --draft-p-min P        stop drafting below this draft probability (default 0.75)\n"
+    "  --draft-fixed          always draft --draft-max (no adaptive length)\n"
     "  --lora [NAME=]FILE     load a LoRA adapter (`cmf lora import`) that requests name\n"
     "                         per request: model \"MODEL+NAME\", \"MODEL+NAME@SCALE\",\n"
     "                         \"MODEL:SKILL+A@0.5+B\" (NAME: FILE's base name without\n"
@@ -159,8 +162,8 @@ int cmd_serve(int argc, char **argv) {
         LONGFLAG("--max-n", NULL, 1, 128, o.max_n)
         LONGFLAG("--queue", NULL, 0, 1 << 20, o.queue)
         LONGFLAG("--max-per-key", NULL, 0, 1 << 20, o.per_key)
-        LONGFLAG("--draft-max", NULL, 0, 256, o.draft_max)
-        LONGFLAG("--draft-min", NULL, 0, 256, o.draft_min)
+        LONGFLAG("--draft-max", "--draft-n", 1, CMF_SPEC_MAX_DRAFT, o.draft_max)
+        LONGFLAG("--draft-min", NULL, 0, CMF_SPEC_MAX_DRAFT, o.draft_min)
         LONGFLAG("--lookup", NULL, 1, 8, o.lookup)
 #undef LONGFLAG
         if (cli_flag_value(argc, argv, &i, "--draft-p-min", &v, &missing)) {
@@ -204,7 +207,10 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if (cli_flag_value(argc, argv, &i, "--host", &v, &missing)) o.host = v;
-        else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) o.cors_origin = v;
+        else if (cli_flag_value(argc, argv, &i, "--cors", &v, &missing)) {
+            if (v && !*v) { cli_usage_error(cmd, "--cors: the origin is empty (give ORIGIN, e.g. http://localhost:3000, or *)"); goto out; }
+            o.cors_origin = v;
+        }
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;
         else if (cli_flag_value(argc, argv, &i, "-a", &v, &missing) || cli_flag_value(argc, argv, &i, "--alias", &v, &missing)) o.alias = v;
         else if (cli_flag_value(argc, argv, &i, "--api-key", &v, &missing)) {
@@ -218,6 +224,7 @@ int cmd_serve(int argc, char **argv) {
         } else if (strcmp(flag, "--insecure") == 0) o.insecure = true;
         else if (strcmp(flag, "--no-batch-invariant") == 0) o.batch_invariant = false;
         else if (strcmp(flag, "--no-prefix-cache") == 0) o.prefix_cache = false;
+        else if (strcmp(flag, "--draft-fixed") == 0) o.draft_fixed = true;
         else if (cli_flag_value(argc, argv, &i, "-md", &v, &missing) || cli_flag_value(argc, argv, &i, "--draft", &v, &missing) ||
                  cli_flag_value(argc, argv, &i, "--model-draft", &v, &missing)) o.draft_path = v;
         else if (cli_flag_value(argc, argv, &i, "--drafter", &v, &missing)) o.drafter_path = v;
@@ -231,8 +238,9 @@ int cmd_serve(int argc, char **argv) {
         cli_usage_error(cmd, "--draft, --drafter and --lookup: choose one drafter");
         goto out;
     }
-    if ((o.draft_max >= 0 || o.draft_min >= 0 || o.draft_p_min >= 0) && !o.draft_path && !o.drafter_path && !o.lookup) {
-        cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min need --draft, --drafter or --lookup");
+    if ((o.draft_max >= 0 || o.draft_min >= 0 || o.draft_p_min >= 0 || o.draft_fixed) && !o.draft_path &&
+        !o.drafter_path && !o.lookup) {
+        cli_usage_error(cmd, "--draft-max/--draft-min/--draft-p-min/--draft-fixed need --draft, --drafter or --lookup");
         goto out;
     }
     if (o.draft_max >= 0 && o.draft_min > o.draft_max) {

@@ -15,8 +15,10 @@
  * [DONE]` ends the stream; ": ping" comments keep a connection alive while
  * a long prompt is prefilled; an error after the stream started is sent
  * as a `data: {"error": ...}` event. A client that hangs up is noticed by
- * polling its socket (POLLRDHUP) before every step and its sequences are
- * cancelled at that step; no other sequence is touched.
+ * polling its socket (POLLRDHUP, then a probe write: poll_clients) before
+ * every step, streamed or not (a whole answer's connection stays suspended
+ * until the answer is ready, so it is always polled), and its sequences
+ * are cancelled at that step; no other sequence is touched.
  */
 
 #include "server/server.h"
@@ -24,6 +26,7 @@
 #include <assert.h>
 #include <math.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -415,7 +418,10 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
         }
     }
     bool go = !r->conn_gone && !r->client_hup;
-    bool wake = srv_wake_take(r);
+    /* a stream wakes for every chunk; a whole answer only once it is ready
+     * (or abandoned): it stays suspended meanwhile, so that poll_clients
+     * keeps watching its socket for a hang-up */
+    bool wake = (stream || r->queued_response || r->finished) && srv_wake_take(r);
     struct MHD_Connection *wc = wake ? r->conn : NULL;
     if (ev->done) srv_req_unref(r); /* the sequence's reference (r stays alive while suspended) */
     pthread_mutex_unlock(&s->mu);
@@ -489,13 +495,39 @@ unsigned srv_gen_submit(srv_req *r, char *msg, size_t cap) {
 
 /* Hang-ups and pings of suspended connections (under s->mu). Cancels the
  * sequences of a client that closed its socket and wakes the connection
- * so that MHD closes it. */
+ * so that MHD closes it.
+ *
+ * A peer's FIN (POLLRDHUP) alone does not tell a client that closed its
+ * socket from one that only shut its sending side (shutdown(SHUT_WR)
+ * after a whole request) and still reads: the first time, the socket is
+ * probed with a write (an SSE ": ping" comment; for a whole answer over
+ * HTTP/1.1 an interim "100 Continue", which every client must accept
+ * before the final answer, RFC 9110 15.2). A closed peer answers the
+ * write with a reset, seen as POLLERR/POLLHUP at the next step; a
+ * half-closed one reads it and gets its answer. Over HTTP/1.0 (no 1xx)
+ * the FIN counts as a hang-up. */
+static bool peer_gone(srv_req *r, bool *ping) {
+    struct pollfd pf = {.fd = r->fd, .events = POLLRDHUP};
+    if (poll(&pf, 1, 0) <= 0) return false;
+    if (pf.revents & (POLLHUP | POLLERR)) return true;
+    if (!(pf.revents & POLLRDHUP) || r->probed) return false;
+    r->probed = true;
+    if (r->gen && r->gen->stream) {
+        *ping = true;
+        return false;
+    }
+    if (!r->http11) return true;
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    /* the connection is suspended until the answer is ready: MHD writes nothing to it meanwhile */
+    return send(r->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof cont - 1);
+}
+
 static void poll_clients(srv *s, struct MHD_Connection **wake, size_t *n_wake, size_t cap) {
     double now = srv_now();
     for (srv_req *r = s->live; r; r = r->next_live) {
         if (r->conn_gone || r->client_hup || !r->suspended || r->fd < 0) continue;
-        struct pollfd pf = {.fd = r->fd, .events = POLLRDHUP};
-        if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        bool ping = false;
+        if (peer_gone(r, &ping)) {
             r->client_hup = true;
             s->m.cancelled++;
             for (size_t i = 0; i < r->n_choices; i++)
@@ -503,7 +535,7 @@ static void poll_clients(srv *s, struct MHD_Connection **wake, size_t *n_wake, s
             if (*n_wake < cap && srv_wake_take(r)) wake[(*n_wake)++] = r->conn;
             continue;
         }
-        if (r->gen && r->gen->stream && !r->any_token && now - r->t_last_ping >= s->o.ping_s) {
+        if (ping || (r->gen && r->gen->stream && !r->any_token && now - r->t_last_ping >= s->o.ping_s)) {
             r->t_last_ping = now;
             srv_out_append(r, ": ping\n\n", 8);
             if (*n_wake < cap && srv_wake_take(r)) wake[(*n_wake)++] = r->conn;

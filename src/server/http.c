@@ -2,9 +2,9 @@
  * http.c — the HTTP layer of `cmf serve` on libmicrohttpd: one internal
  * polling thread for every connection (no thread per connection), the
  * request life cycle (headers, body, answer), the safe defaults (API keys
- * on every route but /health as a Bearer token or a Basic password, the
+ * on every path but /health, checked before routing, as a Bearer token or a Basic password, the
  * Host check on loopback binds against DNS rebinding, CORS only with
- * --cors, a body limit answered 413), SSE streaming through a content
+ * --cors, a body limit answered 413, at once for a declared Content-Length), SSE streaming through a content
  * reader that suspends the connection while it has nothing to send and is
  * resumed by the engine thread (gen.c) as tokens arrive, one log line per
  * request, and cmf_server_run: bind first (so /health says 503 while the
@@ -341,7 +341,6 @@ static enum MHD_Result handle_final(srv_req *r) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **ctx) {
-    (void)version;
     srv *s = cls;
     srv_req *r = *ctx;
     if (!r) {
@@ -353,12 +352,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->key = -1;
         r->fd = -1;
         r->t0 = srv_now();
+        r->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
         *ctx = r;
         bool method_ok;
         r->route = route_of(url, method, &method_ok);
-        if (r->route == R_NONE) return answer_error(r, 404, NULL, "no such route");
         if (!host_ok(s, c)) return answer_error(r, 403, NULL, "the Host header names another site (DNS rebinding guard)");
         if (r->route == R_OPTIONS) {
             if (!s->o.cors_origin) return answer_error(r, 405, NULL, "CORS is off (start the server with --cors ORIGIN)");
@@ -375,17 +374,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             MHD_destroy_response(resp);
             return ok;
         }
+        /* auth before routing: without a key, every path but /health is 401
+         * (an unknown one too: the routes are not probed) */
         if (r->route != R_HEALTH && s->o.n_api_keys > 0) {
             r->key = find_key(s, c);
             if (r->key < 0) return answer_error(r, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
         }
+        if (r->route == R_NONE) return answer_error(r, 404, NULL, "no such route");
         if (!method_ok) return answer_error(r, 405, NULL, "method not allowed on this route");
         pthread_mutex_lock(&s->mu);
         bool loading = s->loading;
         pthread_mutex_unlock(&s->mu);
         if (loading && r->route != R_HEALTH) return answer_error(r, 503, NULL, "the model is loading");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) r->too_big = true;
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) { /* answered before the body is read */
+            r->too_big = true;
+            char msg[160];
+            snprintf(msg, sizeof msg, "the request body (Content-Length %s) exceeds %zu bytes (--max-body)", cl,
+                     s->o.max_body);
+            return answer_error(r, 413, NULL, msg);
+        }
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;
         return MHD_YES;
@@ -432,7 +440,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx, enum M
     unsigned st = r->status ? r->status : 499;
     s->m.requests[st / 100 < 6 ? st / 100 : 5]++;
     bool cancel = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->n_done < r->n_choices;
-    if (cancel) s->m.cancelled++;
+    if (cancel && !r->client_hup) s->m.cancelled++; /* a hang-up seen by poll_clients counted already */
     for (size_t i = 0; i < r->n_choices; i++)
         if (r->choices[i].live) cmf_engine_cancel(s->eng, r->choices[i].seq_id);
     time_t now = time(NULL);

@@ -591,8 +591,13 @@ unsigned srv_gen_parse(srv *s, const cJSON *b, bool chat, srv_gen *g, char *msg,
     if (given) g->n = (uint32_t)ll;
     if ((size_t)g->n * g->n_prompts > SRV_MAX_CHOICES)
         FAIL(400, "n", "n times the number of prompts is more than %d choices", SRV_MAX_CHOICES);
+    if ((size_t)g->n * g->n_prompts > (size_t)s->o.parallel + s->o.queue) /* never fits: not a 429 to retry */
+        FAIL(400, "n", "n (%u) times %zu prompt(s) needs %zu sequences, more than this server ever holds "
+             "(--parallel %u + --queue %u = %u)", g->n, g->n_prompts, (size_t)g->n * g->n_prompts,
+             s->o.parallel, s->o.queue, s->o.parallel + s->o.queue);
     size_t max_tokens = s->o.max_tokens ? s->o.max_tokens : s->n_seq_ctx;
-    g->max_tokens = chat ? (int32_t)max_tokens : 16; /* OpenAI's completions default */
+    /* the default: the whole ceiling for chat, OpenAI's 16 for completions (within the ceiling) */
+    g->max_tokens = (int32_t)(chat || max_tokens < 16 ? max_tokens : 16);
     if (!int_field(b, "max_tokens", 1, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_tokens"; return 400; }
     if (given) g->max_tokens = (int32_t)ll;
     if (!int_field(b, "max_completion_tokens", 1, (double)max_tokens, &ll, &given, msg, cap)) { *param = "max_completion_tokens"; return 400; }

@@ -71,6 +71,7 @@ static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err
     if (o->draft_max >= 0) ep->spec.draft_max = (uint32_t)o->draft_max;
     if (o->draft_min >= 0) ep->spec.draft_min = (uint32_t)o->draft_min;
     if (o->draft_p_min >= 0) ep->spec.p_min = o->draft_p_min;
+    if (o->draft_fixed) ep->spec.adaptive = false;
     if (s->draft_model) { /* one drafted token costs about the draft's decode over the target's (bytes read) */
         cmf_model_info di;
         cmf_model_get_info(s->draft_model, &di);

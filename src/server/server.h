@@ -58,9 +58,10 @@ typedef struct cmf_server_opts {
     uint32_t lookup;            /* --lookup N: n-gram prompt lookup drafter of N tokens (0: off) */
     int32_t draft_max, draft_min; /* --draft-max / --draft-min (-1: the drafter's defaults) */
     float draft_p_min;          /* --draft-p-min (< 0: the default) */
+    bool draft_fixed;           /* --draft-fixed: always draft_max (no adaptive length) */
     size_t max_body;            /* request body bytes */
     uint32_t max_prompt;        /* prompt tokens (0 = the sequence context) */
-    uint32_t max_tokens;        /* max_tokens ceiling (0 = the sequence context) */
+    uint32_t max_tokens;        /* ceiling of max_tokens and its defaults (0 = the sequence context) */
     uint32_t max_n;             /* n ceiling */
     uint32_t queue;             /* sequences allowed to wait beyond `parallel` */
     uint32_t per_key;           /* concurrent requests per key (0 = no limit) */
@@ -196,6 +197,8 @@ struct srv_req {
     double t_first, t_last_ping;
     bool any_token;
     int fd;                 /* the client socket, for hang-up polling */
+    bool http11;            /* HTTP/1.1 (a 1xx interim answer may be sent) */
+    bool probed;            /* the peer shut its sending side: probed once (poll_clients) */
     srv_req *next_live, *prev_live;
 };
 

@@ -1,7 +1,10 @@
 // serve_test.mjs — `cmf serve` against real servers on loopback (issue 21's
 // proof): raw HTTP (auth on every route but /health, Host check, CORS off,
-// 400s for malformed JSON and fields, 413, 429 with Retry-After, 1,000
-// malformed requests, a client closing mid-stream, 64 concurrent streams
+// 400s for malformed JSON and fields, 413 (early for a declared
+// Content-Length), 429 with Retry-After, 400 for an n that never fits,
+// --max-tokens capping the defaults, 1,000 malformed requests, a client
+// closing mid-stream or leaving a whole request (cancelled), half-closed
+// clients answered, serve's usage errors, 64 concurrent streams
 // with random disconnects whose completed texts equal the same requests run
 // alone), then the official `openai` npm client (chat and completions,
 // streamed = non-streamed, same seed alone and among 16 concurrent, stop
@@ -102,6 +105,22 @@ function stream(port, path, body, { disconnectAfter = -1 } = {}) {
   });
 }
 
+// raw bytes over one socket: sends `data` (then shuts the sending side with
+// halfClose), returns what came back until the server closes or ms pass
+function rawExchange(port, data, { halfClose = false, ms = 5000 } = {}) {
+  return new Promise((resolve) => {
+    const sock = net.connect({ port, host: "127.0.0.1", allowHalfOpen: true });
+    let got = "";
+    const done = () => { clearTimeout(t); sock.destroy(); resolve(got); };
+    const t = setTimeout(done, ms);
+    sock.on("connect", () => { sock.write(data); if (halfClose) sock.end(); });
+    sock.on("data", (d) => { got += d; });
+    sock.on("end", done);
+    sock.on("error", done);
+  });
+}
+const metricOf = (body, name) => { const m = new RegExp("^" + name + " ([0-9.e+-]+)$", "m").exec(body); return m ? Number(m[1]) : NaN; };
+
 async function waitIdle(port, ms = 5000) {
   const t0 = Date.now();
   for (;;) {
@@ -119,11 +138,12 @@ async function rawTests(port) {
   eq((await req(port, "GET", "/health", { key: null })).status, 200, "/health needs no key");
   const routes = [["GET", "/v1/models"], ["GET", "/metrics"], ["GET", "/v1/status"], ["GET", "/"],
     ["POST", "/v1/chat/completions"], ["POST", "/v1/completions"], ["POST", "/v1/embeddings"],
-    ["POST", "/tokenize"], ["POST", "/detokenize"]];
+    ["POST", "/tokenize"], ["POST", "/detokenize"], ["GET", "/no/such/route"], ["POST", "/v1/nope"]];
   for (const [m, p] of routes) {
     check(isErr(await req(port, m, p, { key: null, body: m === "POST" ? "{}" : undefined }), 401), `401 without a key on ${p}`);
     check(isErr(await req(port, m, p, { key: "wrong", body: m === "POST" ? "{}" : undefined }), 401), `401 with a wrong key on ${p}`);
   }
+  check(isErr(await req(port, "GET", "/no/such/route"), 404), "404 for an unknown route with the key");
   const basic = "Basic " + Buffer.from("user:" + KEY).toString("base64");
   eq((await req(port, "GET", "/v1/models", { key: null, headers: { Authorization: basic } })).status, 200, "Basic auth with the key");
   // Host check and CORS
@@ -173,6 +193,20 @@ async function rawTests(port) {
   eq((await req(port, "POST", "/v1/chat/completions", { body: chatBody("hi", { frobnicate: 1, max_tokens: 2 }) })).status, 200, "unknown fields ignored");
   // 413
   check(isErr(await req(port, "POST", "/v1/chat/completions", { body: chatBody("x".repeat(70000)) }), 413), "413 over --max-body");
+  // a declared Content-Length over --max-body is answered at once, before any body byte
+  const big = await rawExchange(port, `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\n` +
+    "Content-Type: application/json\r\nContent-Length: 999999999\r\n\r\n{", { ms: 3000 });
+  check(/^HTTP\/1\.1 413 /.test(big), "413 as soon as Content-Length exceeds --max-body: " + JSON.stringify(big.slice(0, 80)));
+  // a client that shuts its sending side after a whole request still gets the answer (whole and streamed)
+  for (const [p, b] of [["/v1/completions", { prompt: "Once upon a time", max_tokens: 48 }],
+    ["/v1/chat/completions", chatBody("hi", { max_tokens: 48 })], ["/v1/completions", { prompt: "Once", max_tokens: 48, stream: true }]]) {
+    const bs = JSON.stringify(b);
+    const got = await rawExchange(port, `POST ${p} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${bs.length}\r\nConnection: close\r\n\r\n${bs}`, { halfClose: true, ms: 10000 });
+    const fin = got.replace(/^(HTTP\/1\.1 1\d\d [^\r]*\r\n\r\n)+/, "");
+    check(/^HTTP\/1\.1 200 /.test(fin) && (b.stream ? /data: \[DONE\]/.test(fin) : /"finish_reason"/.test(fin)),
+      `a half-closed client gets its answer (${p}${b.stream ? ", stream" : ""}): ${JSON.stringify(got.slice(0, 120))}`);
+  }
   stage("1000 malformed");
   let bad4xx = 0;
   const junk = (i) => [`{"messages":${i}`, `{"a":1}{"a":2}`, `nul\u0000l`, `{"messages":[{"role":"user","content":"x"}],"n":-${i}}`,
@@ -211,15 +245,18 @@ async function rawTests(port) {
   const before = json(await req(port, "GET", "/v1/status"));
   await stream(port, "/v1/completions", { prompt: "Once upon a time", max_tokens: 400, seed: 1 }, { disconnectAfter: 3 });
   check(await waitIdle(port), "a closed stream frees its sequence");
+  const cancelled = async () => metricOf((await req(port, "GET", "/metrics")).body, "cmf_requests_cancelled_total");
+  const c0 = await cancelled();
   const sock = net.connect(port, "127.0.0.1"); // a non-streamed request whose client leaves
   await new Promise((r) => sock.on("connect", r));
-  const b = JSON.stringify({ prompt: "Once upon a time", max_tokens: 400, seed: 1 });
+  const b = JSON.stringify({ prompt: "Once upon a time", max_tokens: 1000, ignore_eos: true, seed: 1 });
   sock.write(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
   await new Promise((r) => setTimeout(r, 100));
   sock.destroy();
   check(await waitIdle(port), "a non-streamed request whose client left frees its sequence");
   const after = json(await req(port, "GET", "/v1/status"));
-  check(after.steps - before.steps < 400, "the abandoned requests did not run to the end");
+  check(after.steps - before.steps < 400, `the abandoned requests did not run to the end (${after.steps - before.steps} steps)`);
+  eq(await cancelled(), c0 + 1, "the abandoned non-streamed request counts as cancelled once");
   stage("64 streams");
   const prompts = ["Once upon a time", "The recipe for soup", "12 + 7 =", "The little cat", "In the forest", "A story about a dog", "How to bake bread", "The sun was"];
   const ref = [];
@@ -253,6 +290,20 @@ async function limitTests() {
   const r429 = rs.filter((r) => r.status === 429);
   check(r429.length >= 2 && r429.every((r) => isErr(r, 429) && Number(r.headers["retry-after"]) > 0), "429 with Retry-After past the queue");
   eq(rs.filter((r) => r.status === 200).length, 4 - r429.length, "the others answered 200");
+  srv.proc.kill("SIGTERM");
+  // what can never fit is a 400 naming n, not a 429 to retry; --max-tokens caps every default
+  const cap = await startServer([model, "-np", "2", "--queue", "1", "--max-tokens", "10", "--api-key", KEY]);
+  const never = await req(cap.port, "POST", "/v1/completions", { body: { prompt: "Once", max_tokens: 5, n: 4 } });
+  check(isErr(never, 400) && json(never).error.param === "n" && /--parallel 2 \+ --queue 1 = 3/.test(never.body) && !never.headers["retry-after"],
+    "n beyond --parallel + --queue is a 400 naming n and the limit: " + never.status + " " + never.body);
+  eq((await req(cap.port, "POST", "/v1/completions", { body: { prompt: "Once", max_tokens: 5, n: 3 } })).status, 200, "n = --parallel + --queue fits");
+  const dc = json(await req(cap.port, "POST", "/v1/completions", { body: { prompt: "Once", ignore_eos: true } }));
+  eq(dc && dc.usage.completion_tokens, 10, "--max-tokens 10 caps the completions default (16)");
+  const dch = json(await req(cap.port, "POST", "/v1/chat/completions", { body: { messages: [{ role: "user", content: "Tell me a story" }], ignore_eos: true } }));
+  eq(dch && dch.usage.completion_tokens, 10, "--max-tokens 10 caps the chat default");
+  const over = await req(cap.port, "POST", "/v1/completions", { body: { prompt: "Once", max_tokens: 11 } });
+  check(isErr(over, 400) && json(over).error.param === "max_tokens", "max_tokens over --max-tokens is a 400 naming it");
+  cap.proc.kill("SIGTERM");
   // SSE pings while a stream waits (queued behind a long one)
   const pg = await startServer([model, "-np", "1", "--sse-ping", "0.01", "--api-key", KEY]);
   const [, waiting] = await Promise.all([stream(pg.port, "/v1/completions", long),
@@ -273,6 +324,11 @@ async function limitTests() {
   const bd = spawnSync(cmf, ["serve", model, "--drafter", "y.cmf", "--port", "0"], { encoding: "utf8", timeout: 20000 });
   check(bd.status !== 0 && /y\.cmf/.test(bd.stderr), "--drafter of a missing file fails naming it: " + bd.status + " " + bd.stderr);
   const bd2 = spawnSync(cmf, ["serve", model, "--drafter", "y.cmf", "--lookup", "3"], { encoding: "utf8", timeout: 20000 });
+  for (const [args, re] of [[["--cors", ""], /--cors/], [["--lookup", "2", "--draft-max", "100"], /--draft-max/],
+    [["--draft-fixed"], /--draft-fixed.*need/]]) {
+    const u = spawnSync(cmf, ["serve", model, "--port", "0", ...args], { encoding: "utf8", timeout: 20000 });
+    check(u.status === 2 && re.test(u.stderr), `serve ${JSON.stringify(args)}: a usage error naming the flag: ${u.status} ${u.stderr}`);
+  }
   check(bd2.status === 2 && /choose one drafter/.test(bd2.stderr), "--drafter with --lookup is a usage error: " + bd2.stderr);
   const d2 = spawnSync(cmf, ["serve", model, "--draft-max", "4"], { encoding: "utf8", timeout: 20000 });
   check(d2.status === 2 && /need --draft/.test(d2.stderr), "--draft-max without a drafter is a usage error: " + d2.stderr);
@@ -404,7 +460,7 @@ async function specTests(plainPort) {
   const greedy = (p, extra = {}) => ({ model: "demo-base", prompt: p, max_tokens: 48, temperature: 0, ...extra });
   const want = await Promise.all(prompts.map((p) => req(plainPort, "POST", "/v1/completions", { body: greedy(p) })));
   const blockDrafter = path.join(path.dirname(model), "demo-drafter.cmf"); // conditioned on the target's hidden states
-  for (const args of [["--draft", draftModel], ["--lookup", "3"], ["--drafter", blockDrafter]]) {
+  for (const args of [["--draft", draftModel], ["--lookup", "3"], ["--drafter", blockDrafter], ["--lookup", "3", "--draft-fixed", "--draft-max", "4"]]) {
     const sp = await startServer([model, "-np", "8", "--api-key", KEY, ...args]);
     const got = await Promise.all(prompts.map((p) => req(sp.port, "POST", "/v1/completions", { body: greedy(p) })));
     for (let i = 0; i < prompts.length; i++) {
