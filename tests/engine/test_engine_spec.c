@@ -421,7 +421,7 @@ int main(void) {
             for (int i = 0; i < n; i++) compare(what, i, &swant[i], &got[i]);
             fprintf(stderr, "%s: %u preemptions, %llu of %llu drafts accepted\n", what, pre,
                     (unsigned long long)st.n_accepted, (unsigned long long)st.n_drafted);
-            CHECK(c || pre > 0, "%s: nothing preempted (the test would not test preemption)", what);
+            CHECK(c || tsan || pre > 0, "%s: nothing preempted (the test would not test preemption)", what);
             CHECK(st.n_drafted > 0, "%s: nothing drafted", what);
         }
         free(sj);
