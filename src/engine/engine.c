@@ -1150,31 +1150,43 @@ static void verify(cmf_engine *e, eseq *s, float *lg, uint32_t row, uint32_t n_r
     s->n_draft = 0;
     s->held = s->verify = false;
     s->n_kv++; /* the pending token */
-    s->n_drafted += nd;
-    e->spec.n_drafted += nd;
-    e->spec.n_steps++;
     bool alive = true;
-    if (s->cancelled) { /* ends next step, as a cancelled decode does */
+    if (s->cancelled) { /* ends next step, as a cancelled decode does (nothing committed, nothing counted) */
         cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
         return;
     }
+    /* The statistics count what reaches the output: a turn that ends at
+     * accepted draft i (EOS, a stop string, the callback, n_predict) counts
+     * i drafts, all accepted, that token playing the step's last one (the
+     * drafts after it never emitted); otherwise nd drafts, acc accepted. */
+    const uint64_t base_d = s->n_drafted, base_a = s->n_accepted;
     for (uint32_t i = 0; i <= nd && alive; i++) {
         float *row = lg + (size_t)i * e->n_vocab;
         for (uint32_t j = e->n_sample; j < e->n_vocab; j++) row[j] = -INFINITY;
         bool ok = false;
         int32_t t = spec_pick(e, s, row, i, nd, &ok);
-        if (ok) {
-            acc++;
-            s->n_accepted++;
-            e->spec.n_accepted++;
-        }
         assert(s->n_kv == s->n_tok);
         e->spec.n_emitted++;
+        s->n_drafted = base_d + (ok ? i : nd); /* as the event of this token reports them, should it end the turn */
+        s->n_accepted = base_a + acc;
+        if (ok) acc++;
         alive = commit_token(e, s, t, row);
+        if (!alive) { /* s may be freed */
+            uint32_t d = ok ? i : nd, a = ok ? i : acc;
+            if (d) e->spec.n_steps++;
+            else e->spec.n_plain++;
+            e->spec.n_drafted += d;
+            e->spec.n_accepted += a;
+            return; /* ended (s freed, or kept with its KV cut to n_kv by finish) */
+        }
+        s->n_accepted = base_a + acc;
         if (!ok) break;
-        if (alive) s->n_kv++; /* the accepted draft's K/V is in the cache */
+        s->n_kv++; /* the accepted draft's K/V is in the cache */
     }
-    if (!alive) return; /* ended (s freed, or kept with its KV cut to n_kv by finish) */
+    s->n_drafted = base_d + nd;
+    e->spec.n_steps++;
+    e->spec.n_drafted += nd;
+    e->spec.n_accepted += acc;
     assert(s->n_kv + 1 == s->n_tok);
     cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
     spec_observe(e, s, nd, acc, (uint32_t)s->n_tok, 1 + acc, row, n_rows);
