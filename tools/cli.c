@@ -3,6 +3,8 @@
  */
 #include "cli.h"
 
+#include <cjson/cJSON.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -475,4 +477,12 @@ cmf_status cli_device_open_shared(const char *device, long threads, cmf_device *
     else if (threads > 0) snprintf(spec, sizeof spec, "cpu:t=%ld", threads);
     else snprintf(spec, sizeof spec, "cpu");
     return cmf_device_open(spec, dev, err);
+}
+
+const char *cli_file_not_model(const cmf_file *f) {
+    const cJSON *h = f ? cmf_file_header(f) : NULL;
+    if (!h) return NULL;
+    if (cJSON_GetObjectItemCaseSensitive(h, "drafter")) return "is a block drafter, not a model: give it with --drafter";
+    if (cJSON_GetObjectItemCaseSensitive(h, "lora")) return "is a LoRA adapter, not a model: give it with --lora";
+    return NULL;
 }

@@ -118,6 +118,11 @@ bool cli_open_file(const char *cmd, const char *path, cmf_file **f);
 /* cli_open_file for a file given by a flag: errors read
  * "cmf <cmd>: <flag> <path>: ..." (e.g. "--draft x.cmf: cannot open"). */
 bool cli_open_flag_file(const char *cmd, const char *flag, const char *path, cmf_file **f);
+/* What an opened .cmf file holds instead of a model, as its header says
+ * (a block drafter, a LoRA adapter; a model may carry skills), phrased to follow its
+ * path in a message ("is a block drafter, not a model: give it with
+ * --drafter"); NULL when the header names no such kind. */
+const char *cli_file_not_model(const cmf_file *f);
 
 /* One device for a target and its draft model (they share a thread pool or
  * a GPU): --device D when it names more than the plain CPU, else

@@ -357,6 +357,12 @@ int cmd_bench(int argc, char **argv) {
         }
         if (draft_path) {
             if (!cli_open_flag_file(cmd, "--draft", draft_path, &df)) goto done;
+            const char *what = cli_file_not_model(df);
+            if (what) {
+                fprintf(stderr, "cmf %s: --draft %s %s\n", cmd, draft_path, what);
+                rc = CLI_EXIT_USAGE;
+                goto done;
+            }
             if (!cmf_file_same_tokenizer(f, df)) {
                 fprintf(stderr, "cmf %s: --draft %s: its tokenizer differs from the target's (%s); a draft model must "
                                 "share the target's tokenizer\n", cmd, draft_path, path);

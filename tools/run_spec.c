@@ -132,6 +132,11 @@ static int open_drafter(const cli_spec *o, const cli_spec_run *r, cmf_file **df,
         return CLI_EXIT_OK;
     }
     if (!cli_open_flag_file(r->cmd, "--draft", o->draft, df)) return CLI_EXIT_FAIL;
+    const char *what = cli_file_not_model(*df);
+    if (what) {
+        fprintf(stderr, "cmf %s: --draft %s %s\n", r->cmd, o->draft, what);
+        return CLI_EXIT_USAGE;
+    }
     if (!cmf_file_same_tokenizer(r->target_file, *df)) {
         fprintf(stderr, "cmf %s: --draft %s: its tokenizer differs from the target's (%s); a draft model must "
                         "share the target's tokenizer\n", r->cmd, o->draft, cmf_file_path(r->target_file));

@@ -75,6 +75,10 @@ typedef struct eseq {
     float *dq;                /* [cap_draft][n_vocab] the drafter's q (sampling only) */
     bool q_onehot;            /* q is one-hot at each draft (dq unused) */
     uint32_t n_draft, cap_draft;
+    bool held;                /* sampling: n_draft is its proposal, fixed until verified
+                                 (kept while it waits and across a preemption) */
+    bool wait;                /* sampling: its drafts do not fit this step, it sits out */
+    bool verify;              /* its chunk in the batch being built carries its drafts */
     cmf_spec_rng rng;         /* speculative sampling's draws (seeded by the sampler's seed) */
     uint64_t n_drafted, n_accepted; /* this sequence's totals (all turns) */
     struct eseq *next;        /* inbox link */
@@ -217,6 +221,7 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
     }
     s->speculate = e->drafter && !sp->no_draft && !sp->grammar;
     s->n_draft = 0;
+    s->held = s->wait = false;
     s->want_probs = sp->want_probs;
     if (s->want_probs && !s->probs && !(s->probs = malloc((size_t)e->n_vocab * sizeof *s->probs)))
         return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", e->n_vocab);
@@ -574,6 +579,7 @@ static void finish(cmf_engine *e, eseq *s, cmf_stop_reason why, cmf_status statu
         cmf_draft_seq_free(s->dseq); /* its draft KV: the next turn starts a new one */
         s->dseq = NULL;
         s->n_draft = 0;      /* a turn that ended inside verified drafts: their KV goes */
+        s->held = false;
         if (s->slot >= 0 && cmf_kv_seq_len(e->kv, s->slot) > s->n_kv)
             cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
         return;
@@ -681,6 +687,7 @@ static uint32_t step_top_k(cmf_engine *e, uint32_t n, uint32_t n_chunks) {
  * detokenizer, stop strings, the callback, n_predict. Returns false when
  * the sequence's turn ended (s may be freed then). */
 static bool commit_token(cmf_engine *e, eseq *s, int32_t t, const float *logits) {
+    s->held = false; /* a new pending token: a new plan */
     cmf_sampler_accept(s->smp, t);
     if (!seq_reserve(s, s->n_tok + 1)) {
         finish(e, s, CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for a sampled token");
@@ -752,6 +759,13 @@ static void admit(cmf_engine *e) {
     }
 }
 
+/* Whether s's draft lengths are fixed by its own state: a speculating,
+ * sampling sequence (its draft lengths decide its random draws). It never
+ * runs fewer drafts than it planned: it waits a step instead (the token
+ * budget, a full KV cache), and a preemption keeps its draft state and
+ * proposal (but for a drafter that taps hidden states: those are rebuilt). */
+static bool spec_fixed(const eseq *s) { return s->speculate && !s->greedy; }
+
 /* Preempt the youngest running sequence: free its KV, requeue it. Its
  * tokens, classes, sampler and text state stay, so recomputing gives the
  * same logits. Returns false when none but `keep_one` is left. */
@@ -765,9 +779,12 @@ static bool preempt_youngest(cmf_engine *e, uint32_t *n_preempted) {
         }
     if (running < 2) return false;
     unslot(e, y);
-    y->n_draft = 0;
-    cmf_draft_seq_free(y->dseq); /* frees its draft KV too; re-made when it drafts again */
-    y->dseq = NULL;
+    if (!spec_fixed(y) || e->n_taps) {
+        y->n_draft = 0;
+        y->held = false;
+        cmf_draft_seq_free(y->dseq); /* frees its draft KV too; re-made when it drafts again */
+        y->dseq = NULL;
+    } /* a sampled one keeps its draft state and proposal: its draws go on as if never preempted */
     y->state = SEQ_QUEUED;
     y->ready = false;
     (*n_preempted)++;
@@ -777,10 +794,19 @@ static bool preempt_youngest(cmf_engine *e, uint32_t *n_preempted) {
 /* One chunk of s into the batch: the run of same-class tokens from n_kv,
  * at most `room` of them. */
 static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uint32_t *n_chunks) {
-    size_t end = s->n_kv;
+    size_t end = s->n_kv, stop = s->n_tok;
     uint8_t cls = s->dec[s->n_kv];
-    while (end < s->n_tok && end - s->n_kv < room && s->dec[end] == cls) end++;
+    /* a sampled speculating sequence recomputing after a preemption stops
+     * before its pending token: that one runs as the step it was due
+     * (its planned drafts verified after it), as when never preempted */
+    if (spec_fixed(s) && s->dec[s->n_tok - 1] && s->n_kv + 1 < s->n_tok) stop = s->n_tok - 1;
+    while (end < stop && end - s->n_kv < room && s->dec[end] == cls) end++;
     uint32_t len = (uint32_t)(end - s->n_kv);
+    const bool drafts = s->n_draft && end == s->n_tok && !s->wait;
+    if (drafts && !s->greedy && s->n_draft > room - len) { /* never fewer drafts: it waits */
+        s->wait = true;
+        return 0;
+    }
     for (uint32_t i = 0; i < len; i++) {
         e->b_tok[n + i] = s->tok[s->n_kv + i];
         e->b_pos[n + i] = (int32_t)(s->n_kv + i);
@@ -789,7 +815,7 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
         e->b_logits[n + i] = 0;
     }
     if (end == s->n_tok) e->b_logits[n + len - 1] = 1; /* its next token is due */
-    if (s->n_draft) { /* verify: the drafts after the pending token, logits on every row */
+    if (drafts) { /* verify: the drafts after the pending token, logits on every row */
         assert(cls == 1 && len == 1 && end == s->n_tok);
         if (s->n_draft > room - len) s->n_draft = room - len;
         for (uint32_t i = 0; i < s->n_draft; i++) {
@@ -801,6 +827,7 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
             len++;
         }
     }
+    s->verify = drafts && s->n_draft;
     uint32_t c = (*n_chunks)++;
     e->b_owner[c] = s;
     e->b_off[c] = n;
@@ -816,6 +843,7 @@ static uint32_t add_chunk(cmf_engine *e, eseq *s, uint32_t n, uint32_t room, uin
 static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
     uint32_t n = 0, n_ws = cmf_model_n_weight_sets(e->model);
     *n_chunks = 0;
+    for (size_t i = 0; i < e->n_seqs; i++) e->seqs[i]->verify = false;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t base = 0; base < n_ws; base++)
             for (uint32_t ws = 0; ws < n_ws; ws++) {
@@ -824,7 +852,7 @@ static uint32_t build(cmf_engine *e, uint32_t *n_dec, uint32_t *n_chunks) {
                     continue;
                 for (size_t i = 0; i < e->n_seqs && n < e->n_batch; i++) {
                     eseq *s = e->seqs[i];
-                    if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok || s->weight_set != ws) continue;
+                    if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok || s->weight_set != ws || s->wait) continue;
                     if (s->dec[s->n_kv] != (pass == 0)) continue;
                     n += add_chunk(e, s, n, e->n_batch - n, n_chunks);
                 }
@@ -853,6 +881,7 @@ static bool logits_rows(cmf_engine *e, uint32_t n) {
 static void spec_off(eseq *s) {
     s->speculate = false;
     s->n_draft = 0;
+    s->held = false;
     cmf_draft_seq_free(s->dseq);
     s->dseq = NULL;
 }
@@ -968,54 +997,134 @@ static void spec_observe(cmf_engine *e, eseq *s, uint32_t nd, uint32_t acc, uint
     if (cmf_draft_seq_observe(s->dseq, &fb, &derr) != CMF_OK) spec_off(s);
 }
 
-/* Forget this step's drafts (a full KV cache: their rows go before any
- * sequence is preempted). Returns true when there were any. */
-static bool drop_drafts(cmf_engine *e) {
+/* A full KV cache: forget this step's drafts of greedy sequences (any
+ * count of drafts gives their output), or with `all` every sequence's (a
+ * lone sequence that does not fit with them). Returns true when there
+ * were any. */
+static bool drop_drafts(cmf_engine *e, bool all) {
     bool any = false;
     for (size_t i = 0; i < e->n_seqs; i++) {
         eseq *s = e->seqs[i];
+        if (!all && s->held) continue;
         any |= s->n_draft != 0;
         s->n_draft = 0;
+        s->held = false;
     }
     return any;
 }
 
+/* A full KV cache and no greedy drafts left: the sampled sequences whose
+ * verify chunks are in the batch of n_chunks wait this step (their
+ * proposals kept) when other chunks remain to run. Returns whether any did. */
+static bool wait_sampled(cmf_engine *e, uint32_t n_chunks) {
+    uint32_t nv = 0;
+    for (uint32_t c = 0; c < n_chunks; c++) nv += e->b_owner[c]->verify && e->b_owner[c]->held;
+    if (nv == 0 || nv == n_chunks) return false;
+    for (uint32_t c = 0; c < n_chunks; c++)
+        if (e->b_owner[c]->verify && e->b_owner[c]->held) e->b_owner[c]->wait = true;
+    return true;
+}
+
+/* Let every waiting sequence run again (a preemption freed room; a batch
+ * left empty). Returns whether any waited. */
+static bool unwait(cmf_engine *e) {
+    bool any = false;
+    for (size_t i = 0; i < e->n_seqs; i++) {
+        any |= e->seqs[i]->wait;
+        e->seqs[i]->wait = false;
+    }
+    return any;
+}
+
+/* The draft length s may ask for (before the adaptive rule), or 0 when it
+ * cannot draft this step: what it may still generate (the last token of
+ * the turn is never a draft) and the room before n_seq_ctx (drafts sit at
+ * n_tok ..), at most cap. */
+static uint32_t spec_room(const cmf_engine *e, const eseq *s, uint32_t cap) {
+    uint64_t k = cap;
+    if (s->n_predict >= 0) {
+        size_t rest = (size_t)s->n_predict - s->n_gen;
+        if (rest <= 1) return 0;
+        if (k > rest - 1) k = rest - 1;
+    }
+    if (s->n_tok >= e->n_seq_ctx) return 0;
+    if (k > e->n_seq_ctx - s->n_tok) k = e->n_seq_ctx - s->n_tok;
+    return (uint32_t)k;
+}
+
 /* This step's drafts: every decoding sequence that speculates (one pending
  * decode-class token) asks the drafter for up to its adaptive draft length,
- * bounded by what it may still generate (n_predict, n_seq_ctx) and by the
- * token budget left after every sequence's decode rows (the drafts count
- * against n_batch; prompt chunks get what remains). */
+ * bounded by what it may still generate (spec_room). The drafts count
+ * against n_batch, after every sequence's decode rows (prompt chunks get
+ * what remains). A sampling sequence's plan (its length, then its
+ * proposal) depends on its own state only (spec_room with n_batch - 1) and
+ * is made once per pending token (`held` until the token runs); it is
+ * served first, oldest first, and when its drafts do not fit the budget
+ * left it waits this step (unless no decode could run then). Greedy
+ * sequences draft within what is left. */
 static void draft_all(cmf_engine *e) {
     if (!e->drafter) return;
     uint32_t need = 0;
     for (size_t i = 0; i < e->n_seqs; i++) {
         eseq *s = e->seqs[i];
-        s->n_draft = 0;
+        s->wait = false;
+        if (!s->held) s->n_draft = 0;
         if (s->state == SEQ_RUNNING && s->n_kv < s->n_tok && s->dec[s->n_kv]) need += (uint32_t)(s->n_tok - s->n_kv);
     }
     uint32_t left = e->n_batch > need ? e->n_batch - need : 0, nq = 0;
-    for (size_t i = 0; i < e->n_seqs && left && nq < e->n_seq_max; i++) {
-        eseq *s = e->seqs[i];
-        if (s->state != SEQ_RUNNING || !s->speculate || s->cancelled || s->n_kv + 1 != s->n_tok || !s->dec[s->n_kv])
-            continue;
-        uint64_t k = left;
-        if (s->n_predict >= 0) { /* the last token of the turn is never a draft */
-            size_t rest = (size_t)s->n_predict - s->n_gen;
-            if (rest <= 1) continue;
-            if (k > rest - 1) k = rest - 1;
+    bool runs = false; /* a decode-class chunk runs this step */
+    eseq *first_wait = NULL;
+    for (int pass = 0; pass < 2; pass++) /* sampling sequences first, then greedy ones */
+        for (size_t i = 0; i < e->n_seqs && nq < e->n_seq_max; i++) {
+            eseq *s = e->seqs[i];
+            if (s->state != SEQ_RUNNING || s->n_kv >= s->n_tok || !s->dec[s->n_kv]) continue;
+            const bool fixed = spec_fixed(s);
+            if (fixed != (pass == 0)) continue;
+            if (!s->speculate || s->cancelled || s->n_kv + 1 != s->n_tok) {
+                runs = true;
+                continue;
+            }
+            uint32_t want;
+            if (fixed) {
+                if (!s->held) { /* its plan for this pending token */
+                    want = spec_want(e, s, spec_room(e, s, e->n_batch > 1 ? e->n_batch - 1 : 0));
+                    if (!s->speculate) continue; /* the drafter failed it: a plain decode */
+                    s->held = true;
+                    s->n_draft = 0;
+                    if (want) {
+                        e->q_seq[nq] = s;
+                        e->q_ds[nq] = s->dseq;
+                        e->q_rq[nq] = (cmf_draft_request){.history = s->tok, .n_history = (uint32_t)s->n_tok,
+                                                          .k_max = want, .p_min = e->sp.p_min, .draft = s->draft,
+                                                          .q = s->dq};
+                        e->q_rqp[nq] = &e->q_rq[nq];
+                        nq++;
+                    }
+                } else {
+                    want = s->n_draft;
+                }
+                if (want > left) { /* reserved at its full length: the drafter may return fewer */
+                    s->wait = true;
+                    if (!first_wait) first_wait = s;
+                    continue;
+                }
+                left -= want;
+                runs = true;
+                continue;
+            }
+            runs = true;
+            if (!left) continue;
+            want = spec_want(e, s, spec_room(e, s, left));
+            if (!want) continue;
+            left -= want; /* reserved: the drafter may return fewer */
+            e->q_seq[nq] = s;
+            e->q_ds[nq] = s->dseq;
+            e->q_rq[nq] = (cmf_draft_request){.history = s->tok, .n_history = (uint32_t)s->n_tok, .k_max = want,
+                                              .p_min = e->sp.p_min, .draft = s->draft, .q = NULL};
+            e->q_rqp[nq] = &e->q_rq[nq];
+            nq++;
         }
-        if (s->n_tok >= e->n_seq_ctx) continue;
-        if (k > e->n_seq_ctx - s->n_tok) k = e->n_seq_ctx - s->n_tok; /* drafts sit at n_tok .. */
-        uint32_t want = spec_want(e, s, (uint32_t)k);
-        if (!want) continue;
-        left -= want; /* reserved: the drafter may return fewer */
-        e->q_seq[nq] = s;
-        e->q_ds[nq] = s->dseq;
-        e->q_rq[nq] = (cmf_draft_request){.history = s->tok, .n_history = (uint32_t)s->n_tok, .k_max = want,
-                                          .p_min = e->sp.p_min, .draft = s->draft, .q = s->greedy ? NULL : s->dq};
-        e->q_rqp[nq] = &e->q_rq[nq];
-        nq++;
-    }
+    if (!runs && first_wait) first_wait->wait = false; /* the oldest waiting: alone it fits (k < n_batch) */
     if (nq == 0) return;
     /* every sequence's proposal at once (a draft model: one forward per position) */
     cmf_error derr = {0};
@@ -1039,32 +1148,45 @@ static void draft_all(cmf_engine *e) {
 static void verify(cmf_engine *e, eseq *s, float *lg, uint32_t row, uint32_t n_rows) {
     uint32_t nd = s->n_draft, acc = 0;
     s->n_draft = 0;
+    s->held = s->verify = false;
     s->n_kv++; /* the pending token */
-    s->n_drafted += nd;
-    e->spec.n_drafted += nd;
-    e->spec.n_steps++;
     bool alive = true;
-    if (s->cancelled) { /* ends next step, as a cancelled decode does */
+    if (s->cancelled) { /* ends next step, as a cancelled decode does (nothing committed, nothing counted) */
         cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
         return;
     }
+    /* The statistics count what reaches the output: a turn that ends at
+     * accepted draft i (EOS, a stop string, the callback, n_predict) counts
+     * i drafts, all accepted, that token playing the step's last one (the
+     * drafts after it never emitted); otherwise nd drafts, acc accepted. */
+    const uint64_t base_d = s->n_drafted, base_a = s->n_accepted;
     for (uint32_t i = 0; i <= nd && alive; i++) {
         float *row = lg + (size_t)i * e->n_vocab;
         for (uint32_t j = e->n_sample; j < e->n_vocab; j++) row[j] = -INFINITY;
         bool ok = false;
         int32_t t = spec_pick(e, s, row, i, nd, &ok);
-        if (ok) {
-            acc++;
-            s->n_accepted++;
-            e->spec.n_accepted++;
-        }
         assert(s->n_kv == s->n_tok);
         e->spec.n_emitted++;
+        s->n_drafted = base_d + (ok ? i : nd); /* as the event of this token reports them, should it end the turn */
+        s->n_accepted = base_a + acc;
+        if (ok) acc++;
         alive = commit_token(e, s, t, row);
+        if (!alive) { /* s may be freed */
+            uint32_t d = ok ? i : nd, a = ok ? i : acc;
+            if (d) e->spec.n_steps++;
+            else e->spec.n_plain++;
+            e->spec.n_drafted += d;
+            e->spec.n_accepted += a;
+            return; /* ended (s freed, or kept with its KV cut to n_kv by finish) */
+        }
+        s->n_accepted = base_a + acc;
         if (!ok) break;
-        if (alive) s->n_kv++; /* the accepted draft's K/V is in the cache */
+        s->n_kv++; /* the accepted draft's K/V is in the cache */
     }
-    if (!alive) return; /* ended (s freed, or kept with its KV cut to n_kv by finish) */
+    s->n_drafted = base_d + nd;
+    e->spec.n_steps++;
+    e->spec.n_drafted += nd;
+    e->spec.n_accepted += acc;
     assert(s->n_kv + 1 == s->n_tok);
     cmf_kv_seq_truncate(e->kv, s->slot, (uint32_t)s->n_kv, NULL);
     spec_observe(e, s, nd, acc, (uint32_t)s->n_tok, 1 + acc, row, n_rows);
@@ -1138,6 +1260,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
     cmf_status st;
     for (;;) {
         n = build(e, &n_dec, &n_chunks);
+        if (n == 0 && unwait(e)) continue; /* all that could run waits: it runs after all */
         if (n == 0) break;
         if (!logits_rows(e, n)) {
             for (uint32_t c = 0; c < n_chunks; c++) finish(e, e->b_owner[c], CMF_STOP_CALLBACK, CMF_ERR_NOMEM, "engine: out of memory for logits rows");
@@ -1162,8 +1285,14 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
         st = cmf_model_forward_ex(e->model, e->kv, &b, &fo, &ferr);
         if (st == CMF_OK) break;
         if (st == CMF_ERR_CONTEXT_FULL) {
-            if (drop_drafts(e)) continue; /* the drafts' rows first, then a sequence */
-            if (preempt_youngest(e, &info->n_preempted)) continue;
+            /* greedy drafts' rows first, then sampled sequences with drafts sit out,
+             * then a sequence is preempted (a sampled one keeps its plan) */
+            if (drop_drafts(e, false) || wait_sampled(e, n_chunks)) continue;
+            if (preempt_youngest(e, &info->n_preempted)) {
+                unwait(e); /* the room freed may fit them */
+                continue;
+            }
+            if (drop_drafts(e, true)) continue; /* alone, it does not fit with its drafts */
             /* the only running sequence does not fit alone: end it */
             for (size_t i = 0; i < e->n_seqs; i++)
                 if (e->seqs[i]->state == SEQ_RUNNING) {
@@ -1183,7 +1312,7 @@ cmf_status cmf_engine_step(cmf_engine *e, cmf_engine_step_info *info, cmf_error 
     uint32_t row = 0;
     for (uint32_t c = 0; c < n_chunks; c++) {
         eseq *s = e->b_owner[c];
-        if (s->n_draft) { /* a verify chunk: 1 + n_draft logits rows */
+        if (s->verify) { /* a verify chunk: 1 + n_draft logits rows */
             assert(e->b_len[c] == 1 + s->n_draft);
             float *lg = e->logits + (size_t)row * e->n_vocab;
             row += e->b_len[c];

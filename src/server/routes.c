@@ -53,7 +53,8 @@ static cmf_status srv_load_drafter(srv *s, cmf_engine_params *ep, cmf_error *err
         if ((st = cmf_file_open(o->draft_path, &s->draft_file, err)) != CMF_OK) return cmf_error_prefix(err, "--draft");
         if (!cmf_file_same_tokenizer(s->file, s->draft_file))
             return cmf_error_set(err, CMF_ERR_ARG, "--draft %s: its tokenizer differs from %s's (a draft model must "
-                                 "share the target's vocabulary)", o->draft_path, o->model_path);
+                                 "share the target's vocabulary), or it is no model (a block drafter goes to "
+                                 "--drafter, a LoRA adapter to --lora)", o->draft_path, o->model_path);
         cmf_model_params mp = {.n_threads = o->n_threads, .device = s->dev};
         if ((st = cmf_model_load(s->draft_file, &mp, &s->draft_model, err)) != CMF_OK)
             return cmf_error_prefix(err, "--draft %s", o->draft_path);

@@ -281,13 +281,23 @@ cmf_status cmf_spec_generate(const cmf_spec_gen_params *p, cmf_spec_gen_stats *s
             c_draft = c_draft < 0 ? cd : 0.8 * c_draft + 0.2 * cd;
             cmf_draft_seq_set_costs(p->draft, (float)(c_draft > 0 ? c_draft : 0), (float)(c_verify > 0 ? c_verify : 0));
         }
-        uint32_t n_before = g.n_hist;
-        for (uint32_t i = 0; i < out.n_tokens && !stop && !st; i++) emit(&g, out.tokens[i], stats, &stop, err, &st);
+        uint32_t n_out = 0; /* this step's tokens that reached the output */
+        for (uint32_t i = 0; i < out.n_tokens && !stop && !st; i++, n_out++)
+            emit(&g, out.tokens[i], stats, &stop, err, &st);
         if (st) goto done;
         /* (a run that stopped mid-step commits nothing more: n_new 0) */
-        assert(stop || g.n_hist == n_before + out.n_tokens);
-        (void)n_before;
-        st = tell(&g, nd, out.n_accepted, stop ? 0 : out.n_accepted + 1, nd + 1, g.n_hist, err);
+        assert(stop || n_out == out.n_tokens);
+        /* the statistics count what reached the output: a stop (EOS, a stop
+         * string, n_predict) inside the accepted drafts ends the step at
+         * its n_out-th token, which plays the step's last token (the
+         * drafts after it were never emitted) */
+        uint32_t s_drafted = nd, s_acc = out.n_accepted;
+        if (n_out <= out.n_accepted) s_drafted = s_acc = n_out - 1;
+        if (s_drafted == 0) {
+            cmf_draft_seq_note_plain(p->draft); /* one token emitted: counted as a plain step */
+            continue;
+        }
+        st = tell(&g, s_drafted, s_acc, stop ? 0 : out.n_accepted + 1, nd + 1, g.n_hist, err);
     }
     stats->gen_seconds = now_s() - tg;
 done:

@@ -20,7 +20,9 @@
  * something). Sampling with a drafter cannot equal plain sampling token
  * for token (speculative sampling draws differently; its distribution is
  * tests/speculate's chi-squared test), so it is checked to be
- * reproducible: the same seed gives the same tokens alone and in a batch.
+ * reproducible: the same seed gives the same tokens alone and in a batch,
+ * also under pressure (a small KV pool that preempts, a tight token
+ * budget: a sampling sequence's drafts are never trimmed by others).
  *
  * Model: models/demo/ (shipped, q8). CMF_TEST_TSAN=1 (the ThreadSanitizer
  * Debug build, assertions on: the scheduler's invariants are checked after
@@ -387,6 +389,43 @@ int main(void) {
         free(mix);
         free(mwant);
         free(alone);
+    }
+    /* 4b. seeded sampling under pressure: every sampled sequence with a
+     * drafter must give the tokens it gives alone, though a small KV pool
+     * preempts and a tight budget or a full cache would trim its drafts (its
+     * draft lengths decide its random draws: they must not depend on the
+     * other sequences). Greedy sequences among them add the pressure. */
+    for (int k = 0; k < D_BLOCK; k++) {
+        if (!dr[k]) continue;
+        job *sj = calloc((size_t)n, sizeof *sj);
+        rec *swant = calloc((size_t)n, sizeof *swant);
+        REQUIRE(sj && swant, "out of memory");
+        memcpy(sj, jobs, (size_t)n * sizeof *sj);
+        for (int i = 0; i < n; i++)
+            if (i % 3 != 2) {
+                sj[i].smp.greedy = false;
+                sj[i].smp.temp = 0.9f;
+                sj[i].smp.seed = 1000 + (uint64_t)i;
+            }
+        cmf_engine_params one = {.n_ctx = 1024, .n_seq_max = 1, .batch_invariant = true};
+        for (int i = 0; i < n; i++) run_all(target, tok, dr[k], &one, &sj[i], 1, &swant[i], NULL, NULL);
+        cmf_engine_params press[2] = {
+            {.n_ctx = tsan ? 160 : 256, .n_seq_max = 8, .n_batch = 64, .page_size = 8, .batch_invariant = true},
+            {.n_ctx = 16 * 256, .n_seq_max = 16, .n_batch = 20, .page_size = 8, .batch_invariant = true}};
+        for (int c = 0; c < 2; c++) {
+            char what[80];
+            snprintf(what, sizeof what, "seeded sampling, %s, %s", d_name[k], c ? "budget 20" : "small cache");
+            uint32_t pre = 0;
+            cmf_spec_stats st;
+            run_all(target, tok, dr[k], &press[c], sj, n, got, &st, &pre);
+            for (int i = 0; i < n; i++) compare(what, i, &swant[i], &got[i]);
+            fprintf(stderr, "%s: %u preemptions, %llu of %llu drafts accepted\n", what, pre,
+                    (unsigned long long)st.n_accepted, (unsigned long long)st.n_drafted);
+            CHECK(c || tsan || pre > 0, "%s: nothing preempted (the test would not test preemption)", what);
+            CHECK(st.n_drafted > 0, "%s: nothing drafted", what);
+        }
+        free(sj);
+        free(swant);
     }
     /* 5. cancellation from the callback and stop strings inside drafts,
      * and kept sequences: the oracle with the same limits */

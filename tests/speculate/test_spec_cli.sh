@@ -86,6 +86,16 @@ bad "missing draft file" "nope.cmf" -md "$OUT/nope.cmf"
 bad "n-probs" "--n-probs" --lookup 2 --n-probs 3
 bad "block drafter: a model file" "header key drafter missing" --drafter "$DRAFT"
 bad "block drafter: missing file" "nope.cmf" --drafter "$OUT/nope.cmf"
+bad "-md given a block drafter says what it is" "is a block drafter, not a model: give it with --drafter" -md "$BD"
+# the statistics count only tokens that reached the output (not drafts past a stop)
+"$CMF" run "$BASE" -p "Once upon a time" -n 50 --greedy -t 2 -md "$BASE" --draft-fixed --draft-p-min 0 --stop park \
+  >/dev/null 2>"$OUT/stop.err"
+gen=$(sed -n 's/^generated: \([0-9]*\) tokens.*/\1/p' "$OUT/stop.err")
+steps=$(sed -n 's/^speculative: [a-z-]*, \([0-9]*\) verify steps + \([0-9]*\) plain.*/\1 \2/p' "$OUT/stop.err")
+acc=$(sed -n 's/.* accepted \([0-9]*\), acceptance.*/\1/p' "$OUT/stop.err")
+# every generated token but the first (from the prompt's logits) came from a step: accepted + one per step
+check "stop inside drafts: stats count emitted tokens (gen $gen, steps $steps, accepted $acc)" \
+  '[ -n "$gen" ] && [ -n "$acc" ] && [ $((acc + ${steps% *} + ${steps#* })) -eq $((gen - 1)) ]'
 printf 'not a cmf file' >"$OUT/junk.cmf"
 bad "junk draft" "junk.cmf" -md "$OUT/junk.cmf"
 [ $fail -eq 0 ] && echo "test_spec_cli: ok"
