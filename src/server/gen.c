@@ -423,6 +423,10 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
      * keeps watching its socket for a hang-up */
     bool wake = (stream || r->queued_response || r->finished) && srv_wake_take(r);
     struct MHD_Connection *wc = wake ? r->conn : NULL;
+    if (wc && ev->done && s->in_step && s->n_wake_after_step < sizeof s->wake_after_step / sizeof s->wake_after_step[0]) {
+        s->wake_after_step[s->n_wake_after_step++] = wc; /* srv_engine_loop resumes it after the step */
+        wc = NULL;
+    }
     if (ev->done) srv_req_unref(r); /* the sequence's reference (r stays alive while suspended) */
     pthread_mutex_unlock(&s->mu);
     if (wc) srv_resume_conn(wc);
@@ -543,6 +547,15 @@ static void poll_clients(srv *s, struct MHD_Connection **wake, size_t *n_wake, s
     }
 }
 
+/* Moves the connections of requests that ended in the last step (see
+ * srv.wake_after_step) to wake[]; under s->mu. */
+static void take_wake_after_step(srv *s, struct MHD_Connection **wake, size_t *n_wake, size_t cap) {
+    size_t k = 0;
+    for (; k < s->n_wake_after_step && *n_wake < cap; k++) wake[(*n_wake)++] = s->wake_after_step[k];
+    memmove(s->wake_after_step, s->wake_after_step + k, (s->n_wake_after_step - k) * sizeof s->wake_after_step[0]);
+    s->n_wake_after_step -= k;
+}
+
 void srv_engine_loop(srv *s) {
     struct MHD_Connection *wake[256];
     while (!(s->o.should_stop && s->o.should_stop(s->o.stop_user))) {
@@ -551,6 +564,7 @@ void srv_engine_loop(srv *s) {
         s->embed_head = s->embed_tail = NULL;
         size_t n_wake = 0;
         poll_clients(s, wake, &n_wake, sizeof wake / sizeof wake[0]);
+        take_wake_after_step(s, wake, &n_wake, sizeof wake / sizeof wake[0]); /* ended outside a step */
         pthread_mutex_unlock(&s->mu);
         for (size_t i = 0; i < n_wake; i++) srv_resume_conn(wake[i]);
         while (jobs) {
@@ -562,14 +576,21 @@ void srv_engine_loop(srv *s) {
         if (!cmf_engine_wait(s->eng, 20)) continue;
         cmf_engine_step_info info = {0};
         cmf_error err = {0};
+        pthread_mutex_lock(&s->mu);
+        s->in_step = true;
+        pthread_mutex_unlock(&s->mu);
         cmf_status st = cmf_engine_step(s->eng, &info, &err);
         pthread_mutex_lock(&s->mu);
+        s->in_step = false;
         s->m.steps++;
         s->m.running = info.n_running;
         s->m.waiting = info.n_waiting;
         cmf_kv_get_stats(cmf_engine_kv(s->eng), &s->m.kv);
         cmf_engine_get_spec_stats(s->eng, &s->m.spec);
+        n_wake = 0;
+        take_wake_after_step(s, wake, &n_wake, sizeof wake / sizeof wake[0]);
         pthread_mutex_unlock(&s->mu);
+        for (size_t i = 0; i < n_wake; i++) srv_resume_conn(wake[i]);
         if (st != CMF_OK) {
             FILE *log = s->o.log ? s->o.log : stderr;
             fprintf(log, "cmf serve: engine step failed: %s\n", err.msg);

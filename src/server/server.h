@@ -244,6 +244,12 @@ struct srv {
     uint32_t *per_key;      /* active requests by key */
     srv_embed *embed_head, *embed_tail;
     srv_metrics m;
+    /* connections whose request ended during the engine step: resumed once
+     * the step's statistics are in m, so that a client reading /metrics
+     * right after its answer sees the answer's tokens counted */
+    struct MHD_Connection *wake_after_step[64];
+    size_t n_wake_after_step;
+    bool in_step;           /* the engine thread is inside cmf_engine_step */
     uint64_t next_req;
     cmf_kv_cache *embed_kv; /* engine thread only */
     /* weight sets of adapter overlays: made on the engine thread only (the
