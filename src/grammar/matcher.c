@@ -24,6 +24,7 @@ struct g_set;
 
 #define G_CACHE 16 /* masks remembered per matcher */
 #define G_DEDUP_CAP (2 * G_MAX_STACKS) /* slots of the dedup table (a power of two) */
+#define G_SEEN_CAP (2 * G_MAX_EXPANSIONS) /* slots of the expanded-states table (a power of two) */
 
 struct cmf_grammar_matcher {
     const cmf_grammar *g;
@@ -53,6 +54,7 @@ struct cmf_grammar_matcher {
     uint32_t stamp;
     uint32_t *dd_stamp, *dd_idx, dd_gen;  /* dedup table of a large set being built */
     uint32_t n_expand;                    /* expansions for the set being built */
+    uint64_t *seen_hash; uint32_t *seen_stamp, seen_gen; /* states expanded for the set being built */
     uint32_t *key; size_t key_n, key_cap;      /* the current state serialized */
 };
 
@@ -119,6 +121,43 @@ static void add_stack(cmf_grammar_matcher *m, size_t set_from, const uint32_t *s
     if (n >= G_DEDUP_LINEAR) dedup_insert(m, m->n_stks - 1);
 }
 
+/* A new set is being built: forget the states expanded for the last one. */
+static void build_begin(cmf_grammar_matcher *m) {
+    m->n_expand = 0;
+    if (++m->seen_gen == 0) {
+        if (m->seen_stamp) memset(m->seen_stamp, 0, G_SEEN_CAP * sizeof *m->seen_stamp);
+        m->seen_gen = 1;
+    }
+}
+
+/* Whether stack st[0..len) is expanded for the first time in this set
+ * (then it is remembered). A stack's expansion depends only on its
+ * content, so a second arrival (empty alternatives and nullable rules
+ * reach one state along many paths: `( | | "y"){5,6}` along 3^6) adds
+ * nothing and is cut, which keeps an ambiguous grammar linear in its
+ * states instead of exponential in its paths. States are keyed by a
+ * 64-bit hash of the whole stack (hash compaction: two different states
+ * share a key with probability ~n^2 / 2^65, ~3e-11 at the 32,768
+ * expansions a set may take). Without the table (out of memory) every
+ * arrival is expanded, as before. */
+static bool seen_first(cmf_grammar_matcher *m, const uint32_t *st, uint32_t len) {
+    if (!m->seen_stamp) {
+        if (!(m->seen_stamp = calloc(G_SEEN_CAP, sizeof *m->seen_stamp)) ||
+            !(m->seen_hash = malloc(G_SEEN_CAP * sizeof *m->seen_hash))) {
+            free(m->seen_stamp);
+            m->seen_stamp = NULL;
+            return true;
+        }
+    }
+    uint64_t h = stack_hash(st, len);
+    size_t j = (size_t)h & (G_SEEN_CAP - 1);
+    for (size_t probe = 0; m->seen_stamp[j] == m->seen_gen; j = (j + 1) & (G_SEEN_CAP - 1))
+        if (m->seen_hash[j] == h || ++probe >= G_SEEN_CAP) return false;
+    m->seen_stamp[j] = m->seen_gen;
+    m->seen_hash[j] = h;
+    return true;
+}
+
 /* Expand st[0..len) (in m->tmp) until every top is a character group;
  * add the results. st is restored on return. */
 static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len, uint32_t depth) {
@@ -130,6 +169,7 @@ static void expand(cmf_grammar_matcher *m, size_t set_from, uint32_t len, uint32
     const g_elem *e = &g->elems[pos];
     if (e->type != G_REF) { add_stack(m, set_from, st, len); return; }
     if (depth >= G_MAX_EXPAND) return; /* a chain of that many nullable rules: this parse is dropped */
+    if (!seen_first(m, st, len)) return; /* expanded already for this set: its stacks are in */
     if (++m->n_expand > G_MAX_EXPANSIONS) return; /* an ambiguous grammar exploding: the rest is dropped */
     bool has_next = !g_is_end(&g->elems[pos + 1]);
     uint32_t base = has_next ? len : len - 1;
@@ -172,7 +212,7 @@ static bool class_match_range(const cmf_grammar *g, uint32_t pos, uint32_t lo, u
 /* The set stks[from..from+n) advanced by code point cp, built at the end. */
 static void accept_cp(cmf_grammar_matcher *m, size_t from, size_t n, uint32_t cp) {
     const cmf_grammar *g = m->g;
-    m->n_expand = 0;
+    build_begin(m);
     size_t set_from = m->n_stks;
     for (size_t i = from; i < from + n; i++) {
         g_stk s = m->stks[i];
@@ -257,7 +297,7 @@ void cmf_grammar_matcher_reset(cmf_grammar_matcher *m) {
     m->n_stks = m->n_pool = 0;
     m->acc = m->need = 0;
     m->eos_done = false;
-    m->n_expand = 0;
+    build_begin(m);
     for (uint32_t a = g->rule_start[g->root];;) {
         if (g_is_end(&g->elems[a])) expand(m, 0, 0, 0);
         else { m->tmp[0] = a; expand(m, 0, 1, 0); }
@@ -289,6 +329,8 @@ void cmf_grammar_matcher_free(cmf_grammar_matcher *m) {
     free(m->sets);
     free(m->dd_stamp);
     free(m->dd_idx);
+    free(m->seen_stamp);
+    free(m->seen_hash);
     free(m->tr_key); free(m->tr_val); free(m->tr_stamp); free(m->in_id); free(m->in_stamp);
     free(m->key);
     free(m);
