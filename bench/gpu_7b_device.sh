@@ -11,7 +11,9 @@
 # out), then runs gpu_7b.sh on the quiet host: probe, cmf pp512/tg128 per
 # quant, llama-bench -ngl 99 per GGUF and build. Results under $OUT.
 # usage (repo root on the device): bash .dev/NAME/bench/gpu_7b_device.sh [CAP_S (240)]
-#   env: QUANTS, REPS, MATVEC (0), CUDA_FA (OFF), as gpu_7b.sh
+#   env: QUANTS, REPS, MATVEC (0), CUDA_FA (OFF), as gpu_7b.sh;
+#        LLAMA_VULKAN (1; 0 builds and runs only llama.cpp's CUDA path, which
+#        leaves the CUDA build all 16 cores)
 if [ "${1:-}" = --build ]; then   # internal: --build cuda|vulkan PACK_DIR
   kind=$2; P=$3; d=/tmp/ll$kind; mkdir -p $d && cd $d || exit 1
   tar xJf $P/llama-src.tar.xz || { echo 1 > rc; exit 1; }
@@ -35,7 +37,9 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
 setsid bash "$0" --build cuda $P < /dev/null > /dev/null 2>&1 &
 cpid=$!; vpid=
-if [ -f $P/llvk.tar.xz ]; then
+if [ "${LLAMA_VULKAN:-1}" = 0 ]; then
+  mkdir -p /tmp/llvulkan && echo off > /tmp/llvulkan/rc
+elif [ -f $P/llvk.tar.xz ]; then
   mkdir -p /tmp/llvulkan/build/bin && tar xJf $P/llvk.tar.xz -C /tmp/llvulkan/build/bin && echo 0 > /tmp/llvulkan/rc
 else
   setsid bash "$0" --build vulkan $P < /dev/null > /dev/null 2>&1 &

@@ -23,6 +23,9 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 dest=${1:?usage: llamacpp_pack.sh DEST [BUILD_DIR]}; build=${2:-$src/build}
 ver=${NODE_LLAMA_CPP_VERSION:-3.22.1}
+for f in /usr/bin/glslc /usr/include/vulkan /usr/include/spirv /usr/share/cmake/SPIRV-Headers; do
+  [ -e "$f" ] || { echo "llamacpp_pack.sh: $f missing (apt-get install glslc libvulkan-dev spirv-headers)" >&2; exit 1; }
+done
 mkdir -p "$dest"/{bin,lib,bench,debs}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm pack "node-llama-cpp@$ver" --silent > /dev/null && tar xzf node-llama-cpp-*.tgz &&
