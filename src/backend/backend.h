@@ -86,6 +86,9 @@ typedef struct cmf_attn_args {
     uint32_t window;
     float scale;
     float softcap;            /* 0 = none */
+    uint32_t n_prompt;        /* rows [n_tok - n_prompt, n_tok) are prompt-class (the matmul row
+                                 classes): a backend may run them through another kernel, whose
+                                 results depend on nothing but the row; 0 = every row decode-class */
 } cmf_attn_args;
 
 typedef enum cmf_act { CMF_ACT_SILU = 0, CMF_ACT_GELU_TANH = 1, CMF_ACT_GELU = 2 } cmf_act;

@@ -241,6 +241,8 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         .key_end = b->key_end, .tree_base = b->tree_base, .tree_mask = b->tree_mask,
         .window = L->sliding ? hp->sliding_window : 0,
         .scale = hp->attn_scale, .softcap = hp->attn_softcap,
+        /* the prompt-class rows, as matmul classes them (n_dec < 0: all of a batch of more than 8) */
+        .n_prompt = b->n_dec >= 0 ? n - ((uint32_t)b->n_dec < n ? (uint32_t)b->n_dec : n) : n > 8 ? n : 0,
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
     if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;

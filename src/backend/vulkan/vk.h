@@ -45,7 +45,9 @@ typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
     VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK,
     VK_SH_MATMUL_COOP, /* cooperative-matrix GEMM: created only where vk_ctx.coop is set */
-    VK_SH_MOE_ROUTE, VK_SH_MOE_MM, VK_SH_COUNT
+    VK_SH_MOE_ROUTE, VK_SH_MOE_MM,
+    VK_SH_ATTENTION_COOP, /* flash attention on cooperative matrices: created only where vk_ctx.coop is set */
+    VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -167,6 +169,11 @@ typedef struct vk_ctx {
      * neither offers a 16x8x16 f16 -> f32 subgroup shape on subgroups of 32
      * (then matmul_tiled.comp); CMF_VK_COOP=0/khr/nv overrides */
     uint8_t coop;
+    /* attention's prompt-class rows through attention_coop.comp (vk_ops_fa.c):
+     * where vk->coop and the shared memory it needs; CMF_VK_FA=0 turns it off
+     * (A/B). n_fa_rows counts the rows it took (tests). */
+    bool fa;
+    uint64_t n_fa_rows;
     bool no_mid_read;            /* CMF_VK_NO_MID_READ=1: cmf_vk_read_mid fails (tests: MoE stays on the device) */
     uint64_t n_submits;          /* queue submissions so far (tests count them per step) */
     uint64_t n_mid_reads;        /* reads in the middle of a step so far */
@@ -323,6 +330,18 @@ void cmf_vk_repack_size(const cmf_tensor *t, uint64_t *pre, uint64_t *post);
  * not match the rows, a payload of the wrong size; naming the tensor),
  * CMF_ERR_NOMEM. */
 cmf_status cmf_vk_repack(const cmf_tensor *t, void **out, cmf_error *err);
+
+/* vk_ops_fa.c: records attention_coop.comp over the prompt-class rows
+ * [n_tok - n_prompt, n_tok) of `a` when vk->fa and their layout allows it
+ * (f16 KV, head_dim % 16 == 0 and <= 128, 16-byte aligned rows), tiles of
+ * at most 64 consecutive rows of one page table. rec: the per-token
+ * records (vk_ops.c, 12 uints each) at device address ta; q, out: the
+ * resolved buffers. Returns the first row it took (a->n_tok: none), so
+ * rows [0, returned) are left to attention.comp. The dispatch is recorded
+ * without a barrier after it (the caller's next dispatch writes other
+ * rows) when it leaves rows to the caller. */
+uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, const uint32_t *rec, VkDeviceAddress ta,
+                          VkDeviceAddress q, VkDeviceAddress out);
 
 /* vk_ops_moe.c, vk_ops_lora.c: the ops `moe` and `lora` (backend.h). */
 cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);

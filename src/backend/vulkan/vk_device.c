@@ -28,12 +28,14 @@
 extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_spv_rmsnorm[], cmf_vk_spv_rope[],
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
     cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
-    cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[];
+    cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[], cmf_vk_spv_attention_coop[],
+    cmf_vk_spv_attention_coop_khr[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
     cmf_vk_spv_topk_size, cmf_vk_spv_matmul_coop_size, cmf_vk_spv_matmul_coop_khr_size,
-    cmf_vk_spv_moe_route_size, cmf_vk_spv_moe_mm_size;
+    cmf_vk_spv_moe_route_size, cmf_vk_spv_moe_mm_size, cmf_vk_spv_attention_coop_size,
+    cmf_vk_spv_attention_coop_khr_size;
 
 /* VK_KHR_cooperative_matrix (Vulkan headers 1.3.255+); Debian 12's are
  * older: the few names used here, as the registry defines them. */
@@ -204,6 +206,7 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MATMUL_COOP] = {cmf_vk_spv_matmul_coop_khr, &cmf_vk_spv_matmul_coop_khr_size},
     [VK_SH_MOE_ROUTE] = {cmf_vk_spv_moe_route, &cmf_vk_spv_moe_route_size},
     [VK_SH_MOE_MM] = {cmf_vk_spv_moe_mm, &cmf_vk_spv_moe_mm_size},
+    [VK_SH_ATTENTION_COOP] = {cmf_vk_spv_attention_coop_khr, &cmf_vk_spv_attention_coop_khr_size},
 };
 
 /* ---- cooperative matrices ------------------------------------------------ */
@@ -510,6 +513,12 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->print_stats = sts && *sts && strcmp(sts, "0") != 0;
     const char *mvs = getenv("CMF_VK_MV");
     vk->mv = !(mvs && strcmp(mvs, "0") == 0);
+    /* flash attention for prompt rows (attention_coop.comp: 36 KiB of shared memory) where the GEMM has
+     * cooperative matrices; CMF_VK_FA=0 keeps attention.comp for every row (A/B) */
+    const char *fas = getenv("CMF_VK_FA");
+    vk->fa = vk->coop && !(fas && strcmp(fas, "0") == 0) &&
+             vk->props.limits.maxComputeSharedMemorySize >= 36u * 1024 &&
+             vk->props.limits.maxComputeWorkGroupInvocations >= 128 && vk->props.limits.maxComputeWorkGroupSize[0] >= 128;
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -520,10 +529,14 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     for (int s = 0; s < VK_SH_COUNT; s++) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
-        if (s == VK_SH_MATMUL_COOP && !vk->coop) continue; /* its capabilities are not enabled */
+        if ((s == VK_SH_MATMUL_COOP || s == VK_SH_ATTENTION_COOP) && !vk->coop) continue; /* capabilities not enabled */
         if (s == VK_SH_MATMUL_COOP && vk->coop == 2) { /* the NV form of the same shader */
             mi.codeSize = cmf_vk_spv_matmul_coop_size;
             mi.pCode = (const uint32_t *)(const void *)cmf_vk_spv_matmul_coop;
+        }
+        if (s == VK_SH_ATTENTION_COOP && vk->coop == 2) {
+            mi.codeSize = cmf_vk_spv_attention_coop_size;
+            mi.pCode = (const uint32_t *)(const void *)cmf_vk_spv_attention_coop;
         }
         if (vkCreateShaderModule(vk->dev, &mi, NULL, &vk->mods[s]) != VK_SUCCESS) {
             st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d: shader module %d rejected", index, s);
@@ -570,7 +583,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
                                                            "moe_combine", "lora", "topk", "matmul_coop",
-                                                           "moe_route", "moe_mm"};
+                                                           "moe_route", "moe_mm", "attn_coop"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -872,7 +885,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
-                      sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM ? 2 : 1;
+                      sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

@@ -401,7 +401,10 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
                    a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
                    a->n_head / a->n_kv_head, a->scale, a->softcap};
-    if (rec && p.q && p.out) cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, a->n_tok, 1);
+    /* prompt-class rows: flash attention on cooperative matrices where the device has them (vk_ops_fa.c);
+     * rows [0, n_old) through attention.comp */
+    uint32_t n_old = rec && p.q && p.out ? cmf_vk_fa_prompt(vk, a, rec, ta, p.q, p.out) : a->n_tok;
+    if (rec && p.q && p.out && n_old) cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, n_old, 1);
     cmf_vk_op_end(vk);
     return CMF_OK;
 }
