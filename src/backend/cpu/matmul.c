@@ -27,6 +27,7 @@
  * rounded to bf16 once per call (one token row per task).
  */
 #include "backend/cpu/matmul_int.h"
+#include "backend/cpu/prof_cpu.h"
 
 #include <assert.h>
 #include <float.h>
@@ -532,6 +533,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     (void)cls;
     bool gemm = false;
 #endif
+    cmf_cpu_prof *prof = cmf_cpu_pool_prof(p); /* NULL unless CMF_CPU_PROFILE=1 */
+    uint64_t t_prof = cmf_cpu_prof_now(prof);
+    bool quantized = false; /* an activation pass ran (profiled on its own) */
     mm_act act;
     memset(&act, 0, sizeof act);
     act.n = n;
@@ -557,6 +561,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         quant_ctx qc = {X, NULL, &act, layout, amxdec};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
+        quantized = true;
     }
 #if defined(__x86_64__) || defined(__i386__)
     if (gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
@@ -574,6 +579,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
+        quantized = true;
     }
     if (amxbf) {
         size_t bytes = mm_amxbf16_act_bytes(&act);
@@ -585,8 +591,11 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         act.xbf = buf;
         quant_ctx qc = {X, NULL, &act, 0, false};
         cmf_cpu_pool_run(p, bf16_task, &qc, (n + 15) / 16 * 16);
+        quantized = true;
     }
 #endif
+
+    if (prof && quantized) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_ACT_QUANT, t_prof);
 
     mm_job jobs[CMF_CPU_MM_MAX_PARTS];
     run_ctx rc;
@@ -636,6 +645,11 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     }
     rc.first[nparts] = (int)total;
     cmf_cpu_pool_run_ranged(p, rows_task, &rc, (int)total);
+    if (prof) {
+        uint64_t flop = 0;
+        for (int i = 0; i < nparts; i++) flop += 2 * (uint64_t)n * parts[i].nrows * in;
+        cmf_cpu_prof_mm_end(prof, (int)W->dtype, gemm, flop, t_prof);
+    }
     free(heap);
     for (int i = 0; i < nparts; i++) {
         if (!atomic_load(&jobs[i].failed)) continue;
