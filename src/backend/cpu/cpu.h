@@ -109,7 +109,11 @@ int cmf_cpu_core_cpus(int *cpus, int max);
  *               at the SIMD levels;
  *   silu_mul:   out[i] = silu(g[i]) * u[i] = g/(1 + exp(-g)) * u (SwiGLU;
  *               -0 below about -88.7, NaN for -inf and NaN as in C);
- *               out may alias g or u. */
+ *               out may alias g or u;
+ *   scale_max:  s[i] = s[i]*a (one rounding, as in C), returns the max of
+ *               the results (-inf for n = 0; the first NaN compares false
+ *               as C's x > mx does: NaN lanes never win);
+ *   scale:      s[i] = s[i]*a (softmax normalisation). */
 typedef struct cmf_cpu_vec {
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
     float (*dot)(const float *a, const float *b, size_t n);
@@ -120,6 +124,8 @@ typedef struct cmf_cpu_vec {
                   size_t d);
     float (*exp_sum)(float *s, size_t n, float mx);
     void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
+    float (*scale_max)(float *s, size_t n, float a);
+    void (*scale)(float *s, size_t n, float a);
 } cmf_cpu_vec;
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l);
 

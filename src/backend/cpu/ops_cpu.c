@@ -281,7 +281,10 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     attn_ctx *c = vctx;
     const cmf_attn_args *a = c->a;
     const cmf_cpu_vec *vec = c->vec;
-    uint32_t tile = (uint32_t)task / a->n_kv_head, kvh = (uint32_t)task % a->n_kv_head;
+    /* tasks are claimed in increasing order; the last tiles of a causal
+     * prompt see the most keys, so they go first (longest processing time
+     * first: the job does not end on one thread's long tail) */
+    uint32_t tile = c->n_tiles - 1 - (uint32_t)task / a->n_kv_head, kvh = (uint32_t)task % a->n_kv_head;
     uint32_t t0 = c->tile0[tile], t1 = c->tile0[tile + 1];
     uint32_t d = a->head_dim, kv_dim = a->n_kv_head * d, group = a->n_head / a->n_kv_head;
     uint32_t R = (t1 - t0) * group;
@@ -326,18 +329,23 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
         uint32_t b, e;
         key_range(a, t, &b, &e);
         if (list) b = 0, e = ke; /* the list holds only seen slots */
+        /* the row's own keys are columns [lo, hi) of the tile's range */
+        size_t lo = b > kb ? b - kb : 0, hi = e > kb ? e - kb : 0;
+        hi = hi < nk ? hi : nk;
+        lo = lo < hi ? lo : hi;
         for (uint32_t g = 0; g < group; g++) {
             float *s = S + ((size_t)(t - t0) * group + g) * nk, mx = -INFINITY, sum = 0.0f;
-            for (size_t i = 0; i < nk; i++) {
-                float x = s[i] * a->scale;
-                if (a->softcap > 0.0f) x = a->softcap * tanhf(x / a->softcap);
-                if (kb + i < b || kb + i >= e) x = -INFINITY;
-                s[i] = x;
-                mx = x > mx ? x : mx;
-            }
+            for (size_t i = 0; i < lo; i++) s[i] = -INFINITY;
+            for (size_t i = hi; i < nk; i++) s[i] = -INFINITY;
+            if (a->softcap > 0.0f)
+                for (size_t i = lo; i < hi; i++) {
+                    float x = a->softcap * tanhf(s[i] * a->scale / a->softcap);
+                    s[i] = x;
+                    mx = x > mx ? x : mx;
+                }
+            else mx = vec->scale_max(s + lo, hi - lo, a->scale); /* SIMD: the scores' hot loop */
             sum = vec->exp_sum(s, nk, mx);
-            float inv = 1.0f / sum;
-            for (size_t i = 0; i < nk; i++) s[i] *= inv;
+            vec->scale(s + lo, hi - lo, 1.0f / sum); /* the masked columns are 0 already */
         }
     }
     /* weighted sum of values */
