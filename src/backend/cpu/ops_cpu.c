@@ -17,6 +17,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,21 @@ static void cpu_pool_copy(cmf_backend *b, void *pool, size_t dst, size_t src, si
     memcpy((char *)pool + dst, (const char *)pool + src, bytes);
 }
 
+/* ---- row-parallel helper ----------------------------------------------- */
+
+/* Split rows [0, n) into at most n_threads contiguous chunks. */
+static void chunk(int task, int n_tasks, uint32_t n, uint32_t *lo, uint32_t *hi) {
+    uint64_t a = (uint64_t)n * (uint64_t)task / (uint64_t)n_tasks;
+    uint64_t z = (uint64_t)n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
+    *lo = (uint32_t)a;
+    *hi = (uint32_t)z;
+}
+
+static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
+    int t = b->n_threads > 0 ? b->n_threads : 1;
+    return (uint32_t)t > n_rows ? (int)(n_rows ? n_rows : 1) : t;
+}
+
 /* ---- matmul and embedding rows ----------------------------------------- */
 
 static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
@@ -82,34 +98,48 @@ static cmf_status cpu_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_
     return st;
 }
 
+typedef struct {
+    const cmf_tensor *E;
+    const int32_t *tok;
+    uint32_t n;
+    float *out;
+    _Atomic int failed; /* a row's decode failed: redone serially for the message */
+} rows_ctx;
+
+static void get_rows_task(void *vctx, int task, int n_tasks) {
+    rows_ctx *c = vctx;
+    uint32_t lo, hi;
+    chunk(task, n_tasks, c->n, &lo, &hi);
+    uint64_t dim = c->E->shape[1];
+    for (uint32_t i = lo; i < hi; i++) {
+        cmf_error e;
+        if (cmf_cpu_decode_row(c->E, (uint64_t)c->tok[i], c->out + (size_t)i * dim, &e) != CMF_OK)
+            atomic_store(&c->failed, 1);
+    }
+}
+
 static cmf_status cpu_get_rows(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
                                float *out, cmf_error *err) {
     PROF_BEGIN(b);
     uint64_t dim = E->shape[1];
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i++)
         if (tok[i] < 0 || (uint64_t)tok[i] >= E->shape[0])
             return cmf_error_set(err, CMF_ERR_ARG, "token id %d out of range [0, %llu) of '%s'",
                                  (int)tok[i], (unsigned long long)E->shape[0], E->name);
+    /* a prompt's rows over the pool (the plain-C decoders of quantized
+     * tables take ~3 us a row); a failure is redone below for its message */
+    rows_ctx c = {E, tok, n, out, 0};
+    bool serial = n < 16;
+    if (!serial) {
+        cmf_cpu_pool_run(pool_of(b), get_rows_task, &c, n_tasks_for(b, n));
+        serial = atomic_load(&c.failed) != 0;
+    }
+    for (uint32_t i = 0; serial && i < n; i++) {
         cmf_status st = cmf_cpu_decode_row(E, (uint64_t)tok[i], out + (size_t)i * dim, err);
         if (st != CMF_OK) return st;
     }
     PROF_END(CMF_PROF_EMBED);
     return CMF_OK;
-}
-
-/* ---- row-parallel helper ----------------------------------------------- */
-
-/* Split rows [0, n) into at most n_threads contiguous chunks. */
-static void chunk(int task, int n_tasks, uint32_t n, uint32_t *lo, uint32_t *hi) {
-    uint64_t a = (uint64_t)n * (uint64_t)task / (uint64_t)n_tasks;
-    uint64_t z = (uint64_t)n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
-    *lo = (uint32_t)a;
-    *hi = (uint32_t)z;
-}
-
-static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
-    int t = b->n_threads > 0 ? b->n_threads : 1;
-    return (uint32_t)t > n_rows ? (int)(n_rows ? n_rows : 1) : t;
 }
 
 /* ---- RMSNorm ----------------------------------------------------------- */
