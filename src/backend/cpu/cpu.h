@@ -174,6 +174,13 @@ bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p);
  * cmf_cpu_pool_set_level; p NULL: no-op / 0. */
 void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n);
 int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p);
+/* The prompt GEMM's split of a product's rows: tasks of whole 32-row
+ * panels (up to 128 rows) while the product keeps about this many tasks
+ * per thread (default 4; CMF_GEMM_SPLIT=1..64 in the environment when the
+ * pool is created, for benchmarks). Fewer, larger tasks read each chunk of
+ * packed X once for more panels; results do not depend on it (the order
+ * of operations per output is fixed by the shape). p NULL: 4. */
+int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the

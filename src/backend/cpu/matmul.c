@@ -629,8 +629,8 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         if (chunk > max_rows) chunk = max_rows;
         chunk = (chunk + 3) & ~(uint64_t)3;
         if (chunk < 4) chunk = 4;
-        if (gemm) { /* whole 32-row panels, up to MM_GEMM_ROWS while >= 4 tasks per thread */
-            chunk = nrows / ((uint64_t)threads * 4) & ~(uint64_t)31;
+        if (gemm) { /* whole 32-row panels, up to MM_GEMM_ROWS while >= gemm_split tasks per thread */
+            chunk = nrows / ((uint64_t)threads * (uint64_t)cmf_cpu_pool_gemm_split(p)) & ~(uint64_t)31;
             chunk = chunk > MM_GEMM_ROWS ? MM_GEMM_ROWS : chunk < 32 ? 32 : chunk;
         }
         uint64_t ntasks = (nrows + chunk - 1) / chunk;
