@@ -286,7 +286,8 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     return act_tiles(a);
 }
 
-void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g) {
+void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
+                          int parts) {
     const uint64_t in = a->in, nb = a->nb;
     const int steps = q4 ? 8 : 16; /* dwords per token and block */
     int s0, T;
@@ -297,7 +298,8 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     /* q4: even elements then odd, so int8 lane o = 4c + m of a block's quads
      * takes x[8(c&3) + 2m + (c>>2)] */
     const __m512i perm = _mm512_load_si512(mm_even_odd16);
-    for (int l = 0; l < T; l++) {
+    assert(parts >= 1 && part >= 0 && part < parts);
+    for (int l = T * part / parts; l < T * (part + 1) / parts; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
         for (uint64_t b = 0; b < nb; b++) {
             size_t cell = b * (uint64_t)T + (uint64_t)l;

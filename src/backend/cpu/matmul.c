@@ -19,7 +19,7 @@
  * the blocked GEMM of gemm_avx512.c instead, tasks of whole 32-row panels
  * (up to MM_GEMM_ROWS rows, at least 4 tasks per thread); its q8 weights
  * get int16 and q4 weights int8 activations, packed in token tiles by
- * mm_gemm_quant_avx512 (one tile per task). At the amx level the same GEMM
+ * mm_gemm_quant_avx512 (a tile, or a part of one, per task). At the amx level the same GEMM
  * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
  * bit-identical to avx512gfni; rows below the GEMM threshold keep the
  * decode kernels of avx512gfni. f16/bf16 weights at the amx level on CPUs
@@ -121,6 +121,7 @@ typedef struct quant_ctx {
     mm_act *a;
     int layout; /* MM_LAYOUT_* (matmul_int.h) */
     bool amxdec; /* MM_LAYOUT_SB permuted for mm_q8_decode_rows_amx */
+    int parts;   /* quant16_task: tasks per token tile */
 } quant_ctx;
 
 #define ACT_PLANES 9
@@ -298,12 +299,13 @@ static void quant_task(void *vctx, int t, int n_tasks) {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* packed activations of the AVX-512 GEMM path, one token tile per task
- * (layout 1: q4 weights, int8; else q8 weights, int16) */
+/* packed activations of the AVX-512 GEMM path, one part of a token tile
+ * per task (layout 1: q4 weights, int8; else q8 weights, int16) */
 static void quant16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t); /* q4 */
+    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t / c->parts, t % c->parts,
+                         c->parts); /* q4 */
 }
 
 /* X rounded to bf16 for the AMX-BF16 GEMM, one token row per task */
@@ -558,7 +560,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         mm_act_bind(&act, buf, layout);
-        quant_ctx qc = {X, NULL, &act, layout, amxdec};
+        quant_ctx qc = {X, NULL, &act, layout, amxdec, 1};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
         quantized = true;
@@ -576,9 +578,13 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         int tiles = mm_gemm_act_bind(&act, buf, q4);
-        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false};
+        /* tiles of 16 tokens (amx) are few at pp128 (8 for 16 threads):
+         * each is cut into parts of whole tokens, ~2 tasks per thread */
+        int parts = tiles >= 2 * cmf_cpu_pool_threads(p) ? 1 : (2 * cmf_cpu_pool_threads(p) + tiles - 1) / tiles;
+        parts = parts > 16 ? 16 : parts;
+        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false, parts};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
-        cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
+        cmf_cpu_pool_run(p, quant16_task, &qc, tiles * parts);
         quantized = true;
     }
     if (amxbf) {
@@ -589,7 +595,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': bf16 activation buffer (%zu bytes)", nm,
                                  bytes);
         act.xbf = buf;
-        quant_ctx qc = {X, NULL, &act, 0, false};
+        quant_ctx qc = {X, NULL, &act, 0, false, 1};
         cmf_cpu_pool_run(p, bf16_task, &qc, (n + 15) / 16 * 16);
         quantized = true;
     }
