@@ -145,6 +145,9 @@ typedef struct cmf_cpu_pool cmf_cpu_pool;
  * the k-th physical core of cmf_cpu_core_cpus (one SMT sibling per core;
  * modulo their count), and the driving thread (the caller, never pinned
  * here) is left core 0's sibling set by the scheduler.
+ * With CMF_CPU_PROFILE=1 in the environment the pool also times every op
+ * run on it and prints the table on stderr in cmf_cpu_pool_free
+ * (prof_cpu.h).
  * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
  * (pthread_create failed). */
 cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);

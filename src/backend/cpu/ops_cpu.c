@@ -4,9 +4,14 @@
  * (f16/f32/q8), softmax, GLU activations, softcapping and the residual adds,
  * with matrix products delegated to the matmul kernels of cpu.h.
  *
- * Work is spread over the persistent thread pool of cpu.h: row-wise ops are
- * split into contiguous row ranges, attention into (token, KV head) pairs
- * (the query heads of a GQA group share each K/V row read).
+ * Work is spread over the persistent thread pool of cpu.h: row-wise ops
+ * (RMSNorm, RoPE, GLU, KV store, embedding rows) are split into contiguous
+ * row ranges and element-wise ones (adds, softcap) into ranges of whole
+ * cache lines once a call is prompt-sized (a decode step's calls stay on
+ * the driving thread: a wake-up costs more); attention into (token tile,
+ * KV head) tasks, the longest first (the query heads of a GQA group share
+ * each K/V row read). Every op reports its wall time to the pool's
+ * profiler when CMF_CPU_PROFILE=1 (prof_cpu.h).
  * All arithmetic is float32 (accumulations in float32, as PyTorch's eager
  * CPU path does for float32 models), so the f32 parity tests hold to 1e-4.
  */

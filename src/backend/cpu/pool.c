@@ -29,9 +29,10 @@
  * Jobs of more than 2^24 - 1 tasks also run serially.
  *
  * The pool also owns the matmul activation buffer (matmul.c), a table of
- * exp2f over all f16 values (q4tp ladders), built once at creation, and
- * the kernel level of the jobs run on it (CPU features and CMF_CPU, read
- * once at creation).
+ * exp2f over all f16 values (q4tp ladders), built once at creation, the
+ * kernel level of the jobs run on it (CPU features and CMF_CPU, read
+ * once at creation), and with CMF_CPU_PROFILE=1 the per-op profiler
+ * (prof_cpu.h), printed on stderr when the pool is freed.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
