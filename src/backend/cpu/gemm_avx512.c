@@ -431,7 +431,6 @@ static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
 #define AMX_STORE(tmm, base, stride) emu_store(&amx_tiles, tmm, base, (long)(stride))
 #define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
 #define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
-#define AMX_DPBSUD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 0)
 #define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
 #else
 static void amx_begin(void) {
@@ -457,7 +456,6 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 #define AMX_TILES (void)0 /* the tile registers (configured by amx_begin) */
 /* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
 #define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
-#define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #define AMX_DPBUSD(c, a, b) __asm__ volatile("tdpbusd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #endif
 
