@@ -4,7 +4,8 @@
  * double-precision ground truth: f16 -> f32 bit-exact for all 65536 half
  * values, dot / dotb / axpy / axpyb within float rounding (1e-5 relative to
  * sum |a*b|, key blocks of 1..5 keys, rows past d untouched), exp_sum
- * and silu_mul to 1e-6 relative, on
+ * and silu_mul to 1e-6 relative, scale_max / scale bit for bit the scalar
+ * loop, on
  * lengths and row counts that are not multiples of the vector width.
  */
 #include "backend/cpu/cpu.h"
@@ -133,6 +134,27 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
         double want = (double)g[i] / (1.0 + exp(-(double)g[i]));
         if (isnan(g[i]) || isinf(g[i])) CHECK(isnan(out[i]), "%s: silu(%g) = %g, want NaN", lv, g[i], out[i]);
         else CHECK(fabs(out[i] - want) <= 1e-6 * (fabs(want) + 1e-30), "%s: silu(%g) = %g vs %g", lv, g[i], out[i], want);
+    }
+    /* scale_max / scale: bit for bit the scalar loop (one rounding per
+     * product, the max of the products, a NaN never the max), every length
+     * 0..40 (tails) */
+    for (size_t n = 0; n <= 40; n++) {
+        float s[40], want[40], wmx = -INFINITY;
+        for (size_t i = 0; i < n; i++) s[i] = i == 5 ? NAN : frand() * 30.0f;
+        for (size_t i = 0; i < n; i++) {
+            want[i] = s[i] * 0.125f;
+            wmx = want[i] > wmx ? want[i] : wmx;
+        }
+        float mx = v->scale_max(s, n, 0.125f);
+        CHECK(mx == wmx || (n == 0 && mx == -INFINITY), "%s: scale_max n=%zu: %g vs %g", lv, n, mx, wmx);
+        int same = 1;
+        for (size_t i = 0; i < n; i++) same &= (isnan(want[i]) ? isnan(s[i]) : s[i] == want[i]);
+        CHECK(same, "%s: scale_max n=%zu: products differ", lv, n);
+        for (size_t i = 0; i < n; i++) want[i] = s[i] * 3.0f;
+        v->scale(s, n, 3.0f);
+        same = 1;
+        for (size_t i = 0; i < n; i++) same &= (isnan(want[i]) ? isnan(s[i]) : s[i] == want[i]);
+        CHECK(same, "%s: scale n=%zu: products differ", lv, n);
     }
 }
 

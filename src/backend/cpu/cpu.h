@@ -109,7 +109,11 @@ int cmf_cpu_core_cpus(int *cpus, int max);
  *               at the SIMD levels;
  *   silu_mul:   out[i] = silu(g[i]) * u[i] = g/(1 + exp(-g)) * u (SwiGLU;
  *               -0 below about -88.7, NaN for -inf and NaN as in C);
- *               out may alias g or u. */
+ *               out may alias g or u;
+ *   scale_max:  s[i] = s[i]*a (one rounding, as in C), returns the max of
+ *               the results (-inf for n = 0; the first NaN compares false
+ *               as C's x > mx does: NaN lanes never win);
+ *   scale:      s[i] = s[i]*a (softmax normalisation). */
 typedef struct cmf_cpu_vec {
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
     float (*dot)(const float *a, const float *b, size_t n);
@@ -120,6 +124,8 @@ typedef struct cmf_cpu_vec {
                   size_t d);
     float (*exp_sum)(float *s, size_t n, float mx);
     void (*silu_mul)(float *out, const float *g, const float *u, size_t n);
+    float (*scale_max)(float *s, size_t n, float a);
+    void (*scale)(float *s, size_t n, float a);
 } cmf_cpu_vec;
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l);
 
@@ -139,6 +145,9 @@ typedef struct cmf_cpu_pool cmf_cpu_pool;
  * the k-th physical core of cmf_cpu_core_cpus (one SMT sibling per core;
  * modulo their count), and the driving thread (the caller, never pinned
  * here) is left core 0's sibling set by the scheduler.
+ * With CMF_CPU_PROFILE=1 in the environment the pool also times every op
+ * run on it and prints the table on stderr in cmf_cpu_pool_free
+ * (prof_cpu.h).
  * Errors: CMF_ERR_ARG (n_threads > 256), CMF_ERR_NOMEM, CMF_ERR_INTERNAL
  * (pthread_create failed). */
 cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err);
@@ -168,6 +177,13 @@ bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p);
  * cmf_cpu_pool_set_level; p NULL: no-op / 0. */
 void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n);
 int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p);
+/* The prompt GEMM's split of a product's rows: tasks of whole 32-row
+ * panels (up to 128 rows) while the product keeps about this many tasks
+ * per thread (default 4; CMF_GEMM_SPLIT=1..64 in the environment when the
+ * pool is created, for benchmarks). Fewer, larger tasks read each chunk of
+ * packed X once for more panels; results do not depend on it (the order
+ * of operations per output is fixed by the shape). p NULL: 4. */
+int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the

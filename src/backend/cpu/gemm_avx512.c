@@ -49,10 +49,10 @@
  * count (threaded results are bit-identical).
  *
  * Level amx (AMX-INT8, "AMX tiles" below): the same tasks, K chunks,
- * panels (q4: the same nibble panel; q8: int8 k-quads instead of int16
- * pairs) and the same quantized X, packed in tiles of 16 tokens (q8: the
+ * panels (q4: the nibble panel less 8, signed bytes; q8: int8 k-quads
+ * instead of int16 pairs) and the same quantized X, packed in tiles of 16 tokens (q8: the
  * int16 as high and low bytes); each 32-block's int32 sums come from tile
- * products (TDPBSUD for q4, TDPBSSD + TDPBUSD for q8) instead of
+ * products (TDPBSSD for q4, TDPBSSD + TDPBUSD for q8) instead of
  * vpdpbusd / vpdpwssd and are scaled in the VNNI micro-kernels' float
  * order, so results are bit-identical to avx512vnni/avx512gfni. Nothing is
  * repacked at load (the panels are decoded per call as at the VNNI level):
@@ -286,7 +286,8 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     return act_tiles(a);
 }
 
-void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g) {
+void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
+                          int parts) {
     const uint64_t in = a->in, nb = a->nb;
     const int steps = q4 ? 8 : 16; /* dwords per token and block */
     int s0, T;
@@ -297,7 +298,8 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     /* q4: even elements then odd, so int8 lane o = 4c + m of a block's quads
      * takes x[8(c&3) + 2m + (c>>2)] */
     const __m512i perm = _mm512_load_si512(mm_even_odd16);
-    for (int l = 0; l < T; l++) {
+    assert(parts >= 1 && part >= 0 && part < parts);
+    for (int l = T * part / parts; l < T * (part + 1) / parts; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
         for (uint64_t b = 0; b < nb; b++) {
             size_t cell = b * (uint64_t)T + (uint64_t)l;
@@ -429,7 +431,6 @@ static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
 #define AMX_STORE(tmm, base, stride) emu_store(&amx_tiles, tmm, base, (long)(stride))
 #define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
 #define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
-#define AMX_DPBSUD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 0)
 #define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
 #else
 static void amx_begin(void) {
@@ -455,7 +456,6 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 #define AMX_TILES (void)0 /* the tile registers (configured by amx_begin) */
 /* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
 #define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
-#define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #define AMX_DPBUSD(c, a, b) __asm__ volatile("tdpbusd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #endif
 
@@ -484,8 +484,7 @@ AI void amx_store_acc(float (*acc)[GEMM_MR], int T, float *y, size_t ldy, __mmas
 /* q4: T <= 16 tokens of one packed tile (xq: its block 0 of the chunk) x
  * 32 rows over nblk blocks; the int32 sums start at sx as in ukern_q4. */
 static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int32_t *xq,
-                   const float *dx, const int32_t *sx, int T, float *y, size_t ldy, __mmask16 m0,
-                   __mmask16 m1, int first) {
+                   const float *dx, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
     int32_t cb[AMX_G][2][AMX_T][16] __attribute__((aligned(64)));
     AMX_TILES;
@@ -500,8 +499,8 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
             AMX_LOAD(7, pb + 16, GEMM_MR * 4);
             AMX_ZERO(0);
             AMX_ZERO(1);
-            AMX_DPBSUD(0, 4, 6);
-            AMX_DPBSUD(1, 4, 7);
+            AMX_DPBSSD(0, 4, 6); /* signed panel (nibble - 8): sum (w - 8) q, no offset to add */
+            AMX_DPBSSD(1, 4, 7);
             AMX_STORE(0, cb[i][0], 64);
             AMX_STORE(1, cb[i][1], 64);
         }
@@ -510,9 +509,7 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
             for (uint64_t i = 0; i < ng; i++) {
                 const uint64_t b = g + i, cell = b * (uint64_t)T + (uint64_t)t;
                 __m512 d = _mm512_set1_ps(dx[cell]);
-                __m512i z = _mm512_set1_epi32(sx[cell]);
-                __m512i i0 = _mm512_add_epi32(z, _mm512_load_si512(cb[i][0][t]));
-                __m512i i1 = _mm512_add_epi32(z, _mm512_load_si512(cb[i][1][t]));
+                __m512i i0 = _mm512_load_si512(cb[i][0][t]), i1 = _mm512_load_si512(cb[i][1][t]);
                 a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(_mm512_load_ps(sc + b * GEMM_MR), d), a0);
                 a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(_mm512_load_ps(sc + b * GEMM_MR + 16), d), a1);
             }
@@ -718,9 +715,14 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
  * times (block scale of the row) * dx of the token into f32 accumulators:
  * 6 tokens x 32 rows = 12 int32 + 12 f32 zmm. */
 
-/* Panel rows [0, 32) x blocks [b0, b0+nblk) (see above). */
-static void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t stride, int32_t *pan) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+/* Panel rows [0, 32) x blocks [b0, b0+nblk) (see above). signed8: the
+ * bytes are nibble - 8 (-8..7) instead, for the AMX tiles' TDPBSSD: the
+ * tile's int32 sums are then sum (nibble - 8) * q directly, the value the
+ * VNNI kernel reaches from its -8 * sum(q) start (exact integers either
+ * way), and the epilogue loses the per-token offset add. */
+AI void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t stride, int32_t *pan,
+                      const int signed8) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
     for (uint64_t g = 0; g < nblk; g += 4) {
         uint64_t nv = nblk - g < 4 ? nblk - g : 4; /* blocks of this group */
         for (int h = 0; h < GEMM_MR / 16; h++) {
@@ -747,8 +749,13 @@ static void decode_panel4(const prow *pr, uint64_t b0, uint64_t nblk, size_t str
                 for (int c = 0; c < 4; c++) {
                     __m512i s = _mm512_castps_si512(v[4 * bb + (uint64_t)c]);
                     int32_t *q = pan + ((g + bb) * 8 + (uint64_t)c) * GEMM_MR + 16 * h;
-                    _mm512_store_si512(q, _mm512_and_si512(s, m4));
-                    _mm512_store_si512(q + 4 * GEMM_MR, _mm512_and_si512(_mm512_srli_epi32(s, 4), m4));
+                    __m512i lo = _mm512_and_si512(s, m4), hi = _mm512_and_si512(_mm512_srli_epi32(s, 4), m4);
+                    if (signed8) {
+                        lo = _mm512_sub_epi8(lo, eight);
+                        hi = _mm512_sub_epi8(hi, eight);
+                    }
+                    _mm512_store_si512(q, lo);
+                    _mm512_store_si512(q + 4 * GEMM_MR, hi);
                 }
         }
     }
@@ -864,7 +871,8 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     uint64_t kb = k0 / 32, nblk = nb - kb < GEMM_KC4 / 32 ? nb - kb : GEMM_KC4 / 32;
     for (uint64_t o = 0; o < nblk; o += 16) /* 16-block groups */
         q4_scales(j, pr, r0, kb + o, nblk - o < 16 ? nblk - o : 16, sc + o * GEMM_MR);
-    decode_panel4(pr, kb, nblk, stride, pan);
+    if (amx) decode_panel4(pr, kb, nblk, stride, pan, 1);
+    else decode_panel4(pr, kb, nblk, stride, pan, 0);
     int first = k0 == 0;
     const uint8_t *nx[GEMM_MR], *ns[GEMM_MR];
     size_t slen, nlen = next_q4(j, rn, nk, nx, ns, &slen);
@@ -876,7 +884,7 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         const int32_t *xq = j->a->xg + cell * 8, *sx = j->a->sxg + cell;
         const float *dx = j->a->dxg + cell;
         float *y = j->Y + (size_t)t0 * ldy + r0;
-        if (amx) amx_q4(pan, sc, nblk, xq, dx, sx, T, y, ldy, m0, m1, first);
+        if (amx) amx_q4(pan, sc, nblk, xq, dx, T, y, ldy, m0, m1, first);
         else TILE_CALL(T, UK4);
     }
 }

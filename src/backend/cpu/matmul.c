@@ -19,7 +19,7 @@
  * the blocked GEMM of gemm_avx512.c instead, tasks of whole 32-row panels
  * (up to MM_GEMM_ROWS rows, at least 4 tasks per thread); its q8 weights
  * get int16 and q4 weights int8 activations, packed in token tiles by
- * mm_gemm_quant_avx512 (one tile per task). At the amx level the same GEMM
+ * mm_gemm_quant_avx512 (a tile, or a part of one, per task). At the amx level the same GEMM
  * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
  * bit-identical to avx512gfni; rows below the GEMM threshold keep the
  * decode kernels of avx512gfni. f16/bf16 weights at the amx level on CPUs
@@ -27,6 +27,7 @@
  * rounded to bf16 once per call (one token row per task).
  */
 #include "backend/cpu/matmul_int.h"
+#include "backend/cpu/prof_cpu.h"
 
 #include <assert.h>
 #include <float.h>
@@ -120,6 +121,7 @@ typedef struct quant_ctx {
     mm_act *a;
     int layout; /* MM_LAYOUT_* (matmul_int.h) */
     bool amxdec; /* MM_LAYOUT_SB permuted for mm_q8_decode_rows_amx */
+    int parts;   /* quant16_task: tasks per token tile */
 } quant_ctx;
 
 #define ACT_PLANES 9
@@ -297,12 +299,13 @@ static void quant_task(void *vctx, int t, int n_tasks) {
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* packed activations of the AVX-512 GEMM path, one token tile per task
- * (layout 1: q4 weights, int8; else q8 weights, int16) */
+/* packed activations of the AVX-512 GEMM path, one part of a token tile
+ * per task (layout 1: q4 weights, int8; else q8 weights, int16) */
 static void quant16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t); /* q4 */
+    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t / c->parts, t % c->parts,
+                         c->parts); /* q4 */
 }
 
 /* X rounded to bf16 for the AMX-BF16 GEMM, one token row per task */
@@ -532,6 +535,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     (void)cls;
     bool gemm = false;
 #endif
+    cmf_cpu_prof *prof = cmf_cpu_pool_prof(p); /* NULL unless CMF_CPU_PROFILE=1 */
+    uint64_t t_prof = cmf_cpu_prof_now(prof);
+    bool quantized = false; /* an activation pass ran (profiled on its own) */
     mm_act act;
     memset(&act, 0, sizeof act);
     act.n = n;
@@ -554,9 +560,10 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         mm_act_bind(&act, buf, layout);
-        quant_ctx qc = {X, NULL, &act, layout, amxdec};
+        quant_ctx qc = {X, NULL, &act, layout, amxdec, 1};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         cmf_cpu_pool_run(p, quant_task, &qc, n);
+        quantized = true;
     }
 #if defined(__x86_64__) || defined(__i386__)
     if (gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
@@ -571,9 +578,14 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         int tiles = mm_gemm_act_bind(&act, buf, q4);
-        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false};
+        /* tiles of 16 tokens (amx) are few at pp128 (8 for 16 threads):
+         * each is cut into parts of whole tokens, ~2 tasks per thread */
+        int parts = tiles >= 2 * cmf_cpu_pool_threads(p) ? 1 : (2 * cmf_cpu_pool_threads(p) + tiles - 1) / tiles;
+        parts = parts > 16 ? 16 : parts;
+        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false, parts};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
-        cmf_cpu_pool_run(p, quant16_task, &qc, tiles);
+        cmf_cpu_pool_run(p, quant16_task, &qc, tiles * parts);
+        quantized = true;
     }
     if (amxbf) {
         size_t bytes = mm_amxbf16_act_bytes(&act);
@@ -583,10 +595,13 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': bf16 activation buffer (%zu bytes)", nm,
                                  bytes);
         act.xbf = buf;
-        quant_ctx qc = {X, NULL, &act, 0, false};
+        quant_ctx qc = {X, NULL, &act, 0, false, 1};
         cmf_cpu_pool_run(p, bf16_task, &qc, (n + 15) / 16 * 16);
+        quantized = true;
     }
 #endif
+
+    if (prof && quantized) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_ACT_QUANT, t_prof);
 
     mm_job jobs[CMF_CPU_MM_MAX_PARTS];
     run_ctx rc;
@@ -620,8 +635,8 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         if (chunk > max_rows) chunk = max_rows;
         chunk = (chunk + 3) & ~(uint64_t)3;
         if (chunk < 4) chunk = 4;
-        if (gemm) { /* whole 32-row panels, up to MM_GEMM_ROWS while >= 4 tasks per thread */
-            chunk = nrows / ((uint64_t)threads * 4) & ~(uint64_t)31;
+        if (gemm) { /* whole 32-row panels, up to MM_GEMM_ROWS while >= gemm_split tasks per thread */
+            chunk = nrows / ((uint64_t)threads * (uint64_t)cmf_cpu_pool_gemm_split(p)) & ~(uint64_t)31;
             chunk = chunk > MM_GEMM_ROWS ? MM_GEMM_ROWS : chunk < 32 ? 32 : chunk;
         }
         uint64_t ntasks = (nrows + chunk - 1) / chunk;
@@ -636,6 +651,11 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     }
     rc.first[nparts] = (int)total;
     cmf_cpu_pool_run_ranged(p, rows_task, &rc, (int)total);
+    if (prof) {
+        uint64_t flop = 0;
+        for (int i = 0; i < nparts; i++) flop += 2 * (uint64_t)n * parts[i].nrows * in;
+        cmf_cpu_prof_mm_end(prof, (int)W->dtype, gemm, flop, t_prof);
+    }
     free(heap);
     for (int i = 0; i < nparts; i++) {
         if (!atomic_load(&jobs[i].failed)) continue;

@@ -199,10 +199,13 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re);
 /* Packed X of mm_gemm_avx512 (q4: q4-family weights, else q8): bytes of
  * the buffer for a->n tokens and a->nb blocks; bind points a->xg, dxg, sxg
  * into buf (64-byte aligned) and returns the number of token tiles; quant
- * fills tile g from X[n][in] (times the q8_2f column factors col, or NULL). */
+ * fills part `part` of `parts` of tile g (its tokens [T part / parts,
+ * T (part+1) / parts), each token's cells its own) from X[n][in] (times
+ * the q8_2f column factors col, or NULL). */
 size_t mm_gemm_act_bytes(const mm_act *a, bool q4);
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4);
-void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g);
+void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
+                          int parts);
 /* gemm_amxbf16_avx512.c: the prompt GEMM of f16/bf16 weights on AMX-BF16
  * tiles (level amx, CPU feature CMF_CPU_F_AMXBF16); X rounded to bf16 into
  * a->xbf first: act_bytes is the buffer's size (n rounded up to 16 rows,

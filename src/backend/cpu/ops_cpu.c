@@ -4,22 +4,35 @@
  * (f16/f32/q8), softmax, GLU activations, softcapping and the residual adds,
  * with matrix products delegated to the matmul kernels of cpu.h.
  *
- * Work is spread over the persistent thread pool of cpu.h: row-wise ops are
- * split into contiguous row ranges, attention into (token, KV head) pairs
- * (the query heads of a GQA group share each K/V row read).
+ * Work is spread over the persistent thread pool of cpu.h: row-wise ops
+ * (RMSNorm, RoPE, GLU, KV store, embedding rows) are split into contiguous
+ * row ranges and element-wise ones (adds, softcap) into ranges of whole
+ * cache lines once a call is prompt-sized (a decode step's calls stay on
+ * the driving thread: a wake-up costs more); attention into (token tile,
+ * KV head) tasks, the longest first (the query heads of a GQA group share
+ * each K/V row read). Every op reports its wall time to the pool's
+ * profiler when CMF_CPU_PROFILE=1 (prof_cpu.h).
  * All arithmetic is float32 (accumulations in float32, as PyTorch's eager
  * CPU path does for float32 models), so the f32 parity tests hold to 1e-4.
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/ops_cpu_int.h"
+#include "backend/cpu/prof_cpu.h"
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 static cmf_cpu_pool *pool_of(cmf_backend *b) { return (cmf_cpu_pool *)b->ctx; }
+
+/* The pool's profiler (NULL unless CMF_CPU_PROFILE=1) and the op's start. */
+#define PROF_BEGIN(b)                                                                                            \
+    cmf_cpu_prof *prof_ = cmf_cpu_pool_prof(pool_of(b));                                                      \
+    uint64_t prof_t0_ = cmf_cpu_prof_now(prof_)
+#define PROF_END(op) cmf_cpu_prof_end(prof_, (op), prof_t0_)
 
 /* ---- buffers ----------------------------------------------------------- */
 
@@ -48,6 +61,21 @@ static void cpu_pool_copy(cmf_backend *b, void *pool, size_t dst, size_t src, si
     memcpy((char *)pool + dst, (const char *)pool + src, bytes);
 }
 
+/* ---- row-parallel helper ----------------------------------------------- */
+
+/* Split rows [0, n) into at most n_threads contiguous chunks. */
+static void chunk(int task, int n_tasks, uint32_t n, uint32_t *lo, uint32_t *hi) {
+    uint64_t a = (uint64_t)n * (uint64_t)task / (uint64_t)n_tasks;
+    uint64_t z = (uint64_t)n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
+    *lo = (uint32_t)a;
+    *hi = (uint32_t)z;
+}
+
+static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
+    int t = b->n_threads > 0 ? b->n_threads : 1;
+    return (uint32_t)t > n_rows ? (int)(n_rows ? n_rows : 1) : t;
+}
+
 /* ---- matmul and embedding rows ----------------------------------------- */
 
 static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
@@ -67,33 +95,56 @@ static cmf_status cpu_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uin
     return cmf_cpu_matmul_parts_split(pool_of(b), pp, (int)n_parts, X, (int)n, (int)n_dec, err);
 }
 
+static cmf_status cpu_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
+                           float *Y, size_t ldy, uint32_t n_out, cmf_error *err) {
+    PROF_BEGIN(b);
+    cmf_status st = cmf_cpu_op_lora(b, segs, n_segs, X, in, Y, ldy, n_out, err);
+    PROF_END(CMF_PROF_LORA);
+    return st;
+}
+
+typedef struct {
+    const cmf_tensor *E;
+    const int32_t *tok;
+    uint32_t n;
+    float *out;
+    _Atomic int failed; /* a row's decode failed: redone serially for the message */
+} rows_ctx;
+
+static void get_rows_task(void *vctx, int task, int n_tasks) {
+    rows_ctx *c = vctx;
+    uint32_t lo, hi;
+    chunk(task, n_tasks, c->n, &lo, &hi);
+    uint64_t dim = c->E->shape[1];
+    for (uint32_t i = lo; i < hi; i++) {
+        cmf_error e;
+        if (cmf_cpu_decode_row(c->E, (uint64_t)c->tok[i], c->out + (size_t)i * dim, &e) != CMF_OK)
+            atomic_store(&c->failed, 1);
+    }
+}
+
 static cmf_status cpu_get_rows(cmf_backend *b, const cmf_tensor *E, const int32_t *tok, uint32_t n,
                                float *out, cmf_error *err) {
-    (void)b;
+    PROF_BEGIN(b);
     uint64_t dim = E->shape[1];
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i++)
         if (tok[i] < 0 || (uint64_t)tok[i] >= E->shape[0])
             return cmf_error_set(err, CMF_ERR_ARG, "token id %d out of range [0, %llu) of '%s'",
                                  (int)tok[i], (unsigned long long)E->shape[0], E->name);
+    /* a prompt's rows over the pool (the plain-C decoders of quantized
+     * tables take ~3 us a row); a failure is redone below for its message */
+    rows_ctx c = {E, tok, n, out, 0};
+    bool serial = n < 16;
+    if (!serial) {
+        cmf_cpu_pool_run(pool_of(b), get_rows_task, &c, n_tasks_for(b, n));
+        serial = atomic_load(&c.failed) != 0;
+    }
+    for (uint32_t i = 0; serial && i < n; i++) {
         cmf_status st = cmf_cpu_decode_row(E, (uint64_t)tok[i], out + (size_t)i * dim, err);
         if (st != CMF_OK) return st;
     }
+    PROF_END(CMF_PROF_EMBED);
     return CMF_OK;
-}
-
-/* ---- row-parallel helper ----------------------------------------------- */
-
-/* Split rows [0, n) into at most n_threads contiguous chunks. */
-static void chunk(int task, int n_tasks, uint32_t n, uint32_t *lo, uint32_t *hi) {
-    uint64_t a = (uint64_t)n * (uint64_t)task / (uint64_t)n_tasks;
-    uint64_t z = (uint64_t)n * (uint64_t)(task + 1) / (uint64_t)n_tasks;
-    *lo = (uint32_t)a;
-    *hi = (uint32_t)z;
-}
-
-static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
-    int t = b->n_threads > 0 ? b->n_threads : 1;
-    return (uint32_t)t > n_rows ? (int)(n_rows ? n_rows : 1) : t;
 }
 
 /* ---- RMSNorm ----------------------------------------------------------- */
@@ -126,9 +177,11 @@ static void rms_task(void *vctx, int task, int n_tasks) {
 
 static void cpu_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n,
                         uint32_t dim, const float *w, float add_one, float eps) {
+    PROF_BEGIN(b);
     rms_ctx c = {y, x, ld, n, dim, w, add_one, eps};
-    if (n * (size_t)dim < 16384) { rms_task(&c, 0, 1); return; }
-    cmf_cpu_pool_run(pool_of(b), rms_task, &c, n_tasks_for(b, n));
+    if (n * (size_t)dim < 16384) rms_task(&c, 0, 1);
+    else cmf_cpu_pool_run(pool_of(b), rms_task, &c, n_tasks_for(b, n));
+    PROF_END(CMF_PROF_NORM);
 }
 
 /* ---- RoPE -------------------------------------------------------------- */
@@ -139,12 +192,26 @@ static void cpu_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uin
  * (2i, 2i+1) (Meta's original / GPT-J). Dims >= n_rot pass through
  * (partial rotary). Angles are computed in float32 like HF's
  * `inv_freq[None, :] * position_ids` then cos/sin. */
-static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head,
-                     uint32_t head_dim, const int32_t *pos, const cmf_rope *r) {
-    (void)b;
-    uint32_t half = (uint32_t)r->n_rot / 2;
-    assert((uint32_t)r->n_rot <= head_dim);
-    for (uint32_t i = 0; i < n; i++) {
+typedef struct {
+    float *x;
+    size_t ld;
+    uint32_t n, n_head, head_dim;
+    const int32_t *pos;
+    const cmf_rope *r;
+} rope_ctx;
+
+/* Tokens [lo, hi) of a chunk (each token's angles are its own: the split
+ * changes nothing in the results). */
+static void rope_task(void *vctx, int task, int n_tasks) {
+    const rope_ctx *c = vctx;
+    const cmf_rope *r = c->r;
+    float *x = c->x;
+    size_t ld = c->ld;
+    uint32_t n_head = c->n_head, head_dim = c->head_dim;
+    const int32_t *pos = c->pos;
+    uint32_t half = (uint32_t)r->n_rot / 2, lo, hi;
+    chunk(task, n_tasks, c->n, &lo, &hi);
+    for (uint32_t i = lo; i < hi; i++) {
         float p = (float)pos[i];
         for (uint32_t k = 0; k < half; k++) {
             float ang = p * r->inv_freq[k];
@@ -159,6 +226,17 @@ static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n
             }
         }
     }
+}
+
+static void cpu_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head,
+                     uint32_t head_dim, const int32_t *pos, const cmf_rope *r) {
+    PROF_BEGIN(b);
+    assert((uint32_t)r->n_rot <= head_dim);
+    rope_ctx c = {x, ld, n, n_head, head_dim, pos, r};
+    /* decode (a few tokens) is cheaper than a pool wake-up */
+    if ((size_t)n * n_head * (uint32_t)r->n_rot < 16384) rope_task(&c, 0, 1);
+    else cmf_cpu_pool_run(pool_of(b), rope_task, &c, n_tasks_for(b, n));
+    PROF_END(CMF_PROF_ROPE);
 }
 
 /* ---- attention --------------------------------------------------------- */
@@ -238,7 +316,10 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
     attn_ctx *c = vctx;
     const cmf_attn_args *a = c->a;
     const cmf_cpu_vec *vec = c->vec;
-    uint32_t tile = (uint32_t)task / a->n_kv_head, kvh = (uint32_t)task % a->n_kv_head;
+    /* tasks are claimed in increasing order; the last tiles of a causal
+     * prompt see the most keys, so they go first (longest processing time
+     * first: the job does not end on one thread's long tail) */
+    uint32_t tile = c->n_tiles - 1 - (uint32_t)task / a->n_kv_head, kvh = (uint32_t)task % a->n_kv_head;
     uint32_t t0 = c->tile0[tile], t1 = c->tile0[tile + 1];
     uint32_t d = a->head_dim, kv_dim = a->n_kv_head * d, group = a->n_head / a->n_kv_head;
     uint32_t R = (t1 - t0) * group;
@@ -283,18 +364,23 @@ static void attn_task(void *vctx, int task, int n_tasks, int thread) {
         uint32_t b, e;
         key_range(a, t, &b, &e);
         if (list) b = 0, e = ke; /* the list holds only seen slots */
+        /* the row's own keys are columns [lo, hi) of the tile's range */
+        size_t lo = b > kb ? b - kb : 0, hi = e > kb ? e - kb : 0;
+        hi = hi < nk ? hi : nk;
+        lo = lo < hi ? lo : hi;
         for (uint32_t g = 0; g < group; g++) {
             float *s = S + ((size_t)(t - t0) * group + g) * nk, mx = -INFINITY, sum = 0.0f;
-            for (size_t i = 0; i < nk; i++) {
-                float x = s[i] * a->scale;
-                if (a->softcap > 0.0f) x = a->softcap * tanhf(x / a->softcap);
-                if (kb + i < b || kb + i >= e) x = -INFINITY;
-                s[i] = x;
-                mx = x > mx ? x : mx;
-            }
+            for (size_t i = 0; i < lo; i++) s[i] = -INFINITY;
+            for (size_t i = hi; i < nk; i++) s[i] = -INFINITY;
+            if (a->softcap > 0.0f)
+                for (size_t i = lo; i < hi; i++) {
+                    float x = a->softcap * tanhf(s[i] * a->scale / a->softcap);
+                    s[i] = x;
+                    mx = x > mx ? x : mx;
+                }
+            else mx = vec->scale_max(s + lo, hi - lo, a->scale); /* SIMD: the scores' hot loop */
             sum = vec->exp_sum(s, nk, mx);
-            float inv = 1.0f / sum;
-            for (size_t i = 0; i < nk; i++) s[i] *= inv;
+            vec->scale(s + lo, hi - lo, 1.0f / sum); /* the masked columns are 0 already */
         }
     }
     /* weighted sum of values */
@@ -313,7 +399,7 @@ static bool same_view(const cmf_kv_view *x, const cmf_kv_view *y) {
            x->page_size == y->page_size && x->page_stride == y->page_stride && x->type == y->type;
 }
 
-static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
+static cmf_status attention_run(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
     if (a->n_kv_head == 0 || a->n_head % a->n_kv_head)
         return cmf_error_set(err, CMF_ERR_ARG, "attention: %u heads not a multiple of %u kv heads",
                              a->n_head, a->n_kv_head);
@@ -358,6 +444,13 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
     return CMF_OK;
 }
 
+static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
+    PROF_BEGIN(b);
+    cmf_status st = attention_run(b, a, err);
+    PROF_END(CMF_PROF_ATTENTION);
+    return st;
+}
+
 /* ---- GLU, adds, softcap ------------------------------------------------ */
 
 /* gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
@@ -399,26 +492,77 @@ static void glu_task(void *vctx, int task, int n_tasks) {
 
 static void cpu_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
                     size_t ld_in, uint32_t n, uint32_t dim, cmf_act act) {
+    PROF_BEGIN(b);
     glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act,
                  cmf_cpu_vec_for(cmf_cpu_pool_level(pool_of(b)))};
     if ((size_t)n * dim < 65536) glu_task(&c, 0, 1); /* decode: not worth a wake-up */
     else cmf_cpu_pool_run(pool_of(b), glu_task, &c, n_tasks_for(b, n));
+    PROF_END(CMF_PROF_GLU);
+}
+
+/* Element-wise y += s·x and x = softcap(x) over [0, count), cut into
+ * ranges of whole 64-byte lines (element-wise: the split changes nothing). */
+typedef struct {
+    float *y;
+    const float *x;
+    size_t count;
+    float s, cap;
+} ew_ctx;
+
+static void ew_range(const ew_ctx *c, int task, int n_tasks, size_t *lo, size_t *hi) {
+    size_t lines = (c->count + 15) / 16;
+    *lo = lines * (size_t)task / (size_t)n_tasks * 16;
+    *hi = lines * (size_t)(task + 1) / (size_t)n_tasks * 16;
+    if (*hi > c->count) *hi = c->count;
+}
+
+static void add_task(void *vctx, int task, int n_tasks) {
+    const ew_ctx *c = vctx;
+    size_t lo, hi;
+    ew_range(c, task, n_tasks, &lo, &hi);
+    float *y = c->y, s = c->s;
+    const float *x = c->x;
+    if (s == 1.0f)
+        for (size_t i = lo; i < hi; i++) y[i] += x[i];
+    else
+        for (size_t i = lo; i < hi; i++) y[i] += s * x[i];
+}
+
+static void softcap_task(void *vctx, int task, int n_tasks) {
+    const ew_ctx *c = vctx;
+    size_t lo, hi;
+    ew_range(c, task, n_tasks, &lo, &hi);
+    float *x = c->y, cap = c->cap, s = c->s;
+    if (cap > 0.0f)
+        for (size_t i = lo; i < hi; i++) x[i] = cap * tanhf(x[i] / cap);
+    else
+        for (size_t i = lo; i < hi; i++) x[i] *= s;
+}
+
+/* Threads for an element-wise pass of count floats: one below 64 Ki
+ * elements (a decode row: a wake-up costs more than the pass). */
+static int ew_tasks(cmf_backend *b, size_t count) {
+    if (count < 65536) return 1;
+    size_t t = (size_t)(b->n_threads > 0 ? b->n_threads : 1), most = count / 16384;
+    return (int)(t < most ? t : most);
 }
 
 static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s) {
-    (void)b;
-    if (s == 1.0f)
-        for (size_t i = 0; i < count; i++) y[i] += x[i];
-    else
-        for (size_t i = 0; i < count; i++) y[i] += s * x[i];
+    PROF_BEGIN(b);
+    ew_ctx c = {y, x, count, s, 0.0f};
+    int nt = ew_tasks(b, count);
+    if (nt <= 1) add_task(&c, 0, 1);
+    else cmf_cpu_pool_run(pool_of(b), add_task, &c, nt);
+    PROF_END(CMF_PROF_ADD);
 }
 
 static void cpu_softcap(cmf_backend *b, float *x, size_t count, float c, float s) {
-    (void)b;
-    if (c > 0.0f)
-        for (size_t i = 0; i < count; i++) x[i] = c * tanhf(x[i] / c);
-    else
-        for (size_t i = 0; i < count; i++) x[i] *= s;
+    PROF_BEGIN(b);
+    ew_ctx e = {x, NULL, count, s, c};
+    int nt = ew_tasks(b, count);
+    if (nt <= 1) softcap_task(&e, 0, 1);
+    else cmf_cpu_pool_run(pool_of(b), softcap_task, &e, nt);
+    PROF_END(CMF_PROF_SOFTCAP);
 }
 
 /* One row of kv_dim values as int8 q and its scale s = max|x| / 127 (row
@@ -434,10 +578,27 @@ static void q8_row(uint8_t *dst, const float *x, uint32_t kv_dim) {
     memcpy(dst + kv_dim, &s, sizeof s);
 }
 
-static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
-                         const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
-    (void)b;
-    for (uint32_t i = 0; i < n; i++) {
+typedef struct {
+    void *k_base, *v_base;
+    cmf_kv_type type;
+    const float *k, *v;
+    size_t ld;
+    uint32_t n, kv_dim;
+    const size_t *dst;
+} kvs_ctx;
+
+/* Rows [lo, hi) of a store (each row is written alone: any split gives the
+ * same bytes). */
+static void kv_store_task(void *vctx, int task, int n_tasks) {
+    const kvs_ctx *c = vctx;
+    void *k_base = c->k_base, *v_base = c->v_base;
+    const float *k = c->k, *v = c->v;
+    size_t ld = c->ld;
+    uint32_t kv_dim = c->kv_dim, lo, hi;
+    cmf_kv_type type = c->type;
+    const size_t *dst = c->dst;
+    chunk(task, n_tasks, c->n, &lo, &hi);
+    for (uint32_t i = lo; i < hi; i++) {
         const float *kr = k + (size_t)i * ld, *vr = v + (size_t)i * ld;
         if (type == CMF_KV_F16) {
             uint16_t *kd = (uint16_t *)k_base + dst[i], *vd = (uint16_t *)v_base + dst[i];
@@ -453,6 +614,15 @@ static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type
             q8_row((uint8_t *)v_base + dst[i], vr, kv_dim);
         }
     }
+}
+
+static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
+                         const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
+    PROF_BEGIN(b);
+    kvs_ctx c = {k_base, v_base, type, k, v, ld, n, kv_dim, dst};
+    if ((size_t)n * kv_dim < 16384) kv_store_task(&c, 0, 1); /* decode rows */
+    else cmf_cpu_pool_run(pool_of(b), kv_store_task, &c, n_tasks_for(b, n));
+    PROF_END(CMF_PROF_KV_STORE);
 }
 
 /* ---- the backend ------------------------------------------------------- */
@@ -473,7 +643,7 @@ static const cmf_backend_ops cpu_ops = {
     .pool_copy = cpu_pool_copy,
     .matmul = cpu_matmul,
     .matmul_parts = cpu_matmul_parts,
-    .lora = cmf_cpu_op_lora,
+    .lora = cpu_lora,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -11,37 +11,47 @@
  * reports; the arithmetic is what forward.c did before (bit-identical).
  */
 #include "backend/cpu/ops_cpu_int.h"
+#include "backend/cpu/prof_cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The pool's profiler (prof_cpu.h; NULL unless CMF_CPU_PROFILE=1): b->ctx
+ * is the CPU backend's pool. */
+#define PROF_BEGIN(b)                                                                                            \
+    cmf_cpu_prof *prof_ = cmf_cpu_pool_prof((const cmf_cpu_pool *)(b)->ctx);                                  \
+    uint64_t prof_t0_ = cmf_cpu_prof_now(prof_)
+#define PROF_END(op) cmf_cpu_prof_end(prof_, (op), prof_t0_)
+
 void cmf_cpu_op_add_rows(cmf_backend *b, float *y, size_t ld, const float *v, uint32_t n, uint32_t dim) {
-    (void)b;
+    PROF_BEGIN(b);
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < dim; j++) y[(size_t)i * ld + j] += v[j];
+    PROF_END(CMF_PROF_ADD);
 }
 
 void cmf_cpu_op_copy(cmf_backend *b, float *dst, const float *src, size_t count) {
-    (void)b;
+    PROF_BEGIN(b);
     memmove(dst, src, count * sizeof *dst);
+    PROF_END(CMF_PROF_COPY);
 }
 
 void cmf_cpu_op_fill(cmf_backend *b, float *dst, size_t count, float v) {
-    (void)b;
-    if (v == 0.0f) {
-        memset(dst, 0, count * sizeof *dst);
-        return;
-    }
-    for (size_t i = 0; i < count; i++) dst[i] = v;
+    PROF_BEGIN(b);
+    if (v == 0.0f) memset(dst, 0, count * sizeof *dst);
+    else
+        for (size_t i = 0; i < count; i++) dst[i] = v;
+    PROF_END(CMF_PROF_COPY);
 }
 
 void cmf_cpu_op_gather_rows(cmf_backend *b, float *dst, const float *src, uint32_t dim, const uint32_t *idx,
                             uint32_t n) {
-    (void)b;
+    PROF_BEGIN(b);
     /* in place allowed when idx[i] >= i (rows move toward the front) */
     for (uint32_t i = 0; i < n; i++)
         memmove(dst + (size_t)i * dim, src + (size_t)idx[i] * dim, dim * sizeof *dst);
+    PROF_END(CMF_PROF_COPY);
 }
 
 void cmf_cpu_op_gate_add(cmf_backend *b, float *y, const float *x, const float *g, uint32_t n, uint32_t dim) {
@@ -97,6 +107,7 @@ cmf_status cmf_cpu_op_submit(cmf_backend *b, cmf_error *err) {
 }
 
 void cmf_cpu_op_read(cmf_backend *b, float *dst, const float *src, size_t count) {
-    (void)b;
+    PROF_BEGIN(b);
     memcpy(dst, src, count * sizeof *dst);
+    PROF_END(CMF_PROF_COPY);
 }

@@ -29,15 +29,17 @@
  * Jobs of more than 2^24 - 1 tasks also run serially.
  *
  * The pool also owns the matmul activation buffer (matmul.c), a table of
- * exp2f over all f16 values (q4tp ladders), built once at creation, and
- * the kernel level of the jobs run on it (CPU features and CMF_CPU, read
- * once at creation).
+ * exp2f over all f16 values (q4tp ladders), built once at creation, the
+ * kernel level of the jobs run on it (CPU features and CMF_CPU, read
+ * once at creation), and with CMF_CPU_PROFILE=1 the per-op profiler
+ * (prof_cpu.h), printed on stderr when the pool is freed.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/matmul_int.h"
+#include "backend/cpu/prof_cpu.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -88,6 +90,8 @@ struct cmf_cpu_pool {
     cmf_cpu_level level; /* kernel level of this pool's jobs */
     bool amx_f16;        /* f16 weights on the AMX-BF16 GEMM too */
     int amx_dec;         /* q8 decode class on AMX tiles from this many rows; 0 off */
+    int gemm_split;      /* prompt GEMM: row tasks per thread aimed at (cmf_cpu_pool_gemm_split) */
+    cmf_cpu_prof *prof;  /* CMF_CPU_PROFILE=1: per-op wall times (prof_cpu.h); else NULL */
 };
 
 static inline void cpu_relax(void) {
@@ -204,6 +208,12 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     atomic_init(&p->claim, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->busy, 0);
+    if (cmf_cpu_prof_wanted(getenv("CMF_CPU_PROFILE"))) { /* optional: NULL leaves it off */
+        p->prof = calloc(1, sizeof *p->prof);
+        if (p->prof) p->prof->n_threads = n_threads;
+    }
+    const char *gs = getenv("CMF_GEMM_SPLIT"); /* benchmarks of the split; bad values keep 4 */
+    p->gemm_split = gs && atoi(gs) >= 1 && atoi(gs) <= 64 ? atoi(gs) : 4;
     const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
     if (amxd) p->amx_dec = atoi(amxd) > 0 ? atoi(amxd) : 0;
     const char *pin = getenv("CMF_PIN");
@@ -248,10 +258,14 @@ void cmf_cpu_pool_free(cmf_cpu_pool *p) {
     free(p->scratch_sz);
     free(p->mm_buf);
     free(p->exp2_f16);
+    if (p->prof) cmf_cpu_prof_print(p->prof, stderr); /* the run's profile, at its end */
+    free(p->prof);
     free(p->workers);
     free((void *)p->range);
     free(p);
 }
+
+cmf_cpu_prof *cmf_cpu_pool_prof(const cmf_cpu_pool *p) { return p ? p->prof : NULL; }
 
 int cmf_cpu_pool_threads(const cmf_cpu_pool *p) { return p ? p->n_threads : 1; }
 
@@ -274,6 +288,8 @@ void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n) {
 }
 
 int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p) { return p ? p->amx_dec : 0; }
+
+int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p) { return p ? p->gemm_split : 4; }
 
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv) {
     if (p) p->level = cmf_cpu_level_cap(p->features, lv);

@@ -67,13 +67,30 @@ static void silu_mul_c(float *out, const float *g, const float *u, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c, axpy_c, dotb_c, axpyb_c, exp_sum_c, silu_mul_c};
+/* also the AVX2 level's (the compiler vectorises these plain loops) */
+static float scale_max_c(float *s, size_t n, float a) {
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        float x = s[i] * a;
+        s[i] = x;
+        mx = x > mx ? x : mx;
+    }
+    return mx;
+}
+
+static void scale_c(float *s, size_t n, float a) {
+    for (size_t i = 0; i < n; i++) s[i] *= a;
+}
+
+static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c,       axpy_c,      dotb_c, axpyb_c,
+                                  exp_sum_c,    silu_mul_c, scale_max_c, scale_c};
 #if defined(__x86_64__) || defined(__i386__)
-static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2, vec_axpy_avx2, vec_dotb_avx2,
-                                     vec_axpyb_avx2, vec_exp_sum_avx2, vec_silu_mul_avx2};
-static const cmf_cpu_vec vec_avx512 = {vec_f16_to_f32_avx512, vec_dot_avx512, vec_axpy_avx512,
-                                       vec_dotb_avx512, vec_axpyb_avx512, vec_exp_sum_avx512,
-                                       vec_silu_mul_avx512};
+static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2,      vec_axpy_avx2,
+                                     vec_dotb_avx2,       vec_axpyb_avx2,    vec_exp_sum_avx2,
+                                     vec_silu_mul_avx2,   scale_max_c,       scale_c};
+static const cmf_cpu_vec vec_avx512 = {vec_f16_to_f32_avx512, vec_dot_avx512,      vec_axpy_avx512,
+                                       vec_dotb_avx512,       vec_axpyb_avx512,    vec_exp_sum_avx512,
+                                       vec_silu_mul_avx512,   vec_scale_max_avx512, vec_scale_avx512};
 #endif
 
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l) {

@@ -207,3 +207,28 @@ void vec_silu_mul_avx512(float *out, const float *g, const float *u, size_t n) {
         _mm512_mask_storeu_ps(out + j, l, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(l, u + j)));
     }
 }
+
+/* s *= a and the max of the products: masked tails read -inf (max
+ * unchanged, nothing stored); the max is order-free, so the result equals
+ * the scalar loop's. A NaN product loses every _mm512_max_ps (which
+ * returns the second operand when one is NaN: acc holds no NaN), as C's
+ * x > mx ? x : mx skips it. */
+float vec_scale_max_avx512(float *s, size_t n, float a) {
+    const __m512 va = _mm512_set1_ps(a), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 acc = ninf;
+    for (size_t j = 0; j < n; j += 16) {
+        __mmask16 l = lanes(n - j);
+        __m512 x = _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, l, s + j), va);
+        _mm512_mask_storeu_ps(s + j, l, x);
+        acc = _mm512_max_ps(x, acc); /* NaN in x: acc kept */
+    }
+    return _mm512_reduce_max_ps(acc);
+}
+
+void vec_scale_avx512(float *s, size_t n, float a) {
+    const __m512 va = _mm512_set1_ps(a);
+    for (size_t j = 0; j < n; j += 16) {
+        __mmask16 l = lanes(n - j);
+        _mm512_mask_storeu_ps(s + j, l, _mm512_mul_ps(_mm512_maskz_loadu_ps(l, s + j), va));
+    }
+}

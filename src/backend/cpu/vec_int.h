@@ -45,6 +45,8 @@ void vec_axpyb_avx512(float *O, size_t ldo, size_t no, const float *w, size_t ld
                       size_t nv, size_t d);
 float vec_exp_sum_avx512(float *s, size_t n, float mx);
 void vec_silu_mul_avx512(float *out, const float *g, const float *u, size_t n);
+float vec_scale_max_avx512(float *s, size_t n, float a);
+void vec_scale_avx512(float *s, size_t n, float a);
 #endif
 
 #endif /* CMF_CPU_VEC_INT_H */
