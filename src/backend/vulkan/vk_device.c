@@ -597,7 +597,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
                                                            "moe_combine", "lora", "topk", "matmul_coop",
-                                                           "moe_route", "moe_mm"};
+                                                           "moe_route", "moe_mm", "matmul_dot"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
