@@ -30,12 +30,10 @@
 // reading consecutive groups read consecutive 16-byte words (no bank
 // conflicts).
 //
-// Work split (as matmul.comp's MV at S = 1): a workgroup of nsg subgroups
-// takes rpw = nsg · RB consecutive rows of one part (up to three parts
-// sharing X: q/k/v, gate/up), a subgroup RB rows (push constant team >> 8,
-// 1..4) for all NT tokens of its block, each X value read from shared
-// memory once for its RB rows; lane l takes each row's 16-byte weight
-// chunks c with c mod ssz = l
+// Work split (as matmul.comp's MV at S = 1, RB = 1): a workgroup of
+// nsg subgroups takes rpw consecutive rows of one part (up to three parts
+// sharing X: q/k/v, gate/up), a subgroup a row for all NT tokens of its
+// block; lane l takes the row's 16-byte weight chunks c with c mod ssz = l
 // (q8_row: 16 weights, half a group; 4-bit: a whole group and its scale),
 // MV_U of them in flight, the first issued before X is staged; its sum runs
 // over its chunks in increasing order whatever the token count, so a token
@@ -54,8 +52,7 @@ layout(constant_id = 2) const uint NT = 1;
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4 { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
 
-// matmul.comp's push constants (vk_ops.c mm_push); team >> 8 = RB, rows a
-// subgroup.
+// matmul.comp's push constants (vk_ops.c mm_push); team is unused here.
 layout(push_constant) uniform P {
     uint64_t w, x, y;
     uint nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
@@ -71,8 +68,7 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int sdot4(uint a, uint b, spirv_literal int fmt);
 
 const uint DOT_GB = 512;              // staged 32-groups (all tokens): 20 KiB; lavapipe has 32 KiB
-const uint MV_U = NT == 1 ? 4 : 2;    // chunks of each row a lane loads before using them
-const uint DOT_RB = 4;                // rows a subgroup at most (push constant team >> 8)
+const uint MV_U = NT == 1 ? 4 : 2;    // chunks a lane loads before using them
 const bool Q8 = DT == 3;
 const uint E = Q8 ? 16 : 32;          // weights a 16-byte chunk
 shared uvec4 xa[DOT_GB], xb[DOT_GB];
@@ -161,76 +157,64 @@ void main() {
     if (g >= g0 + g1) g -= g0 + g1, w = p.w2, y = p.y2, rows = p.rows2, row0 = p.row02, n_rows = p.n_rows2, ldy = p.ldy2;
     else if (g >= g0) g -= g0, w = p.w1, y = p.y1, rows = p.rows1, row0 = p.row01, n_rows = p.n_rows1, ldy = p.ldy1;
     uint cols = p.cols, gpt = DOT_GB / nt, kc = gpt * 32; // groups a staged token, inputs a K chunk
-    uint RB = clamp(p.team >> 8, 1u, DOT_RB);
     uint staged = ~0u;
-    for (uint rb0 = 0; rb0 < rpw; rb0 += nsg * RB) { // once when the driver's subgroups match the host's
-        uint j0 = g * rpw + rb0 + sg * RB;          // this subgroup's first row (in the part)
-        bool live = rb0 + sg * RB < rpw && j0 < n_rows;
-        uint nr = live ? min(min(RB, n_rows - j0), rpw - rb0 - sg * RB) : 0; // rows of this subgroup
-        precise float acc[DOT_RB][NT];
-        for (uint i = 0; i < DOT_RB; i++)
-            for (uint t = 0; t < NT; t++) acc[i][t] = 0.0;
+    for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
+        uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
+        bool live = rb0 + sg < rpw && j < n_rows;
+        precise float acc[NT];
+        for (uint t = 0; t < NT; t++) acc[t] = 0.0;
         for (uint k0 = 0; k0 < cols; k0 += kc) {
             uint kl = min(kc, cols - k0);
             uint c0 = k0 / E, c1 = (k0 + kl) / E;
             uint c = c0 + (lane + ssz - c0 % ssz) % ssz;
-            uvec4 raw[MV_U][DOT_RB];
-            float sc[MV_U][DOT_RB];
+            uvec4 raw[MV_U];
+            float sc[MV_U];
             for (uint u = 0; u < MV_U; u++)
-                for (uint i = 0; i < DOT_RB; i++)
-                    if (i < nr && c + u * ssz < c1) raw[u][i] = raw_chunk(w, rows, row0 + j0 + i, c + u * ssz, sc[u][i]);
+                if (live && c + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, c + u * ssz, sc[u]);
             if (staged != k0) {
                 barrier();
                 stage(t0, nt, k0, kl, gpt);
                 barrier();
                 staged = k0;
             }
-            while (nr > 0 && c < c1) {
+            while (live && c < c1) {
                 for (uint u = 0; u < MV_U; u++) {
                     uint cu = c + u * ssz;
                     if (cu >= c1) break;
                     uint cl = cu - c0; // chunk in the staged K chunk
+                    uvec4 q = raw[u];
                     for (uint t = 0; t < NT; t++) {
                         if (t >= nt) break;
                         uint gi = t * gpt + (Q8 ? cl / 2 : cl);
-                        uvec4 a = Q8 && (cl & 1u) != 0 ? xb[gi] : xa[gi], b = Q8 ? a : xb[gi];
-                        float d = xd[gi];
-                        int qs = 8 * xq[gi];
-                        for (uint i = 0; i < DOT_RB; i++) {
-                            if (i >= nr) break;
-                            uvec4 q = raw[u][i];
-                            int s;
-                            float f;
-                            if (Q8) {
-                                s = sdot4(q.x, a.x, 0) + sdot4(q.y, a.y, 0) + sdot4(q.z, a.z, 0) + sdot4(q.w, a.w, 0);
-                                f = d;
-                            } else {
-                                s = sdot4(q.x & M4, a.x, 0) + sdot4((q.x >> 4) & M4, a.y, 0) + sdot4(q.y & M4, a.z, 0) +
-                                    sdot4((q.y >> 4) & M4, a.w, 0) + sdot4(q.z & M4, b.x, 0) +
-                                    sdot4((q.z >> 4) & M4, b.y, 0) + sdot4(q.w & M4, b.z, 0) +
-                                    sdot4((q.w >> 4) & M4, b.w, 0) - qs;
-                                f = sc[u][i] * d;
-                            }
-                            acc[i][t] += float(s) * f;
+                        int s;
+                        float f;
+                        if (Q8) {
+                            uvec4 xv = (cl & 1u) == 0 ? xa[gi] : xb[gi];
+                            s = sdot4(q.x, xv.x, 0) + sdot4(q.y, xv.y, 0) + sdot4(q.z, xv.z, 0) + sdot4(q.w, xv.w, 0);
+                            f = xd[gi];
+                        } else {
+                            uvec4 a = xa[gi], b = xb[gi];
+                            s = sdot4(q.x & M4, a.x, 0) + sdot4((q.x >> 4) & M4, a.y, 0) + sdot4(q.y & M4, a.z, 0) +
+                                sdot4((q.y >> 4) & M4, a.w, 0) + sdot4(q.z & M4, b.x, 0) +
+                                sdot4((q.z >> 4) & M4, b.y, 0) + sdot4(q.w & M4, b.z, 0) +
+                                sdot4((q.w >> 4) & M4, b.w, 0);
+                            s -= 8 * xq[gi];
+                            f = sc[u] * xd[gi];
                         }
+                        acc[t] += float(s) * f;
                     }
                 }
                 c += MV_U * ssz;
                 for (uint u = 0; u < MV_U; u++)
-                    for (uint i = 0; i < DOT_RB; i++)
-                        if (i < nr && c + u * ssz < c1)
-                            raw[u][i] = raw_chunk(w, rows, row0 + j0 + i, c + u * ssz, sc[u][i]);
+                    if (c + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, c + u * ssz, sc[u]);
             }
         }
         if (kc < cols) staged = ~0u; // a later row group restages from k0 = 0
-        for (uint i = 0; i < DOT_RB; i++) {
-            if (i >= RB) break; // RB, nt uniform: the reductions stay in uniform control flow
-            float rs = Q8 && i < nr ? ld_h(U8(w), rows * cols + 2 * (row0 + j0 + i)) : 1.0; // q8_row: the row's scale
-            for (uint t = 0; t < NT; t++) {
-                if (t >= nt) break;
-                float s = subgroupAdd(acc[i][t]);
-                if (lane == 0 && i < nr) F32(y).v[(t0 + t) * ldy + j0 + i] = Q8 ? s * rs : s;
-            }
+        float rs = Q8 && live ? ld_h(U8(w), rows * cols + 2 * (row0 + j)) : 1.0; // q8_row: the row's scale
+        for (uint t = 0; t < NT; t++) {
+            if (t >= nt) break; // nt is uniform: the reductions stay in uniform control flow
+            float s = subgroupAdd(acc[t]);
+            if (lane == 0 && live) F32(y).v[(t0 + t) * ldy + j] = Q8 ? s * rs : s;
         }
     }
 }

@@ -414,7 +414,7 @@ static float *quant_x(const float *x, uint32_t n, uint64_t cols) {
 
 /* The integer-dot decode path (matmul_dot.comp) where the device has it:
  * 1 and 9 tokens (K staged in chunks at 8 tokens when in > 2048), 4 and 32
- * subgroups a workgroup (1 and 3 rows a subgroup), against the CPU reference on the quantized X
+ * subgroups a workgroup, against the CPU reference on the quantized X
  * (2e-5) and on X itself (the quantization error: 2e-2), a row alone equal
  * bit for bit to its row in a batch, three parts in one dispatch, and an
  * inf in X making its token's outputs NaN (as the CPU's int8 path). */
@@ -449,8 +449,8 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     CHECK(cpu->ops->matmul(cpu, &t, 2, 40, xq, n, -1, yq, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
     CHECK(cpu->ops->matmul(cpu, &t, 2, 40, x, n, -1, yc, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
     double worst = 0, wq = 0;
-    for (uint32_t wg = 4, rb = 1; wg <= 32; wg *= 8, rb += 2) { /* RB 1 and 3 rows a subgroup */
-        vk->mv_wg = wg, vk->dot_rb = rb;
+    for (uint32_t wg = 4; wg <= 32; wg *= 8) {
+        vk->mv_wg = wg;
         for (uint32_t nn = 1; nn <= n; nn += n - 1) {
             step_begin();
             CHECK(gpu->ops->matmul(gpu, &t, 2, 40, xd, nn, nn, yd, ldy, &err) == CMF_OK, "dot: %s", err.msg);
@@ -460,21 +460,18 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
             /* to the float X: tokens 0..2 (token 3's large input makes its group's step large) */
             double dq = maxdiff(yc, yg, (size_t)(nn < 3 ? nn : 3) * ldy, sqrt((double)cols));
             worst = d > worst ? d : worst, wq = dq > wq ? dq : wq;
-            CHECK(d < 2e-5 && dq < 2e-2, "dot %s in=%llu WG=%u RB=%u n=%u: max diff %g (to the float X: %g)",
-                  cmf_dtype_name(dt), (unsigned long long)cols, wg, rb, nn, d, dq);
+            CHECK(d < 2e-5 && dq < 2e-2, "dot %s in=%llu WG=%u n=%u: max diff %g (to the float X: %g)",
+                  cmf_dtype_name(dt), (unsigned long long)cols, wg, nn, d, dq);
             free(yg);
         }
     }
     vk->mv_wg = 0;
-    /* batch invariance (also across RB: 2 rows a subgroup at 9 tokens, 1 alone) */
+    /* batch invariance */
     float *y1 = gpu->ops->alloc(gpu, ldy);
     step_begin();
-    vk->dot_rb = 2;
     gpu->ops->matmul(gpu, &t, 2, 40, xd, n, n, yd, ldy, &err);
-    vk->dot_rb = 1;
     gpu->ops->matmul(gpu, &t, 2, 40, xd, 1, 1, y1, ldy, &err);
     step_end("dot alone");
-    vk->dot_rb = 0;
     float *a = down(yd, ldy), *b1 = down(y1, ldy);
     CHECK(memcmp(a, b1, 40 * sizeof(float)) == 0, "dot %s: a row alone differs from its row in a batch",
           cmf_dtype_name(dt));
@@ -504,7 +501,7 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     float *yi = down(yd, 2 * (size_t)ldy);
     CHECK(isfinite(yi[0]) && isnan(yi[ldy]) && isnan(yi[ldy + 39]), "dot %s inf: %g %g %g", cmf_dtype_name(dt), yi[0],
           yi[ldy], yi[ldy + 39]);
-    fprintf(stderr, "dot    %-8s in=%llu WG=4,32 RB=1,3 n=1,9, 3 parts, inf (diff %.2g; to the float X %.2g)\n",
+    fprintf(stderr, "dot    %-8s in=%llu WG=4,32 n=1,9, 3 parts, inf (diff %.2g; to the float X %.2g)\n",
             cmf_dtype_name(dt), (unsigned long long)cols, worst, wq);
     vk->dot = was;
     free(x), free(xq), free(yq), free(yc), free(a), free(b1), free(yi), free(w), free(payload);

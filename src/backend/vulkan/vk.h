@@ -167,7 +167,6 @@ typedef struct vk_ctx {
      * used: by default where 4x8-bit packed signed dot products are accelerated, CMF_VK_DOT=0/1 overrides
      * (1: also where they are not, e.g. lavapipe; tests flip it) */
     bool dot_ok, dot;
-    uint32_t dot_rb;             /* matmul_dot.comp's rows a subgroup (1..4; 0: vk_ops.c's choice; CMF_VK_DOT_RB) */
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with

@@ -474,8 +474,6 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->dot_ok = dot_ext && dq.shaderIntegerDotProduct && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     const char *dts = getenv("CMF_VK_DOT");
     vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
-    const char *drb = getenv("CMF_VK_DOT_RB");
-    vk->dot_rb = drb && *drb ? (uint32_t)atoi(drb) : 0;
     VkPhysicalDeviceShaderIntegerDotProductFeatures de = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
         .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL, .shaderIntegerDotProduct = VK_TRUE};

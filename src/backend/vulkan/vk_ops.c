@@ -149,11 +149,9 @@ static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress 
 
 /* The decode rows of n tokens through matmul_dot.comp (int8 X, OpSDot):
  * q8_row and the 4-bit dtypes at in % 32 == 0 on devices where vk->dot is
- * set; like MV (record_mv) 1..3 parts sharing X in one dispatch, RB rows a
- * subgroup (VK_DOT_RB; vk->dot_rb overrides: CMF_VK_DOT_RB, vk_bench; no
- * teams), 32 subgroups a workgroup where the device allows (vk->mv_wg
- * overrides). */
-#define VK_DOT_RB 1u
+ * set; like MV (record_mv) 1..3 parts sharing X in one dispatch, a subgroup
+ * a row (the shader has no teams: vk->mv_team / mv_rb do not apply), 32
+ * subgroups a workgroup where the device allows (vk->mv_wg overrides). */
 static bool dot_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
     cmf_dtype dt = o->W->dtype;
     return vk->dot && mv_ok(vk, o, x) &&
@@ -166,13 +164,12 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
     if (nsg > 32) nsg = 32;
     while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
-    uint32_t rb = vk->dot_rb >= 1 && vk->dot_rb <= 4 ? vk->dot_rb : VK_DOT_RB, rpw = nsg * rb;
     uint64_t groups = 0;
-    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + nsg - 1) / nsg;
     uint32_t gx, gy;
     grid(groups, 1, &gx, &gy);
     mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
-                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, rb << 8,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, nsg, 0,
                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
                 p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
