@@ -13,7 +13,10 @@
  *     q4_block, q8_row and f16, 50 dependent products in one step, us each and GB/s of weight
  *     bytes as a fraction of the probe, with matmul.comp's previous
  *     kernel (CMF_VK_MV=0) and the MV path at each team shape in the same
- *     process; q/k/v-like triples as one fused dispatch vs three.
+ *     process; q/k/v-like triples as one fused dispatch vs three; where the
+ *     device has integer dot products, the integer-dot kernel
+ *     (matmul_dot.comp, CMF_VK_DOT) at 32, 8 and 16 subgroups a workgroup
+ *     against MV (the 4- and 8-bit dtypes).
  * Usage: build/bench/vk_bench [--device N] [--mib M] [--matvec] (default 0, 4096).
  * Prints one line per figure and a JSON line at the end.
  */
@@ -116,6 +119,8 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
 #define MV_LINE(label, us)                                                                                            \
     printf("matvec %-20s %7.1f MiB %-16s %7.1f us %6.0f GB/s (%4.1f%% of probe)\n", name, nb / 1048576.0, label, us, \
            nb / (us) / 1e3, bw > 0 ? 100 * nb / (us) / 1e3 / bw : 0)
+    bool dot = vk->dot; /* the integer-dot kernel (matmul_dot.comp) is timed apart: off for the rest */
+    vk->dot = false;
     vk->mv = false;
     double old = mv_time(b, &t, x, y, 1, t1);
     MV_LINE("old (MV=0)", old);
@@ -136,6 +141,25 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     vk->mv_team = vk->mv_wg = 0;
     printf("matvec %-20s best %.1f us (%4.1f%% of probe) at S=%u WG=%u subgroups (0: default); mv %.2fx old\n", name, best,
            bw > 0 ? 100 * nb / best / 1e3 / bw : 0, bs, br, old / mv);
+    bool dq = vk->dot_ok && (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
+    if (dq) {
+        vk->dot = true;
+        double d = mv_time(b, &t, x, y, 1, t1), db = d;
+        MV_LINE("dot", d);
+        uint32_t bg = 0;
+        for (uint32_t g = 8; g <= 16; g *= 2) {
+            vk->mv_wg = g;
+            double u = mv_time(b, &t, x, y, 1, t1);
+            char l[32];
+            snprintf(l, sizeof l, "dot WG=%u", g);
+            MV_LINE(l, u);
+            if (u < db) db = u, bg = g;
+        }
+        vk->mv_wg = 0;
+        vk->dot = false;
+        printf("matvec %-20s dot %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us at WG=%u (0: 32)\n",
+               name, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db, bg);
+    }
     if (fuse) {
         vk->mv = true;
         double f3 = mv_time(b, &t, x, y, 3, t1);
@@ -144,7 +168,15 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
         vk->mv = true;
         printf("matvec %-20s x3 sharing X: one MV dispatch %.1f us (%.0f GB/s) | old, 3 dispatches %.1f us\n", name, f3,
                3 * nb / f3 / 1e3, o3);
+        if (dq) {
+            vk->dot = true;
+            double d3 = mv_time(b, &t, x, y, 3, t1);
+            vk->dot = false;
+            printf("matvec %-20s x3 sharing X: one dot dispatch %.1f us (%.0f GB/s): %.2fx MV\n", name, d3,
+                   3 * nb / d3 / 1e3, f3 / d3);
+        }
     }
+    vk->dot = dot;
     b->ops->release(b, x);
     b->ops->release(b, y);
     free(payload);

@@ -54,9 +54,11 @@ done
     >"$tmp/d_hy.txt" 2>"$tmp/hy.err" || { echo "FAIL: --gpu-layers 1 of 4: $(cat "$tmp/hy.err")"; fail=1; }
 cmp -s "$tmp/d_cpu.txt" "$tmp/d_hy.txt" || { echo "FAIL: demo-draft --gpu-layers 1 text differs from the cpu's"; fail=1; }
 toks=1,42,7,300,12,999,5,64,1000,3
-# (the CPU's reference level: float activations, as on the device)
+# (the CPU's reference level: float activations, as on the device with
+# CMF_VK_DOT=0: the integer-dot mat-vec, on by default where int8 dot
+# products are accelerated, quantizes X to int8; test_vk_ops tests it)
 CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/l_cpu.npy" -t 2 >/dev/null 2>&1 || { echo "FAIL: cpu logits"; fail=1; }
-CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/l_hy.npy" -t 2 -ngl 2 >/dev/null 2>"$tmp/hy.err" || { echo "FAIL: -ngl 2 logits: $(cat "$tmp/hy.err")"; fail=1; }
+CMF_CPU=ref CMF_VK_DOT=0 "$cmf" logits "$demo" --tokens $toks -o "$tmp/l_hy.npy" -t 2 -ngl 2 >/dev/null 2>"$tmp/hy.err" || { echo "FAIL: -ngl 2 logits: $(cat "$tmp/hy.err")"; fail=1; }
 $py - "$tmp/l_cpu.npy" "$tmp/l_hy.npy" <<'PY' || { echo "FAIL: -ngl 2 logits differ from the cpu's"; fail=1; }
 import struct, sys
 def load(p):  # float32 .npy, little-endian, without numpy
@@ -79,7 +81,7 @@ python3 "$src/bench/gen_lora_peft.py" "$tmp/pa" --hidden 384 --layers 8 --heads 
 CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/lo_cpu.npy" -t 2 --lora "$tmp/a.cmf" >/dev/null 2>&1 \
     || { echo "FAIL: cpu --lora logits"; fail=1; }
 for place in "--device vulkan" "-ngl 3"; do # (the second: the lora op on both backends)
-    CMF_CPU=ref "$cmf" logits "$demo" --tokens $toks -o "$tmp/lo_vk.npy" -t 2 --lora "$tmp/a.cmf" $place >/dev/null 2>"$tmp/lo.err" \
+    CMF_CPU=ref CMF_VK_DOT=0 "$cmf" logits "$demo" --tokens $toks -o "$tmp/lo_vk.npy" -t 2 --lora "$tmp/a.cmf" $place >/dev/null 2>"$tmp/lo.err" \
         || { echo "FAIL: $place --lora logits: $(cat "$tmp/lo.err")"; fail=1; }
     $py - "$tmp/lo_cpu.npy" "$tmp/lo_vk.npy" "$tmp/l_cpu.npy" "$place" <<'PY' || { echo "FAIL: $place --lora logits differ from the cpu's"; fail=1; }
 import struct, sys

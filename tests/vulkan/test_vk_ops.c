@@ -15,8 +15,10 @@
  * token id, an unsupported dtype, a vbit row of 9 bits). The MV decode
  * path (in % 32 == 0) at every team shape (subgroups a team, rows a team),
  * K staged in several chunks (in = 800 at 8 tokens), three parts in one
- * dispatch, and a row alone equal bit for bit to its row in a batch.
- * Tolerance: 2e-5 relative to the sum of |terms| (float rounding in a
+ * dispatch, and a row alone equal bit for bit to its row in a batch. The
+ * integer-dot decode path (matmul_dot.comp: int8 X) where the device has
+ * integer dot products (else it says SKIP), against the CPU on the
+ * quantized X. Tolerance: 2e-5 relative to the sum of |terms| (float rounding in a
  * different order; q8 KV: one quantization step). Skips (77) without a
  * Vulkan device.
  */
@@ -393,6 +395,120 @@ static void test_mv(cmf_dtype dt, uint64_t cols) {
     gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
 }
 
+/* X quantized to int8 and back as matmul_dot.comp does (per 32-group d =
+ * max|x| / 127, q = round-to-even(x / d)): the CPU's float reference on
+ * these values is the dot path's exact result up to float rounding. */
+static float *quant_x(const float *x, uint32_t n, uint64_t cols) {
+    float *q = malloc((size_t)n * cols * sizeof *q);
+    for (uint64_t g = 0; g < (uint64_t)n * cols; g += 32) {
+        float a = 0.0f;
+        for (int i = 0; i < 32; i++) a = fabsf(x[g + i]) > a ? fabsf(x[g + i]) : a;
+        float id = a > 0.0f ? 127.0f / a : 0.0f, d = a / 127.0f;
+        for (int i = 0; i < 32; i++) {
+            float r = nearbyintf(x[g + i] * id);
+            q[g + i] = (r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r) * d;
+        }
+    }
+    return q;
+}
+
+/* The integer-dot decode path (matmul_dot.comp) where the device has it:
+ * 1 and 9 tokens (K staged in chunks at 8 tokens when in > 2048), 4 and 32
+ * subgroups a workgroup, against the CPU reference on the quantized X
+ * (2e-5) and on X itself (the quantization error: 2e-2), a row alone equal
+ * bit for bit to its row in a batch, three parts in one dispatch, and an
+ * inf in X making its token's outputs NaN (as the CPU's int8 path). */
+static void test_dot(cmf_dtype dt, uint64_t cols) {
+    vk_ctx *vk = gpu->ctx;
+    if (!vk->dot_ok) {
+        fprintf(stderr, "SKIP dot %s in=%llu: the device has no integer dot product (matmul_dot.comp untested)\n",
+                cmf_dtype_name(dt), (unsigned long long)cols);
+        return;
+    }
+    bool was = vk->dot;
+    vk->dot = true;
+    uint64_t rows = 45;
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    uint32_t n = 9, ldy = 41;
+    float *x = rnd(n * cols), *xq = quant_x(x, n, cols);
+    x[3 * cols + 5] *= 1000.0f; /* one large input: its group's scale is its own */
+    free(xq);
+    xq = quant_x(x, n, cols);
+    float *yq = calloc((size_t)n * ldy, sizeof(float)), *yc = calloc((size_t)n * ldy, sizeof(float));
+    float *xd = up(x, n * cols), *yd = gpu->ops->alloc(gpu, (size_t)n * ldy);
+    CHECK(cpu->ops->matmul(cpu, &t, 2, 40, xq, n, -1, yq, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+    CHECK(cpu->ops->matmul(cpu, &t, 2, 40, x, n, -1, yc, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+    double worst = 0, wq = 0;
+    for (uint32_t wg = 4; wg <= 32; wg *= 8) {
+        vk->mv_wg = wg;
+        for (uint32_t nn = 1; nn <= n; nn += n - 1) {
+            step_begin();
+            CHECK(gpu->ops->matmul(gpu, &t, 2, 40, xd, nn, nn, yd, ldy, &err) == CMF_OK, "dot: %s", err.msg);
+            step_end("dot");
+            float *yg = down(yd, (size_t)nn * ldy);
+            double d = maxdiff(yq, yg, (size_t)nn * ldy, sqrt((double)cols));
+            /* to the float X: tokens 0..2 (token 3's large input makes its group's step large) */
+            double dq = maxdiff(yc, yg, (size_t)(nn < 3 ? nn : 3) * ldy, sqrt((double)cols));
+            worst = d > worst ? d : worst, wq = dq > wq ? dq : wq;
+            CHECK(d < 2e-5 && dq < 2e-2, "dot %s in=%llu WG=%u n=%u: max diff %g (to the float X: %g)",
+                  cmf_dtype_name(dt), (unsigned long long)cols, wg, nn, d, dq);
+            free(yg);
+        }
+    }
+    vk->mv_wg = 0;
+    /* batch invariance */
+    float *y1 = gpu->ops->alloc(gpu, ldy);
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 2, 40, xd, n, n, yd, ldy, &err);
+    gpu->ops->matmul(gpu, &t, 2, 40, xd, 1, 1, y1, ldy, &err);
+    step_end("dot alone");
+    float *a = down(yd, ldy), *b1 = down(y1, ldy);
+    CHECK(memcmp(a, b1, 40 * sizeof(float)) == 0, "dot %s: a row alone differs from its row in a batch",
+          cmf_dtype_name(dt));
+    /* three parts, one dispatch */
+    float *y2 = gpu->ops->alloc(gpu, (size_t)n * 7), *y3 = gpu->ops->alloc(gpu, (size_t)n * 30);
+    cmf_mm_part parts[3] = {{&t, 0, 5, yd, ldy}, {&t, 38, 7, y2, 7}, {&t, 9, 30, y3, 30}};
+    step_begin();
+    CHECK(gpu->ops->matmul_parts(gpu, parts, 3, xd, n, n, &err) == CMF_OK, "dot parts: %s", err.msg);
+    step_end("dot parts");
+    for (int k = 0; k < 3; k++) {
+        float *c = calloc((size_t)n * parts[k].ldy, sizeof(float));
+        CHECK(cpu->ops->matmul(cpu, &t, parts[k].row0, parts[k].n_rows, xq, n, -1, c, parts[k].ldy, &err) == CMF_OK,
+              "cpu parts");
+        float *g = down(parts[k].Y, (size_t)n * parts[k].ldy);
+        for (uint32_t i = 0; i < n; i++) /* compare the written columns only */
+            for (uint64_t j = parts[k].n_rows; j < parts[k].ldy; j++) c[i * parts[k].ldy + j] = g[i * parts[k].ldy + j];
+        double d = maxdiff(c, g, (size_t)n * parts[k].ldy, sqrt((double)cols));
+        CHECK(d < 2e-5, "dot parts %s part %d: max diff %g", cmf_dtype_name(dt), k, d);
+        free(c), free(g);
+    }
+    /* an inf in token 1: its outputs NaN, token 0's finite */
+    x[cols + 7] = INFINITY;
+    gpu->ops->write(gpu, xd, x, n * cols);
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 2, 40, xd, 2, 2, yd, ldy, &err);
+    step_end("dot inf");
+    float *yi = down(yd, 2 * (size_t)ldy);
+    CHECK(isfinite(yi[0]) && isnan(yi[ldy]) && isnan(yi[ldy + 39]), "dot %s inf: %g %g %g", cmf_dtype_name(dt), yi[0],
+          yi[ldy], yi[ldy + 39]);
+    fprintf(stderr, "dot    %-8s in=%llu WG=4,32 n=1,9, 3 parts, inf (diff %.2g; to the float X %.2g)\n",
+            cmf_dtype_name(dt), (unsigned long long)cols, worst, wq);
+    vk->dot = was;
+    free(x), free(xq), free(yq), free(yc), free(a), free(b1), free(yi), free(w), free(payload);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, y1);
+    gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
+}
+
 int main(void) {
     setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
     cmf_error err = {0};
@@ -401,6 +517,9 @@ int main(void) {
     REQUIRE(st == CMF_OK, "vulkan: %s", err.msg);
     REQUIRE(cmf_backend_cpu_new(1, &cpu, &err) == CMF_OK, "cpu: %s", err.msg);
     cmf_cpu_pool_set_level(cmf_backend_cpu_pool(cpu), CMF_CPU_REF);
+    /* the float paths first (their 2e-5 tolerance): the integer-dot kernel, on by default where the device
+     * accelerates it, quantizes X; test_dot turns it on */
+    ((vk_ctx *)gpu->ctx)->dot = false;
     cmf_dtype dts[] = {CMF_DT_F32, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_ROW, CMF_DT_Q8_2F,
                        CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
     /* the 1-, 2- and variable-bit dtypes (scalar decode, dequant.glsl): q1 also at in % 32 != 0 */
@@ -420,6 +539,9 @@ int main(void) {
                        CMF_DT_Q4TP};
     for (size_t i = 0; i < sizeof mvs / sizeof mvs[0]; i++) test_mv(mvs[i], mvs[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_mv(CMF_DT_Q4TP, 800);
+    cmf_dtype dots[] = {CMF_DT_Q8_ROW, CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
+    for (size_t i = 0; i < 4; i++) test_dot(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
+    test_dot(CMF_DT_Q8_ROW, 2080), test_dot(CMF_DT_Q4TP, 2080);
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);

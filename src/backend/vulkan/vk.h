@@ -47,6 +47,7 @@ typedef enum vk_shader {
     VK_SH_MATMUL_COOP, /* cooperative-matrix GEMM: created only where vk_ctx.coop is set */
     VK_SH_MOE_ROUTE, VK_SH_MOE_MM,
     VK_SH_ATTENTION_COOP, /* flash attention on cooperative matrices: created only where vk_ctx.coop is set */
+    VK_SH_MATMUL_DOT, /* integer-dot decode mat-vec: created only where vk_ctx.dot_ok is set */
     VK_SH_COUNT
 } vk_shader;
 
@@ -162,6 +163,11 @@ typedef struct vk_ctx {
     bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */
     bool wide;                   /* matmul.comp's 16-byte weight loads (CMF_VK_WIDE=0 turns them off, for A/B) */
     bool mv;                     /* matmul.comp's MV decode path (QUAD 3; CMF_VK_MV=0 turns it off, for A/B) */
+    /* decode rows of q8_row/q4_block/q4_tiled/q4tp through matmul_dot.comp (int8 X, OpSDot): dot_ok where
+     * the device has shaderIntegerDotProduct and subgroup shuffles (the shader is created); dot where it is
+     * used: by default where 4x8-bit packed signed dot products are accelerated, CMF_VK_DOT=0/1 overrides
+     * (1: also where they are not, e.g. lavapipe; tests flip it) */
+    bool dot_ok, dot;
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with

@@ -12,7 +12,9 @@
  * shaderInt16 and shaderInt64 (lavapipe, NVIDIA, AMD and Intel drivers
  * have them). Optional, enabled only where present: cooperative matrices
  * (VK_KHR_cooperative_matrix, else VK_NV_cooperative_matrix) with
- * shaderFloat16 and vulkanMemoryModel, for matmul_coop.comp.
+ * shaderFloat16 and vulkanMemoryModel, for matmul_coop.comp; integer dot
+ * products (VK_KHR_shader_integer_dot_product) with subgroup shuffles, for
+ * matmul_dot.comp.
  */
 #include "backend/vulkan/vk.h"
 
@@ -29,13 +31,13 @@ extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_sp
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
     cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
     cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[], cmf_vk_spv_attention_coop[],
-    cmf_vk_spv_attention_coop_khr[];
+    cmf_vk_spv_attention_coop_khr[], cmf_vk_spv_matmul_dot[];
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
     cmf_vk_spv_topk_size, cmf_vk_spv_matmul_coop_size, cmf_vk_spv_matmul_coop_khr_size,
     cmf_vk_spv_moe_route_size, cmf_vk_spv_moe_mm_size, cmf_vk_spv_attention_coop_size,
-    cmf_vk_spv_attention_coop_khr_size;
+    cmf_vk_spv_attention_coop_khr_size, cmf_vk_spv_matmul_dot_size;
 
 /* VK_KHR_cooperative_matrix (Vulkan headers 1.3.255+); Debian 12's are
  * older: the few names used here, as the registry defines them. */
@@ -207,6 +209,7 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MOE_ROUTE] = {cmf_vk_spv_moe_route, &cmf_vk_spv_moe_route_size},
     [VK_SH_MOE_MM] = {cmf_vk_spv_moe_mm, &cmf_vk_spv_moe_mm_size},
     [VK_SH_ATTENTION_COOP] = {cmf_vk_spv_attention_coop_khr, &cmf_vk_spv_attention_coop_khr_size},
+    [VK_SH_MATMUL_DOT] = {cmf_vk_spv_matmul_dot, &cmf_vk_spv_matmul_dot_size},
 };
 
 /* ---- cooperative matrices ------------------------------------------------ */
@@ -458,9 +461,31 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cn = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
-    const char *coop_ext[1] = {vk->coop == 1 ? "VK_KHR_cooperative_matrix" : VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME};
+    /* integer dot products (matmul_dot.comp): VK_KHR_shader_integer_dot_product (the instance asks for
+     * Vulkan 1.2, so the extension even where 1.3 has it in core) and subgroup shuffles */
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dq = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    VkPhysicalDeviceShaderIntegerDotProductProperties dpp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
+    bool dot_ext = has_ext(vk->phys, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    if (dot_ext) {
+        VkPhysicalDeviceFeatures2 q2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &dq};
+        vkGetPhysicalDeviceFeatures2(vk->phys, &q2);
+        VkPhysicalDeviceProperties2 r2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &dpp};
+        vkGetPhysicalDeviceProperties2(vk->phys, &r2);
+    }
+    vk->dot_ok = dot_ext && dq.shaderIntegerDotProduct && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+    const char *dts = getenv("CMF_VK_DOT");
+    vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
+    VkPhysicalDeviceShaderIntegerDotProductFeatures de = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+        .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL, .shaderIntegerDotProduct = VK_TRUE};
+    const char *exts[2];
+    uint32_t n_ext = 0;
+    if (vk->coop) exts[n_ext++] = vk->coop == 1 ? "VK_KHR_cooperative_matrix" : VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (vk->dot_ok) exts[n_ext++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
     VkPhysicalDeviceVulkan12Features e12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                                            .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL,
+                                            .pNext = vk->dot_ok ? (void *)&de : de.pNext,
                                             .bufferDeviceAddress = VK_TRUE, .storageBuffer8BitAccess = VK_TRUE,
                                             .shaderInt8 = VK_TRUE, .shaderFloat16 = vk->coop != 0,
                                             .vulkanMemoryModel = vk->coop != 0};
@@ -469,11 +494,12 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11,
                                     .features = {.shaderInt16 = VK_TRUE, .shaderInt64 = VK_TRUE}};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2, .queueCreateInfoCount = 1,
-                             .pQueueCreateInfos = &qi, .enabledExtensionCount = vk->coop != 0,
-                             .ppEnabledExtensionNames = vk->coop ? coop_ext : NULL};
+                             .pQueueCreateInfos = &qi, .enabledExtensionCount = n_ext,
+                             .ppEnabledExtensionNames = n_ext ? exts : NULL};
     VkResult cr = vkCreateDevice(vk->phys, &di, NULL, &vk->dev);
-    if (cr != VK_SUCCESS && vk->coop) { /* refused with cooperative matrices: without them (the tiled GEMM) */
+    if (cr != VK_SUCCESS && (vk->coop || vk->dot_ok)) { /* refused with the optional features: without them */
         vk->coop = 0;
+        vk->dot_ok = vk->dot = false;
         e12.pNext = NULL;
         e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
         di.enabledExtensionCount = 0;
@@ -529,7 +555,9 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     for (int s = 0; s < VK_SH_COUNT; s++) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
-        if ((s == VK_SH_MATMUL_COOP || s == VK_SH_ATTENTION_COOP) && !vk->coop) continue; /* capabilities not enabled */
+        if (((s == VK_SH_MATMUL_COOP || s == VK_SH_ATTENTION_COOP) && !vk->coop) ||
+            (s == VK_SH_MATMUL_DOT && !vk->dot_ok))
+            continue; /* its capabilities are not enabled */
         if (s == VK_SH_MATMUL_COOP && vk->coop == 2) { /* the NV form of the same shader */
             mi.codeSize = cmf_vk_spv_matmul_coop_size;
             mi.pCode = (const uint32_t *)(const void *)cmf_vk_spv_matmul_coop;
@@ -583,7 +611,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
                                                            "moe_combine", "lora", "topk", "matmul_coop",
-                                                           "moe_route", "moe_mm", "attn_coop"};
+                                                           "moe_route", "moe_mm", "attn_coop", "matmul_dot"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -884,7 +912,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
+    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_MATMUL_DOT ? 3 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
                       sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {

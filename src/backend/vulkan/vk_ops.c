@@ -147,6 +147,39 @@ static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress 
                     (n + nt - 1) / nt);
 }
 
+/* The decode rows of n tokens through matmul_dot.comp (int8 X, OpSDot):
+ * q8_row and the 4-bit dtypes at in % 32 == 0 on devices where vk->dot is
+ * set; like MV (record_mv) 1..3 parts sharing X in one dispatch, a subgroup
+ * a row (the shader has no teams: vk->mv_team / mv_rb do not apply), 32
+ * subgroups a workgroup where the device allows (vk->mv_wg overrides). */
+static bool dot_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
+    cmf_dtype dt = o->W->dtype;
+    return vk->dot && mv_ok(vk, o, x) &&
+           (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
+}
+
+static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
+    uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
+    if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
+    if (nsg > 32) nsg = 32;
+    while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
+    uint64_t groups = 0;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + nsg - 1) / nsg;
+    uint32_t gx, gy;
+    grid(groups, 1, &gx, &gy);
+    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, nsg, 0,
+                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
+                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
+    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
+                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
+    cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype, nt, &p, sizeof p, gx, gy,
+                    (n + nt - 1) / nt);
+}
+
 /* Rows [0, n_dec) as decode (matmul.comp: MV, or a subgroup per weight
  * row), rows [n_dec, n) as prompt (matmul_coop.comp where the device has
  * cooperative matrices, vk->coop, else matmul_tiled.comp); n_dec < 0: all rows
@@ -177,6 +210,10 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
     }
     if (nv == 0 || !dec) return;
     n = nv;
+    if (dot_ok(vk, o, x)) {
+        record_dot(vk, o, 1, x, n);
+        return;
+    }
     if (mv_ok(vk, o, x)) {
         record_mv(vk, o, 1, x, n);
         return;
@@ -224,7 +261,10 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
         record_mm(vk, &o[i], x, n, nv, !fuse);
     }
     vk->no_barrier = false;
-    if (fuse && !st) record_mv(vk, o, n_parts, x, nv);
+    if (fuse && !st) {
+        if (dot_ok(vk, &o[0], x)) record_dot(vk, o, n_parts, x, nv); /* one dtype: all parts or none */
+        else record_mv(vk, o, n_parts, x, nv);
+    }
     cmf_vk_op_end(vk);
     return st;
 }

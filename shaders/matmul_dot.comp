@@ -1,0 +1,220 @@
+#version 450
+// matmul_dot.comp — the integer-dot decode mat-vec: Y[i][j] = sum_k X[i][k] ·
+// W[row0 + j][k] for the decode-class rows of q8_row, q4_block, q4_tiled and
+// q4tp weights at in % 32 == 0 (vk_ops.c record_dot). X is quantized to int8
+// per 32-element group inside each workgroup (d = max|x| / 127, q =
+// round-to-even(x / d) clamped to [-127, 127]: the scheme of the CPU
+// backend's activation quantization, src/backend/cpu/matmul.c group_scale),
+// then 4 int8 pairs are multiplied and summed per instruction (OpSDot with
+// the packed 4x8-bit operand, SPV_KHR_integer_dot_product; GLSL reaches it
+// through GL_EXT_spirv_intrinsics since Debian's glslc has no
+// GL_EXT_integer_dot_product builtins). Only created on devices with
+// shaderIntegerDotProduct (vk_device.c); the portable path is matmul.comp.
+//
+// Per weight row and token: sum over groups b of s_b · d_b · sum_i w_i q_i,
+// with s_b the weight scale (q8_row: one per row, applied at the end;
+// 4-bit: one per 32-group) and w_i the stored integer. 4-bit nibbles n_i
+// are used as they are stored (0..15, positive int8) and the -8 offset is
+// folded in as sum_i (n_i - 8) q_i = sum_i n_i q_i - 8 · qsum_b, qsum_b the
+// group's sum of q computed when X is quantized.
+//
+// Layout of the staged X (shared memory), per token and 32-group b: xa[b],
+// xb[b] (uvec4 each: the group's 32 int8 as 8 packed words), xd[b] (d_b),
+// xq[b] (qsum_b). For q8_row the words are in element order (word l =
+// elements 4l..4l+3: the weights' byte order). For the 4-bit dtypes a
+// group's 16 nibble bytes hold element 2i in the low and 2i+1 in the high
+// nibble of byte i, so w & 0x0f0f0f0f of word m (elements 8m..8m+7) gives
+// elements 8m, 8m+2, 8m+4, 8m+6 and (w >> 4) & 0x0f0f0f0f the odd ones: X
+// word 2m holds (x[8m], x[8m+2], x[8m+4], x[8m+6]), word 2m+1 (x[8m+1],
+// x[8m+3], x[8m+5], x[8m+7]). xa and xb are separate arrays so that lanes
+// reading consecutive groups read consecutive 16-byte words (no bank
+// conflicts).
+//
+// Work split (as matmul.comp's MV at S = 1, RB = 1): a workgroup of
+// nsg subgroups takes rpw consecutive rows of one part (up to three parts
+// sharing X: q/k/v, gate/up), a subgroup a row for all NT tokens of its
+// block; lane l takes the row's 16-byte weight chunks c with c mod ssz = l
+// (q8_row: 16 weights, half a group; 4-bit: a whole group and its scale),
+// MV_U of them in flight, the first issued before X is staged; its sum runs
+// over its chunks in increasing order whatever the token count, so a token
+// gets the same bits alone or in a batch (batch invariance: the NT = 1
+// and NT = 8 pipelines do the same arithmetic a token); subgroupAdd. K is
+// staged in chunks of at most DOT_GB groups (all tokens together).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_spirv_intrinsics : require
+#include "common.glsl"
+#include "dequant.glsl"
+layout(constant_id = 2) const uint NT = 1;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4 { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
+
+// matmul.comp's push constants (vk_ops.c mm_push); team is unused here.
+layout(push_constant) uniform P {
+    uint64_t w, x, y;
+    uint nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
+    uint team;
+    uint64_t w1, w2, y1, y2;
+    uint rows1, rows2, row01, row02, n_rows1, n_rows2, ldy1, ldy2;
+} p;
+
+// OpSDotKHR (opcode 4450) on two 32-bit words of 4 packed int8 (format 0 =
+// PackedVectorFormat4x8Bit); capabilities DotProductKHR (6019),
+// DotProductInput4x8BitPackedKHR (6018).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot4(uint a, uint b, spirv_literal int fmt);
+
+const uint DOT_GB = 512;              // staged 32-groups (all tokens): 20 KiB; lavapipe has 32 KiB
+const uint MV_U = NT == 1 ? 4 : 2;    // chunks a lane loads before using them
+const bool Q8 = DT == 3;
+const uint E = Q8 ? 16 : 32;          // weights a 16-byte chunk
+shared uvec4 xa[DOT_GB], xb[DOT_GB];
+shared float xd[DOT_GB];
+shared int xq[DOT_GB];
+
+// Raw 16-byte chunk c of row r (weights c·E ..) and its group's scale
+// (4-bit; 1 for q8_row, whose row scale main applies once); the layouts of
+// matmul.comp's mv_raw.
+uvec4 raw_chunk(uint64_t w, uint rows, uint r, uint c, out float sc) {
+    uint cols = p.cols, nelem = rows * cols, gpr = cols / 32;
+    sc = 1.0;
+    if (DT == 11) { // q4_block: 18-byte blocks [f16 scale][16 nibble bytes], 2-byte aligned
+        U16 H = U16(w);
+        uint t = 9 * (r * gpr + c);
+        sc = unpackHalf2x16(uint(H.v[t])).x;
+        return uvec4(uint(H.v[t + 1]) | (uint(H.v[t + 2]) << 16), uint(H.v[t + 3]) | (uint(H.v[t + 4]) << 16),
+                     uint(H.v[t + 5]) | (uint(H.v[t + 6]) << 16), uint(H.v[t + 7]) | (uint(H.v[t + 8]) << 16));
+    }
+    uvec4 q = U4(w).v[r * (cols / E) + c];
+    if (DT == 4) sc = unpackHalf2x16(uint(U16(w).v[(nelem + 31) / 32 * 8 + r * gpr + c])).x;
+    if (DT == 15) {
+        uint cb = (gpr * 5 + 7) / 8, ls = rows * gpr * 16;
+        uint codes = ls + rows * 4 + r * cb, ladder = (ls + rows * 4 + rows * cb + 3) & ~3u;
+        uint bit = 5 * c;
+        U8 B = U8(w);
+        uint v = uint(B.v[codes + bit / 8]);
+        if (bit / 8 + 1 < cb) v |= uint(B.v[codes + bit / 8 + 1]) << 8;
+        sc = F32(w + ladder).v[r * 32 + ((v >> (bit % 8)) & 31u)];
+    }
+    return q;
+}
+
+uint pack4(ivec4 q) { return uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z & 255) << 16 | uint(q.w & 255) << 24; }
+
+// Quantize the staged chunk: nt tokens × kl inputs from k0, 4 inputs an
+// invocation, 8 consecutive lanes a 32-group (the subgroup size is a
+// multiple of 8 and kl of 32, so the 8 lanes of a group are active
+// together in every iteration and the shuffles stay inside the group).
+void stage(uint t0, uint nt, uint k0, uint kl, uint gpt) {
+    uint lane = gl_SubgroupInvocationID;
+    uint ii = gl_SubgroupID * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize;
+    uint q4 = kl / 4, cols = p.cols;
+    V4 X = V4(p.x);
+    for (uint i = ii; i < nt * q4; i += nthr) {
+        uint t = i / q4, e4 = i % q4, l = e4 % 8, g = t * gpt + e4 / 8;
+        vec4 v = X.v[((t0 + t) * cols + k0) / 4 + e4];
+        bool bad = any(isnan(v)) || any(isinf(v));
+        vec4 av = abs(v);
+        float a = bad ? uintBitsToFloat(0x7f800000u) : max(max(av.x, av.y), max(av.z, av.w));
+        a = max(a, subgroupShuffleXor(a, 1));
+        a = max(a, subgroupShuffleXor(a, 2));
+        a = max(a, subgroupShuffleXor(a, 4));
+        float id = a > 0.0 ? 127.0 / a : 0.0;
+        bool zero = isinf(a) || isinf(id); // inf/NaN in the group, or an inverse that overflows
+        ivec4 q = zero ? ivec4(0) : clamp(ivec4(roundEven(v * id)), ivec4(-127), ivec4(127));
+        uint own = pack4(q), word = own;
+        if (!Q8) { // nibble order: (even elements, odd elements) of each 8, from this lane and its pair
+            uint oth = subgroupShuffleXor(own, 1);
+            word = (l & 1u) == 0 ? (own & 255u) | ((own >> 16) & 255u) << 8 | (oth & 255u) << 16 | ((oth >> 16) & 255u) << 24
+                                 : ((oth >> 8) & 255u) | (oth >> 24) << 8 | ((own >> 8) & 255u) << 16 | (own >> 24) << 24;
+        }
+        int s = q.x + q.y + q.z + q.w;
+        s += subgroupShuffleXor(s, 1);
+        s += subgroupShuffleXor(s, 2);
+        s += subgroupShuffleXor(s, 4);
+        if (l < 4) xa[g][l] = word;
+        else xb[g][l - 4] = word;
+        if (l == 0) {
+            xd[g] = isinf(a) ? uintBitsToFloat(0x7fc00000u) : isinf(id) ? 0.0 : a / 127.0;
+            xq[g] = s;
+        }
+    }
+}
+
+const uint M4 = 0x0f0f0f0fu;
+
+void main() {
+    uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, ssz = gl_SubgroupSize, nsg = gl_NumSubgroups;
+    uint t0 = gl_WorkGroupID.z * NT, nt = min(NT, p.n - t0);
+    uint g = gl_WorkGroupID.x + gl_WorkGroupID.y * p.nx, rpw = p.rpw;
+    uint64_t w = p.w, y = p.y;
+    uint rows = p.rows, row0 = p.row0, n_rows = p.n_rows, ldy = p.ldy;
+    uint g0 = (p.n_rows + rpw - 1) / rpw, g1 = (p.n_rows1 + rpw - 1) / rpw, g2 = (p.n_rows2 + rpw - 1) / rpw;
+    if (g >= g0 + g1 + g2) return; // uniform over the workgroup
+    if (g >= g0 + g1) g -= g0 + g1, w = p.w2, y = p.y2, rows = p.rows2, row0 = p.row02, n_rows = p.n_rows2, ldy = p.ldy2;
+    else if (g >= g0) g -= g0, w = p.w1, y = p.y1, rows = p.rows1, row0 = p.row01, n_rows = p.n_rows1, ldy = p.ldy1;
+    uint cols = p.cols, gpt = DOT_GB / nt, kc = gpt * 32; // groups a staged token, inputs a K chunk
+    uint staged = ~0u;
+    for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
+        uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
+        bool live = rb0 + sg < rpw && j < n_rows;
+        precise float acc[NT];
+        for (uint t = 0; t < NT; t++) acc[t] = 0.0;
+        for (uint k0 = 0; k0 < cols; k0 += kc) {
+            uint kl = min(kc, cols - k0);
+            uint c0 = k0 / E, c1 = (k0 + kl) / E;
+            uint c = c0 + (lane + ssz - c0 % ssz) % ssz;
+            uvec4 raw[MV_U];
+            float sc[MV_U];
+            for (uint u = 0; u < MV_U; u++)
+                if (live && c + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, c + u * ssz, sc[u]);
+            if (staged != k0) {
+                barrier();
+                stage(t0, nt, k0, kl, gpt);
+                barrier();
+                staged = k0;
+            }
+            while (live && c < c1) {
+                for (uint u = 0; u < MV_U; u++) {
+                    uint cu = c + u * ssz;
+                    if (cu >= c1) break;
+                    uint cl = cu - c0; // chunk in the staged K chunk
+                    uvec4 q = raw[u];
+                    for (uint t = 0; t < NT; t++) {
+                        if (t >= nt) break;
+                        uint gi = t * gpt + (Q8 ? cl / 2 : cl);
+                        int s;
+                        float f;
+                        if (Q8) {
+                            uvec4 xv = (cl & 1u) == 0 ? xa[gi] : xb[gi];
+                            s = sdot4(q.x, xv.x, 0) + sdot4(q.y, xv.y, 0) + sdot4(q.z, xv.z, 0) + sdot4(q.w, xv.w, 0);
+                            f = xd[gi];
+                        } else {
+                            uvec4 a = xa[gi], b = xb[gi];
+                            s = sdot4(q.x & M4, a.x, 0) + sdot4((q.x >> 4) & M4, a.y, 0) + sdot4(q.y & M4, a.z, 0) +
+                                sdot4((q.y >> 4) & M4, a.w, 0) + sdot4(q.z & M4, b.x, 0) +
+                                sdot4((q.z >> 4) & M4, b.y, 0) + sdot4(q.w & M4, b.z, 0) +
+                                sdot4((q.w >> 4) & M4, b.w, 0);
+                            s -= 8 * xq[gi];
+                            f = sc[u] * xd[gi];
+                        }
+                        acc[t] += float(s) * f;
+                    }
+                }
+                c += MV_U * ssz;
+                for (uint u = 0; u < MV_U; u++)
+                    if (c + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, c + u * ssz, sc[u]);
+            }
+        }
+        if (kc < cols) staged = ~0u; // a later row group restages from k0 = 0
+        float rs = Q8 && live ? ld_h(U8(w), rows * cols + 2 * (row0 + j)) : 1.0; // q8_row: the row's scale
+        for (uint t = 0; t < NT; t++) {
+            if (t >= nt) break; // nt is uniform: the reductions stay in uniform control flow
+            float s = subgroupAdd(acc[t]);
+            if (lane == 0 && live) F32(y).v[(t0 + t) * ldy + j] = Q8 ? s * rs : s;
+        }
+    }
+}
