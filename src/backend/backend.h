@@ -86,6 +86,11 @@ typedef struct cmf_attn_args {
     uint32_t window;
     float scale;
     float softcap;            /* 0 = none */
+    /* Row classes, as matmul: tokens [0, n_dec) are decode-class rows (a
+     * device may compute them with another kernel, e.g. split over the key
+     * range), the rest prompt-class; < 0: the backend picks by n_tok. The
+     * result is the same attention either way (within float rounding). */
+    int32_t n_dec;
 } cmf_attn_args;
 
 typedef enum cmf_act { CMF_ACT_SILU = 0, CMF_ACT_GELU_TANH = 1, CMF_ACT_GELU = 2 } cmf_act;

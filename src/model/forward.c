@@ -240,7 +240,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         .q = b->q, .out = b->att, .pos = bt->pos, .views = b->views,
         .key_end = b->key_end, .tree_base = b->tree_base, .tree_mask = b->tree_mask,
         .window = L->sliding ? hp->sliding_window : 0,
-        .scale = hp->attn_scale, .softcap = hp->attn_softcap,
+        .scale = hp->attn_scale, .softcap = hp->attn_softcap, .n_dec = b->n_dec,
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
     if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;

@@ -7,7 +7,9 @@
  * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
- * causal, sliding window, softcap, key_end, tree masks), glu (3
+ * causal, sliding window, softcap, key_end, tree masks; the split-K decode
+ * kernel over 1..613 keys, several chunk sizes and head blocks, batch
+ * invariance), glu (3
  * activations), add_scaled, softcap, add_rows, copy (overlapping), fill,
  * gather_rows (in place), gate_add, pool_copy outside a step, write/read,
  * the 1-, 2- and variable-bit dtypes q1 (in % 32 != 0 too), q2tp, vbit and
@@ -320,6 +322,111 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
 }
 
+/* Split-K decode attention (attention_dec.comp + attention_comb.comp):
+ * 4 sequences of 1, 37, 300 and 613 stored keys in scrambled pages of 16
+ * (of 5 with the tree mask), GQA group g, head_dim 40; a batch of the last
+ * token of each sequence (decode rows, 2 of seq 3 with a tree mask) then 3
+ * prompt rows (attention.comp), with n_dec = 5 and n_dec = -1 over the
+ * decode rows alone; chunks of `chunk` keys (0: the default). Each row also
+ * alone must give the bits it gets in the batch. */
+static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, float softcap, bool tree,
+                               uint32_t chunk) {
+    const uint32_t nkv = 2, nh = nkv * g, hd = 40, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
+    const uint32_t len[4] = {1, 37, 300, 613};
+    uint32_t row = cmf_kv_row_elems(type, kvd), stride = ps * row;
+    uint32_t np[4], npages = 0;
+    for (uint32_t s = 0; s < ns; s++) np[s] = (len[s] + ps - 1) / ps, npages += np[s];
+    uint32_t *perm = malloc(npages * sizeof *perm);
+    for (uint32_t i = 0; i < npages; i++) perm[i] = i;
+    for (uint32_t i = npages - 1; i > 0; i--) { /* scrambled pages */
+        uint32_t j = (uint32_t)((frand() + 1.0f) * 0.5f * (float)i), tmp = perm[i];
+        if (j > i) j = i;
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    uint32_t *pages[4];
+    size_t pool_bytes = (size_t)npages * stride * cmf_kv_elem_size(type);
+    void *kc = malloc(pool_bytes), *vc = malloc(pool_bytes);
+    void *kg = gpu->ops->pool_alloc(gpu, pool_bytes), *vg = gpu->ops->pool_alloc(gpu, pool_bytes);
+    for (uint32_t s = 0, o = 0; s < ns; o += np[s], s++) {
+        pages[s] = perm + o;
+        float *k = rnd((size_t)len[s] * kvd), *v = rnd((size_t)len[s] * kvd);
+        for (size_t i = 0; i < (size_t)len[s] * kvd; i++) k[i] *= 2.0f; /* peakier softmax */
+        size_t *dst = malloc(len[s] * sizeof *dst);
+        for (uint32_t p = 0; p < len[s]; p++) dst[p] = (size_t)pages[s][p / ps] * stride + (size_t)(p % ps) * row;
+        float *kd = up(k, (size_t)len[s] * kvd), *vd = up(v, (size_t)len[s] * kvd);
+        cpu->ops->kv_store(cpu, kc, vc, type, k, v, kvd, len[s], kvd, dst);
+        step_begin();
+        gpu->ops->kv_store(gpu, kg, vg, type, kd, vd, kvd, len[s], kvd, dst);
+        step_end("kv_store");
+        free(k), free(v), free(dst);
+        gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    }
+    /* decode rows: seq 0..3's last key, seq 3's key 611 (tree: sees 600 and itself); prompt rows: seq 2, 3 */
+    const uint32_t nt = 8, ndec = 5;
+    uint32_t seq[8] = {0, 1, 2, 3, 3, 2, 3, 1};
+    int32_t pos[8] = {0, 36, 299, 612, 611, 150, 400, 20};
+    uint32_t key_end[8], tb[8];
+    uint64_t tm[8] = {0};
+    for (uint32_t t = 0; t < nt; t++) key_end[t] = tb[t] = (uint32_t)pos[t] + 1; /* no tree keys */
+    if (tree) { /* a draft tree over keys 600.. of seq 3 */
+        key_end[3] = key_end[4] = 613;
+        tb[3] = tb[4] = 600;
+        tm[3] = (1ull << 0) | (1ull << 5) | (1ull << 12), tm[4] = (1ull << 0) | (1ull << 11);
+    }
+    cmf_kv_view vcv[8], vgv[8];
+    for (uint32_t t = 0; t < nt; t++) {
+        vcv[t] = (cmf_kv_view){kc, vc, pages[seq[t]], ps, stride, type};
+        vgv[t] = (cmf_kv_view){kg, vg, pages[seq[t]], ps, stride, type};
+    }
+    size_t qn = (size_t)nt * nh * hd;
+    float *q = rnd(qn), *oc = calloc(qn, sizeof(float));
+    float *qd = up(q, qn), *od = gpu->ops->alloc(gpu, qn);
+    cmf_attn_args a = {.n_tok = nt, .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .q = q, .out = oc, .pos = pos,
+                       .key_end = tree ? key_end : NULL, .tree_base = tree ? tb : NULL, .tree_mask = tree ? tm : NULL,
+                       .views = vcv, .window = window, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap,
+                       .n_dec = (int32_t)ndec};
+    cmf_error err = {0};
+    CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
+    vk_ctx *vk = (vk_ctx *)gpu->ctx;
+    vk->att_chunk = chunk;
+    double tol = type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-5;
+    float *og[2] = {NULL, NULL};
+    for (int run = 0; run < 2; run++) { /* n_dec = 5 of 8 rows; then n_dec = -1 over the 5 decode rows alone */
+        cmf_attn_args b = a;
+        b.q = qd, b.out = od, b.views = vgv;
+        if (run) b.n_tok = ndec, b.n_dec = -1;
+        gpu->ops->fill(gpu, od, qn, 0.0f);
+        step_begin();
+        CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+        uint32_t n_split = 0; /* the decode rows did take the split-K kernel */
+        for (uint32_t i = 0; i < vk->n_log; i++) n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == VK_SH_ATTN_DEC;
+        CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec dispatches", n_split);
+        step_end("attention split-K");
+        og[run] = down(od, qn);
+        size_t cnt = (size_t)b.n_tok * nh * hd;
+        double d = maxdiff(oc, og[run], cnt, 1.0);
+        CHECK(d < tol, "split-K attention kv %d group %u window %u softcap %g tree %d chunk %u run %d: max diff %g",
+              (int)type, g, window, softcap, tree, chunk, run, d);
+        fprintf(stderr, "split-K attention kv=%d group=%u window=%u softcap=%g tree=%d chunk=%u n_dec=%d: diff %.2g\n",
+                (int)type, g, window, softcap, tree, chunk, b.n_dec, d);
+    }
+    CHECK(memcmp(og[0], og[1], (size_t)ndec * nh * hd * sizeof(float)) == 0,
+          "split-K: decode rows differ with and without prompt rows");
+    /* row 2 alone: its bits in the batch */
+    cmf_attn_args b = a;
+    b.n_tok = 1, b.n_dec = 1, b.q = qd + 2 * nh * hd, b.out = od, b.views = vgv + 2, b.pos = pos + 2;
+    if (tree) b.key_end = key_end + 2, b.tree_base = tb + 2, b.tree_mask = tm + 2;
+    step_begin();
+    CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+    step_end("attention split-K alone");
+    float *o1 = down(od, (size_t)nh * hd);
+    CHECK(memcmp(o1, og[0] + 2 * nh * hd, (size_t)nh * hd * sizeof(float)) == 0, "split-K: a row alone differs");
+    vk->att_chunk = 0;
+    free(o1), free(og[0]), free(og[1]), free(q), free(oc), free(kc), free(vc), free(perm);
+    gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
 /* MV (matmul.comp QUAD 3) at each (subgroups a team, rows a team), 1 and 9
  * tokens (K in chunks at 8), three products sharing X in one dispatch, and
  * batch invariance: token 0 alone gives the bits it gets among 9. */
@@ -425,6 +532,12 @@ int main(void) {
     test_attention(CMF_KV_F32, 5, 0.0f, false);
     test_attention(CMF_KV_F32, 0, 0.4f, false);
     test_attention(CMF_KV_F16, 0, 0.0f, true);
+    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
+    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);
+    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0);
+    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16); /* 10 heads a KV head: two head blocks */
+    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32);
+    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0);
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
     cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,

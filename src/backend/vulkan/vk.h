@@ -45,7 +45,9 @@ typedef enum vk_shader {
     VK_SH_MATMUL, VK_SH_GET_ROWS, VK_SH_RMSNORM, VK_SH_ROPE, VK_SH_KV_STORE, VK_SH_ATTENTION,
     VK_SH_ELTWISE, VK_SH_PROBE, VK_SH_MATMUL_TILED, VK_SH_MOE_COMBINE, VK_SH_LORA, VK_SH_TOPK,
     VK_SH_MATMUL_COOP, /* cooperative-matrix GEMM: created only where vk_ctx.coop is set */
-    VK_SH_MOE_ROUTE, VK_SH_MOE_MM, VK_SH_COUNT
+    VK_SH_MOE_ROUTE, VK_SH_MOE_MM,
+    VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
+    VK_SH_COUNT
 } vk_shader;
 
 /* Element-wise ops of shaders/eltwise.comp. */
@@ -172,6 +174,10 @@ typedef struct vk_ctx {
     uint64_t n_mid_reads;        /* reads in the middle of a step so far */
     float *moe_ws;               /* vk_ops_moe.c: scratch of the device-routed MoE (grown on demand) */
     uint64_t moe_ws_bytes;
+    bool splitk;                 /* decode-class attention rows through attention_dec.comp (CMF_VK_SPLITK=0: off) */
+    uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
+    float *att_ws;               /* split-K partials (grown on demand) */
+    uint64_t att_ws_bytes;
 
     /* address space */
     uint8_t *va_base;

@@ -344,6 +344,63 @@ typedef struct {
 #define ATT_WG 64
 #define ATT_HD_MAX 512
 
+/* Split-K decode attention (attention_dec.comp + attention_comb.comp):
+ * workgroups of SPK_WG threads, each over a chunk of at most SPK_CHUNK keys
+ * (the shader's CHUNK_MAX) of one token for the query heads of one KV head
+ * (at most 8 a workgroup, the shader's GMAX), head_dim <= SPK_HD_MAX. */
+#define SPK_WG 128
+#define SPK_CHUNK 128
+#define SPK_GMAX 8
+#define SPK_HD_MAX 256
+
+typedef struct {
+    uint64_t q, part, tok;
+    uint32_t n_tok, n_head, n_kv_head, head_dim;
+    uint32_t page_size, page_stride, type, group;
+    float scale, softcap;
+    uint32_t chunk, n_chunk, pad;
+} attn_dec_push;
+
+typedef struct {
+    uint64_t part, out, tok;
+    uint32_t n_tok, n_head, head_dim, n_chunk, chunk, pad;
+} attn_comb_push;
+_Static_assert(sizeof(attn_dec_push) == 80 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
+
+/* The nd decode rows of p (its first tokens) through the two split-K
+ * passes; kmax bounds their key ranges (the grid's chunk count). The
+ * partials scratch is reused by every layer: each pass is ordered after
+ * the previous dispatch. */
+static void attention_splitk(vk_ctx *vk, const attn_push *p, uint32_t nd, uint32_t kmax) {
+    uint32_t chunk = vk->att_chunk && vk->att_chunk <= SPK_CHUNK ? vk->att_chunk : SPK_CHUNK;
+    uint32_t n_chunk = kmax ? (kmax + chunk - 1) / chunk : 1;
+    if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk; /* never at cmf's sizes */
+    if (chunk > SPK_CHUNK) {
+        cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan attention: %u keys exceed the split-K grid", kmax);
+        return;
+    }
+    uint64_t bytes = (uint64_t)nd * p->n_head * n_chunk * (p->head_dim + 2) * sizeof(float);
+    if (vk->att_ws_bytes < bytes) {
+        cmf_vk_free(vk, vk->att_ws);
+        vk->att_ws_bytes = 0;
+        vk->att_ws = cmf_vk_alloc(vk, bytes, false);
+        if (!vk->att_ws) {
+            cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan attention: out of device memory for %llu bytes of partials",
+                        (unsigned long long)bytes);
+            return;
+        }
+        vk->att_ws_bytes = bytes;
+    }
+    VkDeviceAddress ws = dev(vk, vk->att_ws, "split-K partials");
+    if (!ws) return;
+    attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
+                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, 0};
+    uint32_t hsplit = (p->group + SPK_GMAX - 1) / SPK_GMAX;
+    cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
+    attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, 0};
+    cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, ATT_WG, 0, 0, &c, sizeof c, p->n_head, nd, 1);
+}
+
 static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
     vk_ctx *vk = ctx_of(b);
     if (a->n_kv_head == 0 || a->n_head % a->n_kv_head)
@@ -363,6 +420,12 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     const uint32_t *last_pages = NULL;
     uint32_t last_np = 0;
     VkDeviceAddress last_pa = 0;
+    uint32_t last_cap = 0;
+    /* decode-class rows [0, nd) take the split-K kernel where it applies */
+    uint32_t nd = a->n_dec >= 0 ? ((uint32_t)a->n_dec < a->n_tok ? (uint32_t)a->n_dec : a->n_tok)
+                                : (a->n_tok <= MM_NT ? a->n_tok : 0);
+    if (!vk->splitk || a->head_dim > SPK_HD_MAX) nd = 0;
+    uint32_t kmax = 0; /* the longest key range a decode row can have in this shape bucket */
     for (uint32_t t = 0; rec && t < a->n_tok; t++) {
         const cmf_kv_view *v = &a->views[t];
         uint32_t hi = a->key_end ? a->key_end[t] : (uint32_t)a->pos[t] + 1;
@@ -388,6 +451,12 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
             }
             last_pages = v->pages;
             last_np = need;
+            last_cap = cap;
+        }
+        if (t < nd) { /* from the table's bucket, not the lengths: the grid, like the arena, is per bucket */
+            uint64_t k = (uint64_t)last_cap * v->page_size;
+            if (a->window && k > a->window) k = a->window;
+            if (k > kmax) kmax = k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
         }
         uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
         uint32_t *r = rec + (size_t)t * 12;
@@ -401,7 +470,13 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
                    a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
                    a->n_head / a->n_kv_head, a->scale, a->softcap};
-    if (rec && p.q && p.out) cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, a->n_tok, 1);
+    if (rec && p.q && p.out && nd > 0) attention_splitk(vk, &p, nd, kmax);
+    if (rec && p.q && p.out && nd < a->n_tok) { /* prompt-class rows: attention.comp, one (head, token) a workgroup */
+        uint64_t qrow = (uint64_t)a->n_head * a->head_dim * sizeof(float);
+        p.q += nd * qrow, p.out += nd * qrow, p.tok += (uint64_t)nd * 12 * sizeof(uint32_t);
+        p.n_tok = a->n_tok - nd;
+        cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, p.n_tok, 1);
+    }
     cmf_vk_op_end(vk);
     return CMF_OK;
 }
