@@ -238,6 +238,15 @@ typedef struct cmf_backend_ops {
      * to the type (q8: scale = max|x| / 127, round to nearest). */
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
+    /* Optional (NULL: rope of q and k, then kv_store): RoPE of q (n rows of
+     * n_head heads of head_dim, stride ldq) in place, and the K rows (n_kv_head
+     * heads, stride ldkv) rotated as rope would into the pools with the V rows,
+     * as kv_store (kv_dim = n_kv_head·head_dim, ld = ldkv). k itself is left
+     * unspecified (rotated or not). One dispatch on a device (fewer launches
+     * and barriers a layer). */
+    void (*rope_kv_store)(cmf_backend *b, float *q, size_t ldq, uint32_t n_head, const float *k, const float *v,
+                          size_t ldkv, uint32_t n_kv_head, uint32_t head_dim, uint32_t n, const int32_t *pos,
+                          const cmf_rope *r, void *k_base, void *v_base, cmf_kv_type type, const size_t *dst);
     /* Optional (NULL: the caller reads the logits instead; used only when
      * b->topk_max >= k): the k best of the first n_cand logits of each of n
      * rows (row stride ld floats), best first — larger logit, then smaller

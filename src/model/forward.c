@@ -219,13 +219,17 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         }
     }
     const cmf_rope *rope = L->sliding ? &m->rope_local.rope : &m->rope_global.rope;
-    if (rope->n_rot > 0) {
-        be->ops->rope(be, b->q, qd, n, hp->n_head, hd, bt->pos, rope);
-        be->ops->rope(be, b->k, kvd, n, hp->n_head_kv, hd, bt->pos, rope);
-    }
-
     /* K/V into the cache, then attention reads everything from the cache */
-    be->ops->kv_store(be, kv->k[il], kv->v[il], kv->type, b->k, b->v, kvd, n, kvd, b->slots);
+    if (rope->n_rot > 0 && be->ops->rope_kv_store) { /* one op where the backend fuses them */
+        be->ops->rope_kv_store(be, b->q, qd, hp->n_head, b->k, b->v, kvd, hp->n_head_kv, hd, n, bt->pos, rope,
+                               kv->k[il], kv->v[il], kv->type, b->slots);
+    } else {
+        if (rope->n_rot > 0) {
+            be->ops->rope(be, b->q, qd, n, hp->n_head, hd, bt->pos, rope);
+            be->ops->rope(be, b->k, kvd, n, hp->n_head_kv, hd, bt->pos, rope);
+        }
+        be->ops->kv_store(be, kv->k[il], kv->v[il], kv->type, b->k, b->v, kvd, n, kvd, b->slots);
+    }
     for (uint32_t t = 0; t < n; t++) {
         cmf_kv_view *v = &b->views[t];
         v->k_base = kv->k[il];

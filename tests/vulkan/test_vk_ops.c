@@ -6,6 +6,7 @@
  * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths; n_dec
  * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
+ * rope_kv_store (the fused rope + KV write, every KV type),
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
  * causal, sliding window, softcap, key_end, tree masks; the split-K decode
  * kernel over 1..613 keys, several chunk sizes and head blocks, batch
@@ -322,6 +323,74 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
 }
 
+/* rope_kv_store (rope_kv.comp): q rotated in place and K rotated into the
+ * pools with V, against the CPU's rope, rope, kv_store; 7 tokens of 5 q
+ * heads and 3 KV heads of 12 dims (rows with ld > width), neox partial and
+ * interleaved, every KV type, scattered slots. Pools compared after
+ * decoding (q8: one quantization step). */
+static void test_rope_kv(cmf_kv_type type, bool il) {
+    const uint32_t n = 7, nh = 5, nkv = 3, hd = 12, qd = nh * hd, kvd = nkv * hd, ldq = qd + 3, ldkv = kvd + 2;
+    float inv[6];
+    for (int i = 0; i < 6; i++) inv[i] = powf(100.0f, -(float)i / 6.0f);
+    cmf_rope r = {.n_rot = il ? 12 : 8, .interleaved = il, .inv_freq = inv, .attn_factor = il ? 1.0f : 1.1f};
+    int32_t pos[7] = {0, 1, 5, 9, 33, 34, 200};
+    uint32_t row = cmf_kv_row_elems(type, kvd), npos = 16;
+    size_t esz = cmf_kv_elem_size(type), pool_bytes = (size_t)npos * row * esz;
+    size_t dst[7];
+    for (uint32_t i = 0; i < n; i++) dst[i] = (size_t)((i * 5 + 3) % npos) * row;
+    float *q = rnd((size_t)n * ldq), *k = rnd((size_t)n * ldkv), *v = rnd((size_t)n * ldkv);
+    float *qd_ = up(q, (size_t)n * ldq), *kd = up(k, (size_t)n * ldkv), *vd = up(v, (size_t)n * ldkv);
+    void *kc = calloc(1, pool_bytes), *vc = calloc(1, pool_bytes);
+    void *kg = gpu->ops->pool_alloc(gpu, pool_bytes), *vg = gpu->ops->pool_alloc(gpu, pool_bytes);
+    cpu->ops->rope(cpu, q, ldq, n, nh, hd, pos, &r);
+    cpu->ops->rope(cpu, k, ldkv, n, nkv, hd, pos, &r);
+    cpu->ops->kv_store(cpu, kc, vc, type, k, v, ldkv, n, kvd, dst);
+    CHECK(gpu->ops->rope_kv_store != NULL, "vulkan: no rope_kv_store");
+    if (!gpu->ops->rope_kv_store) return;
+    step_begin();
+    gpu->ops->rope_kv_store(gpu, qd_, ldq, nh, kd, vd, ldkv, nkv, hd, n, pos, &r, kg, vg, type, dst);
+    step_end("rope_kv_store");
+    float *qg = down(qd_, (size_t)n * ldq);
+    double dq = 0;
+    for (uint32_t i = 0; i < n; i++) { /* the heads; the padding between rows untouched */
+        double d = maxdiff(q + (size_t)i * ldq, qg + (size_t)i * ldq, ldq, 1.0);
+        dq = d > dq || d != d ? d : dq;
+    }
+    CHECK(dq < 1e-6, "rope_kv q type %d il %d: %g", (int)type, il, dq);
+    uint8_t *pk = malloc(pool_bytes), *pv = malloc(pool_bytes);
+    gpu->ops->read(gpu, (float *)pk, kg, pool_bytes / 4);
+    gpu->ops->read(gpu, (float *)pv, vg, pool_bytes / 4);
+    double dk = 0;
+    for (int isv = 0; isv < 2; isv++)
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < kvd; j++) {
+                const uint8_t *a = (const uint8_t *)(isv ? vc : kc), *b = isv ? pv : pk;
+                double x, y;
+                size_t e = dst[i] + j;
+                if (type == CMF_KV_F32) {
+                    float fa, fb;
+                    memcpy(&fa, a + e * 4, 4), memcpy(&fb, b + e * 4, 4);
+                    x = fa, y = fb;
+                } else if (type == CMF_KV_F16) {
+                    uint16_t ha, hb;
+                    memcpy(&ha, a + e * 2, 2), memcpy(&hb, b + e * 2, 2);
+                    x = cmf_f16_to_f32(ha), y = cmf_f16_to_f32(hb);
+                } else {
+                    float sa, sb;
+                    memcpy(&sa, a + dst[i] + kvd, 4), memcpy(&sb, b + dst[i] + kvd, 4);
+                    x = (double)(int8_t)a[e] * sa, y = (double)(int8_t)b[e] * sb;
+                }
+                double d = fabs(x - y);
+                dk = d > dk || d != d ? d : dk;
+            }
+    CHECK(dk < (type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-6), "rope_kv pools type %d il %d: %g",
+          (int)type, il, dk);
+    fprintf(stderr, "rope_kv_store kv=%d interleaved=%d: q diff %.2g, pools diff %.2g\n", (int)type, il, dq, dk);
+    free(q), free(k), free(v), free(qg), free(kc), free(vc), free(pk), free(pv);
+    gpu->ops->release(gpu, qd_), gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
 /* Split-K decode attention (attention_dec.comp + attention_comb.comp):
  * 4 sequences of 1, 37, 300 and 613 stored keys in scrambled pages of 16
  * (of 5 with the tree mask), GQA group g, head_dim 40; a batch of the last
@@ -532,6 +601,7 @@ int main(void) {
     test_attention(CMF_KV_F32, 5, 0.0f, false);
     test_attention(CMF_KV_F32, 0, 0.4f, false);
     test_attention(CMF_KV_F16, 0, 0.0f, true);
+    for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
     for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
     test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);
     test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0);

@@ -47,6 +47,7 @@ typedef enum vk_shader {
     VK_SH_MATMUL_COOP, /* cooperative-matrix GEMM: created only where vk_ctx.coop is set */
     VK_SH_MOE_ROUTE, VK_SH_MOE_MM,
     VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
+    VK_SH_ROPE_KV,                   /* rope + kv_store in one dispatch */
     VK_SH_COUNT
 } vk_shader;
 
@@ -175,6 +176,7 @@ typedef struct vk_ctx {
     float *moe_ws;               /* vk_ops_moe.c: scratch of the device-routed MoE (grown on demand) */
     uint64_t moe_ws_bytes;
     bool splitk;                 /* decode-class attention rows through attention_dec.comp (CMF_VK_SPLITK=0: off) */
+    bool fuse;                   /* rope_kv_store as one dispatch (CMF_VK_FUSE=0: rope, rope, kv_store) */
     uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
     float *att_ws;               /* split-K partials (grown on demand) */
     uint64_t att_ws_bytes;

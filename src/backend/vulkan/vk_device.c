@@ -29,8 +29,8 @@ extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_sp
     cmf_vk_spv_kv_store[], cmf_vk_spv_attention[], cmf_vk_spv_eltwise[], cmf_vk_spv_probe[],
     cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
     cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[];
-extern const unsigned char cmf_vk_spv_attention_dec[], cmf_vk_spv_attention_comb[];
-extern const size_t cmf_vk_spv_attention_dec_size, cmf_vk_spv_attention_comb_size;
+extern const unsigned char cmf_vk_spv_attention_dec[], cmf_vk_spv_attention_comb[], cmf_vk_spv_rope_kv[];
+extern const size_t cmf_vk_spv_attention_dec_size, cmf_vk_spv_attention_comb_size, cmf_vk_spv_rope_kv_size;
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
@@ -208,6 +208,7 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MOE_MM] = {cmf_vk_spv_moe_mm, &cmf_vk_spv_moe_mm_size},
     [VK_SH_ATTN_DEC] = {cmf_vk_spv_attention_dec, &cmf_vk_spv_attention_dec_size},
     [VK_SH_ATTN_COMB] = {cmf_vk_spv_attention_comb, &cmf_vk_spv_attention_comb_size},
+    [VK_SH_ROPE_KV] = {cmf_vk_spv_rope_kv, &cmf_vk_spv_rope_kv_size},
 };
 
 /* ---- cooperative matrices ------------------------------------------------ */
@@ -516,6 +517,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->mv = !(mvs && strcmp(mvs, "0") == 0);
     const char *spk = getenv("CMF_VK_SPLITK");
     vk->splitk = !(spk && strcmp(spk, "0") == 0);
+    const char *fus = getenv("CMF_VK_FUSE");
+    vk->fuse = !(fus && strcmp(fus, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -576,7 +579,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
                                                            "moe_combine", "lora", "topk", "matmul_coop",
-                                                           "moe_route", "moe_mm", "attn_dec", "attn_comb"};
+                                                           "moe_route", "moe_mm", "attn_dec", "attn_comb", "rope_kv"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,

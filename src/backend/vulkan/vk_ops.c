@@ -286,13 +286,11 @@ typedef struct {
     uint32_t ld, n, n_head, head_dim, half, interleaved;
 } rope_push;
 
-static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head, uint32_t head_dim,
-                       const int32_t *pos, const cmf_rope *r) {
-    vk_ctx *vk = ctx_of(b);
-    uint32_t half = (uint32_t)r->n_rot / 2;
-    if (n == 0 || half == 0 || !cmf_vk_op_begin(vk)) return;
-    VkDeviceAddress cs_addr;
-    float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), &cs_addr);
+/* The n rows' (cos, sin)·attn_factor [n][half][2] in the arena; false
+ * when the arena is out of memory (recorded). */
+static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, const cmf_rope *r,
+                    VkDeviceAddress *cs_addr) {
+    float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), cs_addr);
     if (cs) /* angles as the CPU computes them: float32 products, libm cos/sin */
         for (uint32_t i = 0; i < n; i++) {
             float p = (float)pos[i];
@@ -302,6 +300,16 @@ static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t
                 cs[((size_t)i * half + k) * 2 + 1] = sinf(ang) * r->attn_factor;
             }
         }
+    return cs != NULL;
+}
+
+static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head, uint32_t head_dim,
+                       const int32_t *pos, const cmf_rope *r) {
+    vk_ctx *vk = ctx_of(b);
+    uint32_t half = (uint32_t)r->n_rot / 2;
+    if (n == 0 || half == 0 || !cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress cs_addr;
+    bool cs = rope_cs(vk, n, half, pos, r, &cs_addr);
     rope_push p = {dev(vk, x, "rope x"), cs_addr, (uint32_t)ld, n, n_head, head_dim, half, r->interleaved};
     if (cs && p.x) cmf_vk_dispatch(vk, VK_SH_ROPE, 64, 0, 0, &p, sizeof p, (half * n_head + 63) / 64, n, 1);
     cmf_vk_op_end(vk);
@@ -314,23 +322,60 @@ typedef struct {
     uint32_t ld, n, kv_dim, type;
 } kvs_push;
 
+/* The n KV slots (element offsets) as u32 in the arena; false when the
+ * arena is out of memory or a slot does not fit (recorded). */
+static bool kv_slots(vk_ctx *vk, uint32_t n, const size_t *dst, VkDeviceAddress *da) {
+    uint32_t *d = cmf_vk_arena_get(vk, (uint64_t)n * sizeof *d, da);
+    for (uint32_t i = 0; d && i < n; i++) {
+        if (dst[i] >= UINT32_MAX) {
+            cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan: a KV pool of more than 4 G elements");
+            return false;
+        }
+        d[i] = (uint32_t)dst[i];
+    }
+    return d != NULL;
+}
+
 static void vk_be_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                            const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
     vk_ctx *vk = ctx_of(b);
     if (n == 0 || !cmf_vk_op_begin(vk)) return;
     VkDeviceAddress da;
-    uint32_t *d = cmf_vk_arena_get(vk, (uint64_t)n * sizeof *d, &da);
-    for (uint32_t i = 0; d && i < n; i++) {
-        if (dst[i] >= UINT32_MAX) {
-            cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan: a KV pool of more than 4 G elements");
-            d = NULL;
-            break;
-        }
-        d[i] = (uint32_t)dst[i];
-    }
+    bool d = kv_slots(vk, n, dst, &da);
     kvs_push p = {dev(vk, k_base, "K pool"), dev(vk, v_base, "V pool"), dev(vk, k, "k rows"), dev(vk, v, "v rows"),
                   da, (uint32_t)ld, n, kv_dim, (uint32_t)type};
     if (d && p.kb && p.vb && p.k && p.v) cmf_vk_dispatch(vk, VK_SH_KV_STORE, 64, 0, 0, &p, sizeof p, n, 2, 1);
+    cmf_vk_op_end(vk);
+}
+
+typedef struct {
+    uint64_t q, k, v, kb, vb, cs, dst;
+    uint32_t ldq, ldkv, n, n_head, n_kv_head, head_dim, half, interleaved, type, pad;
+} rkv_push;
+_Static_assert(sizeof(rkv_push) == 96, "rope_kv push constants without padding");
+
+/* rope of q and k, then kv_store, as one dispatch (rope_kv.comp): the
+ * arena data of both ops (cos/sin, slots), the q heads and the K/V rows
+ * (a head a workgroup; a row for q8) as jobs of one grid. */
+static void vk_be_rope_kv_store(cmf_backend *b, float *q, size_t ldq, uint32_t n_head, const float *k, const float *v,
+                                size_t ldkv, uint32_t n_kv_head, uint32_t head_dim, uint32_t n, const int32_t *pos,
+                                const cmf_rope *r, void *k_base, void *v_base, cmf_kv_type type, const size_t *dst) {
+    vk_ctx *vk = ctx_of(b);
+    uint32_t half = (uint32_t)r->n_rot / 2;
+    if (!vk->fuse) { /* CMF_VK_FUSE=0: the three ops (A/B) */
+        vk_be_rope(b, q, ldq, n, n_head, head_dim, pos, r);
+        vk_be_rope(b, (float *)k, ldkv, n, n_kv_head, head_dim, pos, r);
+        vk_be_kv_store(b, k_base, v_base, type, k, v, ldkv, n, n_kv_head * head_dim, dst);
+        return;
+    }
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress cs_addr = 0, da = 0;
+    bool ok = (half == 0 || rope_cs(vk, n, half, pos, r, &cs_addr)) && kv_slots(vk, n, dst, &da);
+    rkv_push p = {dev(vk, q, "rope q"), dev(vk, k, "k rows"), dev(vk, v, "v rows"), dev(vk, k_base, "K pool"),
+                  dev(vk, v_base, "V pool"), cs_addr, da, (uint32_t)ldq, (uint32_t)ldkv, n, n_head, n_kv_head,
+                  head_dim, half, r->interleaved, (uint32_t)type, 0};
+    uint32_t jobs = n_head + 2 * (type == CMF_KV_Q8 ? 1 : n_kv_head);
+    if (ok && p.q && p.k && p.v && p.kb && p.vb) cmf_vk_dispatch(vk, VK_SH_ROPE_KV, 64, 0, 0, &p, sizeof p, n, jobs, 1);
     cmf_vk_op_end(vk);
 }
 
@@ -674,6 +719,7 @@ static const cmf_backend_ops vk_ops = {
     .read = vk_be_read,
     .write = vk_be_write,
     .kv_store = vk_be_kv_store,
+    .rope_kv_store = vk_be_rope_kv_store,
     .prepare = vk_be_prepare,
     .topk = cmf_vk_op_topk,
 };
