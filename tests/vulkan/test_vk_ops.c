@@ -6,7 +6,8 @@
  * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths; n_dec
  * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
- * rope_kv_store (the fused rope + KV write, every KV type),
+ * rope_kv_store (the fused rope + KV write, every KV type), barriers only
+ * between dependent dispatches,
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
  * causal, sliding window, softcap, key_end, tree masks; the split-K decode
  * kernel over 1..613 keys, several chunk sizes and head blocks, batch
@@ -323,6 +324,56 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
 }
 
+/* Barriers only between dependent dispatches (vk_record.c): two rmsnorms
+ * of disjoint buffers need none between them; an add reading the first's
+ * output needs one; an op that declares nothing (gather_rows) is ordered
+ * after and before everything; CMF_VK_DEPS=0's rule (vk->dep_barriers off)
+ * puts one after every dispatch. The results are checked too. */
+static void test_deps(void) {
+    vk_ctx *vk = (vk_ctx *)gpu->ctx;
+    const uint32_t n = 3, dim = 40;
+    float *h = rnd((size_t)n * dim);
+    float *a = up(h, (size_t)n * dim), *b = up(h, (size_t)n * dim);
+    float *ya = gpu->ops->alloc(gpu, (size_t)n * dim), *yb = gpu->ops->alloc(gpu, (size_t)n * dim);
+    for (int mode = 0; mode < 2; mode++) {
+        bool keep = vk->dep_barriers;
+        vk->dep_barriers = mode == 0;
+        step_begin();
+        gpu->ops->rmsnorm(gpu, ya, a, dim, n, dim, NULL, 0.0f, 1e-5f);
+        gpu->ops->rmsnorm(gpu, yb, b, dim, n, dim, NULL, 0.0f, 1e-5f);
+        gpu->ops->add_scaled(gpu, yb, ya, (size_t)n * dim, 1.0f); /* yb = norm(b) + norm(a) */
+        uint32_t idx[3] = {2, 0, 1};
+        gpu->ops->gather_rows(gpu, ya, yb, dim, idx, n); /* unknown ranges */
+        gpu->ops->add_scaled(gpu, a, b, (size_t)n * dim, 0.0f); /* touches neither ya nor yb */
+        uint32_t nl = vk->n_log;
+        CHECK(nl >= 5, "deps: %u log entries", nl);
+        if (nl >= 5 && mode == 0)
+            CHECK(!vk->log[0].barrier && vk->log[1].barrier && vk->log[nl - 2].barrier,
+                  "deps: barriers %u %u ... %u", vk->log[0].barrier, vk->log[1].barrier, vk->log[nl - 2].barrier);
+        if (nl >= 5 && mode == 1) {
+            uint32_t nb = 0;
+            for (uint32_t i = 0; i < nl; i++) nb += vk->log[i].barrier;
+            CHECK(nb + 1 >= nl, "deps off: %u barriers among %u entries", nb, nl);
+        }
+        step_end("deps");
+        vk->dep_barriers = keep;
+        float *g = down(ya, (size_t)n * dim), *ref = malloc((size_t)n * dim * sizeof *ref);
+        for (uint32_t i = 0; i < n; i++) { /* ref row i = norm(h row idx[i]) * 2 */
+            const float *x = h + (size_t)idx[i] * dim;
+            double ss = 0;
+            for (uint32_t j = 0; j < dim; j++) ss += (double)x[j] * x[j];
+            float r = 1.0f / sqrtf((float)(ss / dim) + 1e-5f);
+            for (uint32_t j = 0; j < dim; j++) ref[(size_t)i * dim + j] = 2.0f * x[j] * r;
+        }
+        CHECK(maxdiff(ref, g, (size_t)n * dim, 1.0) < 1e-5, "deps mode %d: %g", mode,
+              maxdiff(ref, g, (size_t)n * dim, 1.0));
+        free(g), free(ref);
+        gpu->ops->write(gpu, a, h, (size_t)n * dim);
+    }
+    free(h);
+    gpu->ops->release(gpu, a), gpu->ops->release(gpu, b), gpu->ops->release(gpu, ya), gpu->ops->release(gpu, yb);
+}
+
 /* rope_kv_store (rope_kv.comp): q rotated in place and K rotated into the
  * pools with V, against the CPU's rope, rope, kv_store; 7 tokens of 5 q
  * heads and 3 KV heads of 12 dims (rows with ld > width), neox partial and
@@ -601,6 +652,7 @@ int main(void) {
     test_attention(CMF_KV_F32, 5, 0.0f, false);
     test_attention(CMF_KV_F32, 0, 0.4f, false);
     test_attention(CMF_KV_F16, 0, 0.0f, true);
+    test_deps();
     for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
     for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
     test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);

@@ -118,6 +118,15 @@ typedef struct vk_log_ent {
     uint8_t push[VK_PUSH_MAX];   /* dispatch: the push constants */
 } vk_log_ent;
 
+/* A device range a dispatch reads or writes (declared by its op through
+ * cmf_vk_acc, vk_record.c orders the log by them). */
+typedef struct vk_acc {
+    uint64_t lo, hi; /* device addresses [lo, hi) */
+    bool w;          /* written (read-modify-write included) */
+} vk_acc;
+#define VK_ACC_MAX 8   /* ranges one dispatch may declare (more: unknown) */
+#define VK_PEND_MAX 64 /* ranges since the last barrier (more: the next entry gets one) */
+
 /* A recorded step: its command buffer and the log it was recorded from. */
 #define VK_REPLAY_SLOTS 8
 typedef struct vk_replay_slot {
@@ -217,6 +226,17 @@ typedef struct vk_ctx {
     /* the step's log and its recordings (vk_record.c) */
     vk_log_ent *log;
     uint32_t n_log, cap_log;
+    /* dependency tracking (vk_record.c): the ranges the next dispatch
+     * declared, those touched since the last barrier, and whether one of
+     * those entries declared none (then it may touch anything) */
+    vk_acc acc_next[VK_ACC_MAX];
+    uint32_t n_acc_next;
+    bool acc_over;
+    vk_acc pend[VK_PEND_MAX];
+    uint32_t n_pend;
+    bool pend_unknown, last_indep;
+    bool dep_barriers;           /* barriers only between dependent entries (CMF_VK_DEPS=0: after every one) */
+    uint64_t n_barriers;         /* barriers recorded so far (tests) */
     bool replay;                 /* CMF_VK_REPLAY=0 turns it off (A/B) */
     bool step_cacheable;         /* this step may be replayed / recorded for replay */
     vk_replay_slot slots[VK_REPLAY_SLOTS];
@@ -245,6 +265,12 @@ typedef struct vk_ctx {
 bool cmf_vk_log_open(vk_ctx *vk);
 void cmf_vk_log_dispatch(vk_ctx *vk, VkPipeline p, vk_shader sh, const void *push, uint32_t push_size, uint32_t gx,
                          uint32_t gy, uint32_t gz, bool barrier);
+/* The next dispatch reads (w false) or writes [a, a + bytes): every device
+ * range it touches that another dispatch of the step may write or read,
+ * or none at all (then it is ordered after and before everything). */
+void cmf_vk_acc(vk_ctx *vk, VkDeviceAddress a, uint64_t bytes, bool w);
+/* The whole allocation holding backend pointer p as a declared range. */
+void cmf_vk_acc_alloc(vk_ctx *vk, const void *p, bool w);
 void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes);
 void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes);
 cmf_status cmf_vk_log_run(vk_ctx *vk);

@@ -519,6 +519,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->splitk = !(spk && strcmp(spk, "0") == 0);
     const char *fus = getenv("CMF_VK_FUSE");
     vk->fuse = !(fus && strcmp(fus, "0") == 0);
+    const char *dps = getenv("CMF_VK_DEPS");
+    vk->dep_barriers = !(dps && strcmp(dps, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -860,6 +862,7 @@ cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err) {
 
 bool cmf_vk_op_begin(vk_ctx *vk) {
     flush_pending(vk);
+    vk->n_acc_next = 0, vk->acc_over = false;
     if (vk->recording) return true;
     vk->immediate = true; /* an op outside a step: run it now */
     return cmd_open(vk);
@@ -896,15 +899,11 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
 
 void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
                      uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz) {
-    if (gx == 0 || gy == 0 || gz == 0) return;
-    VkPipeline p = pipeline(vk, sh, wg, dt, nt);
-    if (!p) {
-        cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
-        return;
-    }
-    if (!vk->recording) return;
-    cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
-    vk->no_barrier = false;
+    VkPipeline p = gx == 0 || gy == 0 || gz == 0 ? VK_NULL_HANDLE : pipeline(vk, sh, wg, dt, nt);
+    if (p && vk->recording) cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
+    if (!p && gx && gy && gz) cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+    if (p) vk->no_barrier = false;
+    vk->n_acc_next = 0, vk->acc_over = false; /* the declarations were this dispatch's */
 }
 
 void cmf_vk_dispatch_indirect(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,

@@ -33,6 +33,12 @@ static VkDeviceAddress dev(vk_ctx *vk, const void *p, const char *what) {
     return a;
 }
 
+/* The next dispatch touches n rows of `width` floats, stride ld, from a
+ * (vk_record.c orders dispatches by the ranges they declare). */
+static void acc_rows(vk_ctx *vk, VkDeviceAddress a, uint64_t n, uint64_t ld, uint64_t width, bool w) {
+    if (n) cmf_vk_acc(vk, a, ((n - 1) * ld + width) * sizeof(float), w);
+}
+
 /* ---- buffers ------------------------------------------------------------ */
 
 static float *vk_be_alloc(cmf_backend *b, size_t n) {
@@ -142,6 +148,8 @@ static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress 
                 p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
     if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
                 p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
+    for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
     cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)o[0].W->dtype | (3u << 16), nt, &p, sizeof p, gx, gy,
                     (n + nt - 1) / nt);
@@ -167,6 +175,8 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         mmt_push q = {w, xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
                       (uint32_t)n_rows, n - nv, (uint32_t)ldy, 0};
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
+        acc_rows(vk, xo, n - nv, cols, cols, false);
+        acc_rows(vk, yo, n - nv, ldy, n_rows, true);
         if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                             (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
@@ -194,6 +204,8 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
      * aligned at in % 16 == 0: blocks start 256-aligned). */
     bool wide = quad && vk->wide && dt == CMF_DT_Q8_ROW && cols % 16 == 0;
     uint32_t qm = wide ? 2u : quad ? 1u : 0u;
+    acc_rows(vk, x, n, cols, cols, false);
+    acc_rows(vk, y, n, ldy, n_rows, true);
     cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)dt | (qm << 16), MM_NT, &p, sizeof p, gx, gy,
                     (n + MM_NT - 1) / MM_NT);
 }
@@ -255,6 +267,7 @@ static cmf_status vk_be_get_rows(cmf_backend *b, const cmf_tensor *E, const int3
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
     gr_push p = {e, cmf_vk_arena_put(vk, tok, n * sizeof *tok), dev(vk, out, "get_rows output"), (uint32_t)E->nelem,
                  (uint32_t)rows, (uint32_t)cols, n};
+    acc_rows(vk, p.out, n, cols, cols, true);
     if (p.tok && p.out) cmf_vk_dispatch(vk, VK_SH_GET_ROWS, 64, (uint32_t)E->dtype, 0, &p, sizeof p,
                                         (uint32_t)((cols + 63) / 64), n, 1);
     cmf_vk_op_end(vk);
@@ -277,6 +290,8 @@ static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, u
     grid(n, 1, &gx, &gy);
     rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), (uint32_t)ld, n, dim, gx,
                   add_one, eps};
+    acc_rows(vk, p.x, n, ld, dim, false);
+    acc_rows(vk, p.y, n, ld, dim, true);
     if (p.y && p.x && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
     cmf_vk_op_end(vk);
 }
@@ -375,6 +390,11 @@ static void vk_be_rope_kv_store(cmf_backend *b, float *q, size_t ldq, uint32_t n
                   dev(vk, v_base, "V pool"), cs_addr, da, (uint32_t)ldq, (uint32_t)ldkv, n, n_head, n_kv_head,
                   head_dim, half, r->interleaved, (uint32_t)type, 0};
     uint32_t jobs = n_head + 2 * (type == CMF_KV_Q8 ? 1 : n_kv_head);
+    acc_rows(vk, p.q, n, ldq, (uint64_t)n_head * head_dim, true);
+    acc_rows(vk, p.k, n, ldkv, (uint64_t)n_kv_head * head_dim, false);
+    acc_rows(vk, p.v, n, ldkv, (uint64_t)n_kv_head * head_dim, false);
+    cmf_vk_acc_alloc(vk, k_base, true);
+    cmf_vk_acc_alloc(vk, v_base, true);
     if (ok && p.q && p.k && p.v && p.kb && p.vb) cmf_vk_dispatch(vk, VK_SH_ROPE_KV, 64, 0, 0, &p, sizeof p, n, jobs, 1);
     cmf_vk_op_end(vk);
 }
@@ -412,11 +432,24 @@ typedef struct {
 } attn_comb_push;
 _Static_assert(sizeof(attn_dec_push) == 80 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
 
+/* The next dispatch reads the KV pools of tokens [t0, t1) and their q rows. */
+static void acc_attn(vk_ctx *vk, const cmf_attn_args *a, VkDeviceAddress q, uint32_t t0, uint32_t t1) {
+    acc_rows(vk, q + (uint64_t)t0 * a->n_head * a->head_dim * 4, t1 - t0, (uint64_t)a->n_head * a->head_dim,
+             (uint64_t)a->n_head * a->head_dim, false);
+    const void *lk = NULL;
+    for (uint32_t t = t0; t < t1; t++)
+        if (a->views[t].k_base != lk) {
+            lk = a->views[t].k_base;
+            cmf_vk_acc_alloc(vk, a->views[t].k_base, false);
+            cmf_vk_acc_alloc(vk, a->views[t].v_base, false);
+        }
+}
+
 /* The nd decode rows of p (its first tokens) through the two split-K
  * passes; kmax bounds their key ranges (the grid's chunk count). The
  * partials scratch is reused by every layer: each pass is ordered after
  * the previous dispatch. */
-static void attention_splitk(vk_ctx *vk, const attn_push *p, uint32_t nd, uint32_t kmax) {
+static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax) {
     uint32_t chunk = vk->att_chunk && vk->att_chunk <= SPK_CHUNK ? vk->att_chunk : SPK_CHUNK;
     uint32_t n_chunk = kmax ? (kmax + chunk - 1) / chunk : 1;
     if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk; /* never at cmf's sizes */
@@ -441,8 +474,12 @@ static void attention_splitk(vk_ctx *vk, const attn_push *p, uint32_t nd, uint32
     attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
                        p->type, p->group, p->scale, p->softcap, chunk, n_chunk, 0};
     uint32_t hsplit = (p->group + SPK_GMAX - 1) / SPK_GMAX;
+    acc_attn(vk, a, p->q, 0, nd);
+    cmf_vk_acc(vk, ws, bytes, true);
     cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
     attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, 0};
+    cmf_vk_acc(vk, ws, bytes, false);
+    acc_rows(vk, p->out, nd, (uint64_t)p->n_head * p->head_dim, (uint64_t)p->n_head * p->head_dim, true);
     cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, ATT_WG, 0, 0, &c, sizeof c, p->n_head, nd, 1);
 }
 
@@ -515,11 +552,13 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
                    a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
                    a->n_head / a->n_kv_head, a->scale, a->softcap};
-    if (rec && p.q && p.out && nd > 0) attention_splitk(vk, &p, nd, kmax);
+    if (rec && p.q && p.out && nd > 0) attention_splitk(vk, a, &p, nd, kmax);
     if (rec && p.q && p.out && nd < a->n_tok) { /* prompt-class rows: attention.comp, one (head, token) a workgroup */
         uint64_t qrow = (uint64_t)a->n_head * a->head_dim * sizeof(float);
         p.q += nd * qrow, p.out += nd * qrow, p.tok += (uint64_t)nd * 12 * sizeof(uint32_t);
         p.n_tok = a->n_tok - nd;
+        acc_attn(vk, a, p.q - nd * qrow, nd, a->n_tok);
+        acc_rows(vk, p.out, p.n_tok, (uint64_t)a->n_head * a->head_dim, (uint64_t)a->n_head * a->head_dim, true);
         cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, p.n_tok, 1);
     }
     cmf_vk_op_end(vk);
@@ -549,6 +588,13 @@ static void ew(vk_ctx *vk, uint32_t op, VkDeviceAddress y, VkDeviceAddress x, Vk
         ew_push p = {y + r0 * ldy * 4, x ? x + (op == VK_EW_ADD_ROWS ? 0 : r0 * ldx * 4) : 0,
                      aux ? aux + (op == VK_EW_GATHER || op == VK_EW_GATE_ADD ? r0 * 4 : r0 * ldx * 4) : 0,
                      op, (uint32_t)nr, (uint32_t)dim, (uint32_t)ldy, (uint32_t)ldx, gx, s, c};
+        /* the ops whose ranges are rows (gather_rows and gate_add stay unknown: ordered after everything) */
+        if (op == VK_EW_ADD_SCALED || op == VK_EW_SOFTCAP || op == VK_EW_SCALE || op == VK_EW_ADD_ROWS ||
+            op == VK_EW_FILL || op == VK_EW_GLU || op == VK_EW_COPY) {
+            acc_rows(vk, p.y, nr, ldy, dim, true);
+            if (p.x && op != VK_EW_ADD_ROWS) acc_rows(vk, p.x, nr, ldx, dim, false); /* add_rows: a host vector */
+            if (p.aux && op == VK_EW_GLU) acc_rows(vk, p.aux, nr, ldx, dim, false);
+        }
         cmf_vk_dispatch(vk, VK_SH_ELTWISE, EW_WG, 0, 0, &p, sizeof p, gx, gy, (uint32_t)nr);
     }
 }
