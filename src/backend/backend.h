@@ -196,6 +196,11 @@ typedef struct cmf_backend_ops {
      * (Zhang & Sennrich 2019; gemma stores w - 1, so add_one = 1.) */
     void (*rmsnorm)(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
                     const float *w, float add_one, float eps);
+    /* Optional (NULL: add_scaled then rmsnorm): x[i] += s·r[i] over n rows
+     * of dim (contiguous), then y = rmsnorm(x) as rmsnorm does (stride dim,
+     * weight w): a residual add and the norm after it as one op. */
+    void (*add_rmsnorm)(cmf_backend *b, float *x, const float *r, float s, float *y, uint32_t n, uint32_t dim,
+                        const float *w, float add_one, float eps);
     /* RoPE in place on n rows holding n_head heads of head_dim each (row
      * stride ld), position pos[i] per row (Su et al. 2021, RoFormer). */
     void (*rope)(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head,

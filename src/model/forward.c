@@ -402,25 +402,39 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         b->n_taps = io->n_taps * b->cap;
     }
 
+    bool normed = false; /* b->xn holds this layer's attn_norm(x) already (add_rmsnorm) */
     for (uint32_t il = io->l0; il < io->l1; il++) {
         const cmf_layer *L = &io->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
-        if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
+        if (normed) normed = false;
+        else if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
         else be->ops->copy(be, b->xn, b->x, nE);
         if ((st = attention_block(m, kv, il, L, bt, b, err))) return cmf_error_prefix(err, "layer %u", il);
         if (L->attn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->attn_post_norm, hp->norm_add_one, hp->norm_eps);
-        be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
-
-        /* feed-forward: x += r · post_norm(ffn(norm(x))) */
-        if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
-        else be->ops->copy(be, b->xn, b->x, nE);
+        /* feed-forward: x += r · post_norm(ffn(norm(x))); the residual add
+         * and the norm after it as one op where the backend has it */
+        if (L->ffn_norm && be->ops->add_rmsnorm) {
+            be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, L->ffn_norm, hp->norm_add_one,
+                                 hp->norm_eps);
+        } else {
+            be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+            if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
+            else be->ops->copy(be, b->xn, b->x, nE);
+        }
         if (L->router) st = moe_ffn(m, L, n, b, err);
         else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, il, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
-        be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+        const cmf_layer *Ln = il + 1 < io->l1 ? &io->layers[il + 1] : NULL;
+        if (Ln && Ln->attn_norm && be->ops->add_rmsnorm) { /* with the next layer's norm */
+            be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, Ln->attn_norm, hp->norm_add_one,
+                                 hp->norm_eps);
+            normed = true;
+        } else {
+            be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+        }
         for (uint32_t k = 0; k < io->n_taps; k++)
             if (io->tap_layers[k] == il) be->ops->copy(be, b->taps + (size_t)k * nE, b->x, nE);
     }

@@ -6,7 +6,8 @@
  * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths; n_dec
  * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
- * rope_kv_store (the fused rope + KV write, every KV type), barriers only
+ * rope_kv_store (the fused rope + KV write, every KV type), add_rmsnorm
+ * (the residual add fused into the norm), barriers only
  * between dependent dispatches,
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
  * causal, sliding window, softcap, key_end, tree masks; the split-K decode
@@ -322,6 +323,29 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
     free(q), free(oc), free(og), free(kc), free(vc);
     gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
+/* add_rmsnorm (rmsnorm.comp with the residual add in front) against the
+ * CPU's add_scaled + rmsnorm: 5 rows of 70, weight with add_one, s = 0.7. */
+static void test_add_rmsnorm(void) {
+    const uint32_t n = 5, dim = 70;
+    size_t nn = (size_t)n * dim;
+    float *x = rnd(nn), *r = rnd(nn), *w = rnd(dim), *y = calloc(nn, sizeof *y);
+    float *xd = up(x, nn), *rd = up(r, nn), *yd = gpu->ops->alloc(gpu, nn);
+    cpu->ops->add_scaled(cpu, x, r, nn, 0.7f);
+    cpu->ops->rmsnorm(cpu, y, x, dim, n, dim, w, 1.0f, 1e-5f);
+    CHECK(gpu->ops->add_rmsnorm != NULL, "vulkan: no add_rmsnorm");
+    if (gpu->ops->add_rmsnorm) {
+        step_begin();
+        gpu->ops->add_rmsnorm(gpu, xd, rd, 0.7f, yd, n, dim, w, 1.0f, 1e-5f);
+        step_end("add_rmsnorm");
+        float *xg = down(xd, nn), *yg = down(yd, nn);
+        CHECK(maxdiff(x, xg, nn, 1.0) < 1e-6 && maxdiff(y, yg, nn, 1.0) < 1e-5, "add_rmsnorm: x %g y %g",
+              maxdiff(x, xg, nn, 1.0), maxdiff(y, yg, nn, 1.0));
+        free(xg), free(yg);
+    }
+    free(x), free(r), free(w), free(y);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, rd), gpu->ops->release(gpu, yd);
 }
 
 /* Barriers only between dependent dispatches (vk_record.c): two rmsnorms
@@ -653,6 +677,7 @@ int main(void) {
     test_attention(CMF_KV_F32, 0, 0.4f, false);
     test_attention(CMF_KV_F16, 0, 0.0f, true);
     test_deps();
+    test_add_rmsnorm();
     for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
     for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
     test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);

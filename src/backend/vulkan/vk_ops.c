@@ -276,11 +276,15 @@ static cmf_status vk_be_get_rows(cmf_backend *b, const cmf_tensor *E, const int3
 
 /* ---- rows ---------------------------------------------------------------- */
 
+static void vk_be_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s); /* element-wise, below */
+
 typedef struct {
-    uint64_t y, x, w;
+    uint64_t y, x, w, r;
     uint32_t ld, n, dim, nx;
-    float add_one, eps;
+    float add_one, eps, s;
+    uint32_t pad;
 } rms_push;
+_Static_assert(sizeof(rms_push) == 64, "rmsnorm push constants without padding");
 
 static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
                           const float *w, float add_one, float eps) {
@@ -288,11 +292,33 @@ static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, u
     if (n == 0 || !cmf_vk_op_begin(vk)) return;
     uint32_t gx, gy;
     grid(n, 1, &gx, &gy);
-    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), (uint32_t)ld, n, dim, gx,
-                  add_one, eps};
+    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), 0, (uint32_t)ld, n, dim,
+                  gx, add_one, eps, 0.0f, 0};
     acc_rows(vk, p.x, n, ld, dim, false);
     acc_rows(vk, p.y, n, ld, dim, true);
     if (p.y && p.x && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
+    cmf_vk_op_end(vk);
+}
+
+/* x += s·r, then y = rmsnorm(x) (rmsnorm.comp with its residual input):
+ * the residual add and the next norm as one dispatch. */
+static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s, float *y, uint32_t n, uint32_t dim,
+                              const float *w, float add_one, float eps) {
+    vk_ctx *vk = ctx_of(b);
+    if (!vk->fuse) { /* CMF_VK_FUSE=0: the two ops (A/B) */
+        vk_be_add_scaled(b, x, r, (size_t)n * dim, s);
+        vk_be_rmsnorm(b, y, x, dim, n, dim, w, add_one, eps);
+        return;
+    }
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    uint32_t gx, gy;
+    grid(n, 1, &gx, &gy);
+    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "add x"), cmf_vk_vec(vk, w, dim), dev(vk, r, "add r"), dim, n,
+                  dim, gx, add_one, eps, s, 0};
+    acc_rows(vk, p.x, n, dim, dim, true);
+    acc_rows(vk, p.r, n, dim, dim, false);
+    acc_rows(vk, p.y, n, dim, dim, true);
+    if (p.y && p.x && p.r && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
     cmf_vk_op_end(vk);
 }
 
@@ -748,6 +774,7 @@ static const cmf_backend_ops vk_ops = {
     .matmul_parts = vk_be_matmul_parts,
     .get_rows = vk_be_get_rows,
     .rmsnorm = vk_be_rmsnorm,
+    .add_rmsnorm = vk_be_add_rmsnorm,
     .rope = vk_be_rope,
     .attention = vk_be_attention,
     .glu = vk_be_glu,
