@@ -685,6 +685,8 @@ int main(void) {
     test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16); /* 10 heads a KV head: two head blocks */
     test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32);
     test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0);
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128); /* the largest chunk */
+    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7);     /* ragged 4- and 8-key groups */
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
     cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,

@@ -235,6 +235,8 @@ typedef struct vk_ctx {
     vk_acc pend[VK_PEND_MAX];
     uint32_t n_pend;
     bool pend_unknown, last_indep;
+    uint32_t prev_pend;          /* pend[0 .. prev_pend): the ranges before the last entry's */
+    bool prev_unknown;
     bool dep_barriers;           /* barriers only between dependent entries (CMF_VK_DEPS=0: after every one) */
     uint64_t n_barriers;         /* barriers recorded so far (tests) */
     bool replay;                 /* CMF_VK_REPLAY=0 turns it off (A/B) */

@@ -519,6 +519,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->splitk = !(spk && strcmp(spk, "0") == 0);
     const char *fus = getenv("CMF_VK_FUSE");
     vk->fuse = !(fus && strcmp(fus, "0") == 0);
+    const char *spc = getenv("CMF_VK_SPLITK_CHUNK"); /* keys a split-K workgroup (sweeps) */
+    vk->att_chunk = spc ? (uint32_t)strtoul(spc, NULL, 10) : 0;
     const char *dps = getenv("CMF_VK_DEPS");
     vk->dep_barriers = !(dps && strcmp(dps, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");

@@ -45,6 +45,7 @@ bool cmf_vk_log_open(vk_ctx *vk) {
     vk->recording = true;
     vk->n_dispatch = 0;
     vk->n_pend = 0, vk->pend_unknown = false, vk->last_indep = false;
+    vk->prev_pend = 0, vk->prev_unknown = false;
     vk->n_acc_next = 0, vk->acc_over = false;
     return true;
 }
@@ -77,9 +78,9 @@ void cmf_vk_acc_alloc(vk_ctx *vk, const void *p, bool w) {
  * when either side is unknown; never when the previous entry was declared
  * independent of the next (vk->no_barrier: matmul_parts, the MoE's gate/up).
  * The decision depends only on the log, so equal logs stay equal (replay). */
-static bool conflict(const vk_ctx *vk, const vk_acc *acc, uint32_t n) {
+static bool conflict(const vk_ctx *vk, const vk_acc *acc, uint32_t n, uint32_t n_pend) {
     for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = 0; j < vk->n_pend; j++) {
+        for (uint32_t j = 0; j < n_pend; j++) {
             const vk_acc *a = &acc[i], *b = &vk->pend[j];
             if ((a->w || b->w) && a->lo < b->hi && b->lo < a->hi) return true;
         }
@@ -88,10 +89,14 @@ static bool conflict(const vk_ctx *vk, const vk_acc *acc, uint32_t n) {
 
 static void order(vk_ctx *vk, const vk_acc *acc, uint32_t n, bool indep_of_next) {
     vk_log_ent *prev = vk->n_log ? &vk->log[vk->n_log - 1] : NULL;
-    if (prev && !prev->barrier && !vk->last_indep &&
-        (!vk->dep_barriers || vk->pend_unknown || n == 0 || conflict(vk, acc, n)))
-        prev->barrier = 1;
+    bool need;
+    if (!vk->dep_barriers) need = !vk->last_indep;
+    else if (vk->last_indep) /* independent of prev itself, not of the entries before it */
+        need = vk->prev_unknown || (vk->prev_pend > 0 && (n == 0 || conflict(vk, acc, n, vk->prev_pend)));
+    else need = vk->pend_unknown || n == 0 || conflict(vk, acc, n, vk->n_pend);
+    if (prev && !prev->barrier && need) prev->barrier = 1;
     if (!prev || prev->barrier) vk->n_pend = 0, vk->pend_unknown = false;
+    vk->prev_pend = vk->n_pend, vk->prev_unknown = vk->pend_unknown; /* what was pending before this entry */
     if (n == 0 || vk->n_pend + n > VK_PEND_MAX) {
         vk->pend_unknown = true;
     } else {
