@@ -9,11 +9,11 @@
 // (Milakov & Gimelshein 2018), which attention_comb.comp merges. So a long
 // context is spread over many workgroups instead of one per (head, token).
 //
-// Phases: (1) subgroups take keys 4 at a time, lanes split head_dim, one
-// subgroupAdd per key and head gives the score (scale, softcap, causal/window range,
+// Phases: (1) subgroups take keys in turn, lanes split head_dim, one
+// subgroupAdd per head gives the score (scale, softcap, causal/window range,
 // tree mask as attention.comp); the scores and each key's row offset go to
 // shared memory; (2) a subgroup a head: max, exp, sum; (3) threads take
-// dims, each V element read once for the gn heads, 8 keys' loads at once. Token records are
+// dims, each V element read once for the gn heads. Token records are
 // attention.comp's (12 uints). Partials: [tok][head][n_chunk][hd + 2]
 // floats (acc[hd], m, l). The chunk split depends only on the token's own
 // range, so a row's result does not depend on the batch.
@@ -68,42 +68,33 @@ void main() {
     for (uint i = tid; i < gn * hd; i += WG) qs[i] = Q.v[(t * p.n_head + h0) * hd + i];
     barrier();
 
-    // (1) scores: subgroup sg takes keys 4 at a time (sg·4, sg·4 + 1, ..., then
-    // + 4·nsg); lanes split the dims; the 4 keys' loads are issued together
+    // (1) scores: subgroup sg takes keys sg, sg + nsg, ...; lanes split the dims
     uint sg = gl_SubgroupID, nsg = gl_NumSubgroups, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
-    for (uint jb = sg * 4; jb < nk; jb += nsg * 4) {
-        uint e0[4];
-        bool seen[4];
-        for (uint u = 0; u < 4; u++) {
-            uint pp = c0 + jb + u;
-            seen[u] = jb + u < nk;
-            if (seen[u] && has_tree != 0 && pp >= tb) {
-                uint b = pp - tb;
-                seen[u] = b < 64 && ((tm >> b) & 1) != 0;
-            }
-            e0[u] = jb + u < nk ? uint(pages.v[pp / p.page_size]) * p.page_stride + uint(pp % p.page_size) * row : 0;
+    for (uint j = sg; j < nk; j += nsg) {
+        uint pp = c0 + j;
+        bool seen = true;
+        if (has_tree != 0 && pp >= tb) {
+            uint b = pp - tb;
+            seen = b < 64 && ((tm >> b) & 1) != 0;
         }
-        float dot[4][GMAX];
-        for (uint u = 0; u < 4; u++)
-            for (uint g = 0; g < GMAX; g++) dot[u][g] = 0.0;
-        for (uint d = lane; d < hd; d += sgs) {
-            float k[4];
-            for (uint u = 0; u < 4; u++) k[u] = seen[u] ? kv_elem(kb, e0[u] + kvh * hd + d, kv_dim, e0[u]) : 0.0;
-            for (uint u = 0; u < 4; u++)
+        uint e0 = uint(pages.v[pp / p.page_size]) * p.page_stride + uint(pp % p.page_size) * row;
+        float dot[GMAX];
+        for (uint g = 0; g < GMAX; g++) dot[g] = 0.0;
+        if (seen) {
+            uint e = e0 + kvh * hd;
+            for (uint d = lane; d < hd; d += sgs) {
+                float k = kv_elem(kb, e + d, kv_dim, e0);
                 for (uint g = 0; g < GMAX; g++)
-                    if (g < gn) dot[u][g] += qs[g * hd + d] * k[u];
-        }
-        for (uint u = 0; u < 4; u++) {
-            uint j = jb + u;
-            if (j >= nk) break; // uniform across the subgroup
-            for (uint g = 0; g < GMAX; g++) {
-                if (g >= gn) break;
-                float s = subgroupAdd(dot[u][g]) * p.scale;
-                if (p.softcap > 0.0) s = p.softcap * tanh(s / p.softcap);
-                if (lane == 0) sc[g * CHUNK_MAX + j] = seen[u] ? s : NEG_INF;
+                    if (g < gn) dot[g] += qs[g * hd + d] * k;
             }
-            if (lane == 0) koff[j] = seen[u] ? e0[u] : 0xffffffffu;
         }
+        for (uint g = 0; g < GMAX; g++) {
+            if (g >= gn) break;
+            float s = subgroupAdd(dot[g]) * p.scale;
+            if (p.softcap > 0.0) s = p.softcap * tanh(s / p.softcap);
+            if (lane == 0) sc[g * CHUNK_MAX + j] = seen ? s : NEG_INF;
+        }
+        if (lane == 0) koff[j] = seen ? e0 : 0xffffffffu;
     }
     barrier();
 
@@ -130,21 +121,16 @@ void main() {
     }
     barrier();
 
-    // (3) weighted V: a thread a dim, each element read once for the gn
-    // heads; 8 keys' loads issued together (an unseen key reads nothing)
+    // (3) weighted V: a thread a dim, each element read once for the gn heads
     for (uint d = tid; d < hd; d += WG) {
         float acc[GMAX];
         for (uint g = 0; g < GMAX; g++) acc[g] = 0.0;
-        for (uint j0 = 0; j0 < nk; j0 += 8) {
-            float v[8];
-            for (uint u = 0; u < 8; u++) {
-                uint e0 = j0 + u < nk ? koff[j0 + u] : 0xffffffffu;
-                v[u] = e0 != 0xffffffffu ? kv_elem(vb, e0 + kvh * hd + d, kv_dim, e0) : 0.0;
-            }
-            for (uint u = 0; u < 8; u++)
-                if (j0 + u < nk)
-                    for (uint g = 0; g < GMAX; g++)
-                        if (g < gn) acc[g] += sc[g * CHUNK_MAX + j0 + u] * v[u];
+        for (uint j = 0; j < nk; j++) {
+            uint e0 = koff[j];
+            if (e0 == 0xffffffffu) continue;
+            float v = kv_elem(vb, e0 + kvh * hd + d, kv_dim, e0);
+            for (uint g = 0; g < GMAX; g++)
+                if (g < gn) acc[g] += sc[g * CHUNK_MAX + j] * v;
         }
         for (uint g = 0; g < GMAX; g++) {
             if (g >= gn) break;
