@@ -3,9 +3,14 @@
  * checks its arguments on the host, resolves its buffers to device
  * addresses (vk.h), writes its host-side data (token ids, RoPE cos/sin,
  * KV slots, page tables, per-token attention views) into the step's arena
- * and records one or a few dispatches of the shaders in shaders/. Between
- * begin and submit nothing runs; submit is the step's one queue
- * submission. An op called outside a step runs at once.
+ * and records one or a few dispatches of the shaders in shaders/, after
+ * declaring the device ranges each dispatch reads and writes (acc_rows,
+ * cmf_vk_acc: the log puts barriers only between dependent dispatches).
+ * Between begin and submit nothing runs; submit is the step's one queue
+ * submission. An op called outside a step runs at once. Fused ops:
+ * rope_kv_store (rope_kv.comp), add_rmsnorm (rmsnorm.comp with a residual
+ * input); decode-class attention rows take the split-K kernels
+ * (attention_dec.comp + attention_comb.comp).
  *
  * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
  * implemented (refused at load by prepare): dtypes other than those of

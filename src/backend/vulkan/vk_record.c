@@ -23,6 +23,12 @@
  * recordings name it is the staging buffer, which drops them all
  * (cmf_vk_replay_drop).
  *
+ * Barriers: each entry's barrier-after is decided when the next entry is
+ * appended, from the device ranges the ops declared (cmf_vk_acc): only a
+ * read-after-write, write-after-write or write-after-read overlap with the
+ * entries since the last barrier, or an entry that declared nothing, gets
+ * one (order(), below); the last entry always has one.
+ *
  * Not cacheable: CMF_VK_REPLAY=0, CMF_VK_PROFILE=1 (its timestamps), a
  * step split by a mid-step read (the MoE fallback of vk_ops_moe.c), ops
  * outside a step.
