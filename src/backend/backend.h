@@ -86,9 +86,11 @@ typedef struct cmf_attn_args {
     uint32_t window;
     float scale;
     float softcap;            /* 0 = none */
-    uint32_t n_prompt;        /* rows [n_tok - n_prompt, n_tok) are prompt-class (the matmul row
-                                 classes): a backend may run them through another kernel, whose
-                                 results depend on nothing but the row; 0 = every row decode-class */
+    /* Row classes, as matmul: tokens [0, n_dec) are decode-class rows (a
+     * device may compute them with another kernel, e.g. split over the key
+     * range), the rest prompt-class; < 0: the backend picks by n_tok. The
+     * result is the same attention either way (within float rounding). */
+    int32_t n_dec;
 } cmf_attn_args;
 
 typedef enum cmf_act { CMF_ACT_SILU = 0, CMF_ACT_GELU_TANH = 1, CMF_ACT_GELU = 2 } cmf_act;
@@ -194,6 +196,11 @@ typedef struct cmf_backend_ops {
      * (Zhang & Sennrich 2019; gemma stores w - 1, so add_one = 1.) */
     void (*rmsnorm)(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
                     const float *w, float add_one, float eps);
+    /* Optional (NULL: add_scaled then rmsnorm): x[i] += s·r[i] over n rows
+     * of dim (contiguous), then y = rmsnorm(x) as rmsnorm does (stride dim,
+     * weight w): a residual add and the norm after it as one op. */
+    void (*add_rmsnorm)(cmf_backend *b, float *x, const float *r, float s, float *y, uint32_t n, uint32_t dim,
+                        const float *w, float add_one, float eps);
     /* RoPE in place on n rows holding n_head heads of head_dim each (row
      * stride ld), position pos[i] per row (Su et al. 2021, RoFormer). */
     void (*rope)(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head,
@@ -236,6 +243,15 @@ typedef struct cmf_backend_ops {
      * to the type (q8: scale = max|x| / 127, round to nearest). */
     void (*kv_store)(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                      const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst);
+    /* Optional (NULL: rope of q and k, then kv_store): RoPE of q (n rows of
+     * n_head heads of head_dim, stride ldq) in place, and the K rows (n_kv_head
+     * heads, stride ldkv) rotated as rope would into the pools with the V rows,
+     * as kv_store (kv_dim = n_kv_head·head_dim, ld = ldkv). k itself is left
+     * unspecified (rotated or not). One dispatch on a device (fewer launches
+     * and barriers a layer). */
+    void (*rope_kv_store)(cmf_backend *b, float *q, size_t ldq, uint32_t n_head, const float *k, const float *v,
+                          size_t ldkv, uint32_t n_kv_head, uint32_t head_dim, uint32_t n, const int32_t *pos,
+                          const cmf_rope *r, void *k_base, void *v_base, cmf_kv_type type, const size_t *dst);
     /* Optional (NULL: the caller reads the logits instead; used only when
      * b->topk_max >= k): the k best of the first n_cand logits of each of n
      * rows (row stride ld floats), best first — larger logit, then smaller

@@ -219,13 +219,17 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         }
     }
     const cmf_rope *rope = L->sliding ? &m->rope_local.rope : &m->rope_global.rope;
-    if (rope->n_rot > 0) {
-        be->ops->rope(be, b->q, qd, n, hp->n_head, hd, bt->pos, rope);
-        be->ops->rope(be, b->k, kvd, n, hp->n_head_kv, hd, bt->pos, rope);
-    }
-
     /* K/V into the cache, then attention reads everything from the cache */
-    be->ops->kv_store(be, kv->k[il], kv->v[il], kv->type, b->k, b->v, kvd, n, kvd, b->slots);
+    if (rope->n_rot > 0 && be->ops->rope_kv_store) { /* one op where the backend fuses them */
+        be->ops->rope_kv_store(be, b->q, qd, hp->n_head, b->k, b->v, kvd, hp->n_head_kv, hd, n, bt->pos, rope,
+                               kv->k[il], kv->v[il], kv->type, b->slots);
+    } else {
+        if (rope->n_rot > 0) {
+            be->ops->rope(be, b->q, qd, n, hp->n_head, hd, bt->pos, rope);
+            be->ops->rope(be, b->k, kvd, n, hp->n_head_kv, hd, bt->pos, rope);
+        }
+        be->ops->kv_store(be, kv->k[il], kv->v[il], kv->type, b->k, b->v, kvd, n, kvd, b->slots);
+    }
     for (uint32_t t = 0; t < n; t++) {
         cmf_kv_view *v = &b->views[t];
         v->k_base = kv->k[il];
@@ -240,9 +244,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         .q = b->q, .out = b->att, .pos = bt->pos, .views = b->views,
         .key_end = b->key_end, .tree_base = b->tree_base, .tree_mask = b->tree_mask,
         .window = L->sliding ? hp->sliding_window : 0,
-        .scale = hp->attn_scale, .softcap = hp->attn_softcap,
-        /* the prompt-class rows, as matmul classes them (n_dec < 0: all of a batch of more than 8) */
-        .n_prompt = b->n_dec >= 0 ? n - ((uint32_t)b->n_dec < n ? (uint32_t)b->n_dec : n) : n > 8 ? n : 0,
+        .scale = hp->attn_scale, .softcap = hp->attn_softcap, .n_dec = b->n_dec,
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
     if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;
@@ -400,25 +402,39 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         b->n_taps = io->n_taps * b->cap;
     }
 
+    bool normed = false; /* b->xn holds this layer's attn_norm(x) already (add_rmsnorm) */
     for (uint32_t il = io->l0; il < io->l1; il++) {
         const cmf_layer *L = &io->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
-        if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
+        if (normed) normed = false;
+        else if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
         else be->ops->copy(be, b->xn, b->x, nE);
         if ((st = attention_block(m, kv, il, L, bt, b, err))) return cmf_error_prefix(err, "layer %u", il);
         if (L->attn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->attn_post_norm, hp->norm_add_one, hp->norm_eps);
-        be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
-
-        /* feed-forward: x += r · post_norm(ffn(norm(x))) */
-        if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
-        else be->ops->copy(be, b->xn, b->x, nE);
+        /* feed-forward: x += r · post_norm(ffn(norm(x))); the residual add
+         * and the norm after it as one op where the backend has it */
+        if (L->ffn_norm && be->ops->add_rmsnorm) {
+            be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, L->ffn_norm, hp->norm_add_one,
+                                 hp->norm_eps);
+        } else {
+            be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+            if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
+            else be->ops->copy(be, b->xn, b->x, nE);
+        }
         if (L->router) st = moe_ffn(m, L, n, b, err);
         else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, il, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
-        be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+        const cmf_layer *Ln = il + 1 < io->l1 ? &io->layers[il + 1] : NULL;
+        if (Ln && Ln->attn_norm && be->ops->add_rmsnorm) { /* with the next layer's norm */
+            be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, Ln->attn_norm, hp->norm_add_one,
+                                 hp->norm_eps);
+            normed = true;
+        } else {
+            be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+        }
         for (uint32_t k = 0; k < io->n_taps; k++)
             if (io->tap_layers[k] == il) be->ops->copy(be, b->taps + (size_t)k * nE, b->x, nE);
     }

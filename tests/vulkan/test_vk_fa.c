@@ -122,7 +122,7 @@ static void run_case(const fa_case *c) {
     cmf_attn_args a = {.n_tok = NT, .n_head = c->nh, .n_kv_head = c->nkv, .head_dim = c->hd, .q = q, .out = oc,
                        .pos = pos, .key_end = c->tree ? key_end : NULL, .tree_base = c->tree ? tb : NULL,
                        .tree_mask = c->tree ? tm : NULL, .views = vcpu, .window = c->window,
-                       .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .n_prompt = NT - NDEC};
+                       .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .n_dec = NDEC};
     cmf_error err = {0};
     CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
     a.q = qd, a.out = od, a.views = vgpu;
@@ -160,7 +160,7 @@ static void run_case(const fa_case *c) {
         for (int k = 0; k < 2; k++) {
             cmf_attn_args b = a;
             size_t off = (size_t)part[k][0] * rw;
-            b.n_tok = part[k][1], b.n_prompt = part[k][1], b.q = qd + off, b.out = od + off;
+            b.n_tok = part[k][1], b.n_dec = 0, b.q = qd + off, b.out = od + off;
             b.pos = pos + part[k][0], b.views = vgpu + part[k][0];
             if (c->tree) b.key_end = key_end + part[k][0], b.tree_base = tb + part[k][0], b.tree_mask = tm + part[k][0];
             CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention (chunk %d): %s", k, err.msg);

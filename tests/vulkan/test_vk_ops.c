@@ -6,8 +6,13 @@
  * ldy > rows, 1..11 tokens, in % 4 != 0 and == 0: both load paths; n_dec
  * row classes: the per-row and the tiled kernel in one call), get_rows, rmsnorm (weight, add_one, in
  * place, row stride), rope (neox, interleaved, partial, attn_factor),
+ * rope_kv_store (the fused rope + KV write, every KV type), add_rmsnorm
+ * (the residual add fused into the norm), barriers only
+ * between dependent dispatches,
  * kv_store + attention over scrambled pages for f32/f16/q8 KV (GQA,
- * causal, sliding window, softcap, key_end, tree masks), glu (3
+ * causal, sliding window, softcap, key_end, tree masks; the split-K decode
+ * kernel over 1..613 keys, several chunk sizes and head blocks, batch
+ * invariance), glu (3
  * activations), add_scaled, softcap, add_rows, copy (overlapping), fill,
  * gather_rows (in place), gate_add, pool_copy outside a step, write/read,
  * the 1-, 2- and variable-bit dtypes q1 (in % 32 != 0 too), q2tp, vbit and
@@ -322,6 +327,252 @@ static void test_attention(cmf_kv_type type, uint32_t window, float softcap, boo
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
 }
 
+/* add_rmsnorm (rmsnorm.comp with the residual add in front) against the
+ * CPU's add_scaled + rmsnorm: 5 rows of 70, weight with add_one, s = 0.7. */
+static void test_add_rmsnorm(void) {
+    const uint32_t n = 5, dim = 70;
+    size_t nn = (size_t)n * dim;
+    float *x = rnd(nn), *r = rnd(nn), *w = rnd(dim), *y = calloc(nn, sizeof *y);
+    float *xd = up(x, nn), *rd = up(r, nn), *yd = gpu->ops->alloc(gpu, nn);
+    cpu->ops->add_scaled(cpu, x, r, nn, 0.7f);
+    cpu->ops->rmsnorm(cpu, y, x, dim, n, dim, w, 1.0f, 1e-5f);
+    CHECK(gpu->ops->add_rmsnorm != NULL, "vulkan: no add_rmsnorm");
+    if (gpu->ops->add_rmsnorm) {
+        step_begin();
+        gpu->ops->add_rmsnorm(gpu, xd, rd, 0.7f, yd, n, dim, w, 1.0f, 1e-5f);
+        step_end("add_rmsnorm");
+        float *xg = down(xd, nn), *yg = down(yd, nn);
+        CHECK(maxdiff(x, xg, nn, 1.0) < 1e-6 && maxdiff(y, yg, nn, 1.0) < 1e-5, "add_rmsnorm: x %g y %g",
+              maxdiff(x, xg, nn, 1.0), maxdiff(y, yg, nn, 1.0));
+        free(xg), free(yg);
+    }
+    free(x), free(r), free(w), free(y);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, rd), gpu->ops->release(gpu, yd);
+}
+
+/* Barriers only between dependent dispatches (vk_record.c): two rmsnorms
+ * of disjoint buffers need none between them; an add reading the first's
+ * output needs one; an op that declares nothing (gather_rows) is ordered
+ * after and before everything; CMF_VK_DEPS=0's rule (vk->dep_barriers off)
+ * puts one after every dispatch. The results are checked too. */
+static void test_deps(void) {
+    vk_ctx *vk = (vk_ctx *)gpu->ctx;
+    const uint32_t n = 3, dim = 40;
+    float *h = rnd((size_t)n * dim);
+    float *a = up(h, (size_t)n * dim), *b = up(h, (size_t)n * dim);
+    float *ya = gpu->ops->alloc(gpu, (size_t)n * dim), *yb = gpu->ops->alloc(gpu, (size_t)n * dim);
+    for (int mode = 0; mode < 2; mode++) {
+        bool keep = vk->dep_barriers;
+        vk->dep_barriers = mode == 0;
+        step_begin();
+        gpu->ops->rmsnorm(gpu, ya, a, dim, n, dim, NULL, 0.0f, 1e-5f);
+        gpu->ops->rmsnorm(gpu, yb, b, dim, n, dim, NULL, 0.0f, 1e-5f);
+        gpu->ops->add_scaled(gpu, yb, ya, (size_t)n * dim, 1.0f); /* yb = norm(b) + norm(a) */
+        uint32_t idx[3] = {2, 0, 1};
+        gpu->ops->gather_rows(gpu, ya, yb, dim, idx, n); /* unknown ranges */
+        gpu->ops->add_scaled(gpu, a, b, (size_t)n * dim, 0.0f); /* touches neither ya nor yb */
+        uint32_t nl = vk->n_log;
+        CHECK(nl >= 5, "deps: %u log entries", nl);
+        if (nl >= 5 && mode == 0)
+            CHECK(!vk->log[0].barrier && vk->log[1].barrier && vk->log[nl - 2].barrier,
+                  "deps: barriers %u %u ... %u", vk->log[0].barrier, vk->log[1].barrier, vk->log[nl - 2].barrier);
+        if (nl >= 5 && mode == 1) {
+            uint32_t nb = 0;
+            for (uint32_t i = 0; i < nl; i++) nb += vk->log[i].barrier;
+            CHECK(nb + 1 >= nl, "deps off: %u barriers among %u entries", nb, nl);
+        }
+        step_end("deps");
+        vk->dep_barriers = keep;
+        float *g = down(ya, (size_t)n * dim), *ref = malloc((size_t)n * dim * sizeof *ref);
+        for (uint32_t i = 0; i < n; i++) { /* ref row i = norm(h row idx[i]) * 2 */
+            const float *x = h + (size_t)idx[i] * dim;
+            double ss = 0;
+            for (uint32_t j = 0; j < dim; j++) ss += (double)x[j] * x[j];
+            float r = 1.0f / sqrtf((float)(ss / dim) + 1e-5f);
+            for (uint32_t j = 0; j < dim; j++) ref[(size_t)i * dim + j] = 2.0f * x[j] * r;
+        }
+        CHECK(maxdiff(ref, g, (size_t)n * dim, 1.0) < 1e-5, "deps mode %d: %g", mode,
+              maxdiff(ref, g, (size_t)n * dim, 1.0));
+        free(g), free(ref);
+        gpu->ops->write(gpu, a, h, (size_t)n * dim);
+    }
+    free(h);
+    gpu->ops->release(gpu, a), gpu->ops->release(gpu, b), gpu->ops->release(gpu, ya), gpu->ops->release(gpu, yb);
+}
+
+/* rope_kv_store (rope_kv.comp): q rotated in place and K rotated into the
+ * pools with V, against the CPU's rope, rope, kv_store; 7 tokens of 5 q
+ * heads and 3 KV heads of 12 dims (rows with ld > width), neox partial and
+ * interleaved, every KV type, scattered slots. Pools compared after
+ * decoding (q8: one quantization step). */
+static void test_rope_kv(cmf_kv_type type, bool il) {
+    const uint32_t n = 7, nh = 5, nkv = 3, hd = 12, qd = nh * hd, kvd = nkv * hd, ldq = qd + 3, ldkv = kvd + 2;
+    float inv[6];
+    for (int i = 0; i < 6; i++) inv[i] = powf(100.0f, -(float)i / 6.0f);
+    cmf_rope r = {.n_rot = il ? 12 : 8, .interleaved = il, .inv_freq = inv, .attn_factor = il ? 1.0f : 1.1f};
+    int32_t pos[7] = {0, 1, 5, 9, 33, 34, 200};
+    uint32_t row = cmf_kv_row_elems(type, kvd), npos = 16;
+    size_t esz = cmf_kv_elem_size(type), pool_bytes = (size_t)npos * row * esz;
+    size_t dst[7];
+    for (uint32_t i = 0; i < n; i++) dst[i] = (size_t)((i * 5 + 3) % npos) * row;
+    float *q = rnd((size_t)n * ldq), *k = rnd((size_t)n * ldkv), *v = rnd((size_t)n * ldkv);
+    float *qd_ = up(q, (size_t)n * ldq), *kd = up(k, (size_t)n * ldkv), *vd = up(v, (size_t)n * ldkv);
+    void *kc = calloc(1, pool_bytes), *vc = calloc(1, pool_bytes);
+    void *kg = gpu->ops->pool_alloc(gpu, pool_bytes), *vg = gpu->ops->pool_alloc(gpu, pool_bytes);
+    cpu->ops->rope(cpu, q, ldq, n, nh, hd, pos, &r);
+    cpu->ops->rope(cpu, k, ldkv, n, nkv, hd, pos, &r);
+    cpu->ops->kv_store(cpu, kc, vc, type, k, v, ldkv, n, kvd, dst);
+    CHECK(gpu->ops->rope_kv_store != NULL, "vulkan: no rope_kv_store");
+    if (!gpu->ops->rope_kv_store) return;
+    step_begin();
+    gpu->ops->rope_kv_store(gpu, qd_, ldq, nh, kd, vd, ldkv, nkv, hd, n, pos, &r, kg, vg, type, dst);
+    step_end("rope_kv_store");
+    float *qg = down(qd_, (size_t)n * ldq);
+    double dq = 0;
+    for (uint32_t i = 0; i < n; i++) { /* the heads; the padding between rows untouched */
+        double d = maxdiff(q + (size_t)i * ldq, qg + (size_t)i * ldq, ldq, 1.0);
+        dq = d > dq || d != d ? d : dq;
+    }
+    CHECK(dq < 1e-6, "rope_kv q type %d il %d: %g", (int)type, il, dq);
+    uint8_t *pk = malloc(pool_bytes), *pv = malloc(pool_bytes);
+    gpu->ops->read(gpu, (float *)pk, kg, pool_bytes / 4);
+    gpu->ops->read(gpu, (float *)pv, vg, pool_bytes / 4);
+    double dk = 0;
+    for (int isv = 0; isv < 2; isv++)
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < kvd; j++) {
+                const uint8_t *a = (const uint8_t *)(isv ? vc : kc), *b = isv ? pv : pk;
+                double x, y;
+                size_t e = dst[i] + j;
+                if (type == CMF_KV_F32) {
+                    float fa, fb;
+                    memcpy(&fa, a + e * 4, 4), memcpy(&fb, b + e * 4, 4);
+                    x = fa, y = fb;
+                } else if (type == CMF_KV_F16) {
+                    uint16_t ha, hb;
+                    memcpy(&ha, a + e * 2, 2), memcpy(&hb, b + e * 2, 2);
+                    x = cmf_f16_to_f32(ha), y = cmf_f16_to_f32(hb);
+                } else {
+                    float sa, sb;
+                    memcpy(&sa, a + dst[i] + kvd, 4), memcpy(&sb, b + dst[i] + kvd, 4);
+                    x = (double)(int8_t)a[e] * sa, y = (double)(int8_t)b[e] * sb;
+                }
+                double d = fabs(x - y);
+                dk = d > dk || d != d ? d : dk;
+            }
+    CHECK(dk < (type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-6), "rope_kv pools type %d il %d: %g",
+          (int)type, il, dk);
+    fprintf(stderr, "rope_kv_store kv=%d interleaved=%d: q diff %.2g, pools diff %.2g\n", (int)type, il, dq, dk);
+    free(q), free(k), free(v), free(qg), free(kc), free(vc), free(pk), free(pv);
+    gpu->ops->release(gpu, qd_), gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
+/* Split-K decode attention (attention_dec.comp + attention_comb.comp):
+ * 4 sequences of 1, 37, 300 and 613 stored keys in scrambled pages of 16
+ * (of 5 with the tree mask), GQA group g, head_dim 40; a batch of the last
+ * token of each sequence (decode rows, 2 of seq 3 with a tree mask) then 3
+ * prompt rows (attention.comp), with n_dec = 5 and n_dec = -1 over the
+ * decode rows alone; chunks of `chunk` keys (0: the default). Each row also
+ * alone must give the bits it gets in the batch. */
+static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, float softcap, bool tree,
+                               uint32_t chunk) {
+    const uint32_t nkv = 2, nh = nkv * g, hd = 40, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
+    const uint32_t len[4] = {1, 37, 300, 613};
+    uint32_t row = cmf_kv_row_elems(type, kvd), stride = ps * row;
+    uint32_t np[4], npages = 0;
+    for (uint32_t s = 0; s < ns; s++) np[s] = (len[s] + ps - 1) / ps, npages += np[s];
+    uint32_t *perm = malloc(npages * sizeof *perm);
+    for (uint32_t i = 0; i < npages; i++) perm[i] = i;
+    for (uint32_t i = npages - 1; i > 0; i--) { /* scrambled pages */
+        uint32_t j = (uint32_t)((frand() + 1.0f) * 0.5f * (float)i), tmp = perm[i];
+        if (j > i) j = i;
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    uint32_t *pages[4];
+    size_t pool_bytes = (size_t)npages * stride * cmf_kv_elem_size(type);
+    void *kc = malloc(pool_bytes), *vc = malloc(pool_bytes);
+    void *kg = gpu->ops->pool_alloc(gpu, pool_bytes), *vg = gpu->ops->pool_alloc(gpu, pool_bytes);
+    for (uint32_t s = 0, o = 0; s < ns; o += np[s], s++) {
+        pages[s] = perm + o;
+        float *k = rnd((size_t)len[s] * kvd), *v = rnd((size_t)len[s] * kvd);
+        for (size_t i = 0; i < (size_t)len[s] * kvd; i++) k[i] *= 2.0f; /* peakier softmax */
+        size_t *dst = malloc(len[s] * sizeof *dst);
+        for (uint32_t p = 0; p < len[s]; p++) dst[p] = (size_t)pages[s][p / ps] * stride + (size_t)(p % ps) * row;
+        float *kd = up(k, (size_t)len[s] * kvd), *vd = up(v, (size_t)len[s] * kvd);
+        cpu->ops->kv_store(cpu, kc, vc, type, k, v, kvd, len[s], kvd, dst);
+        step_begin();
+        gpu->ops->kv_store(gpu, kg, vg, type, kd, vd, kvd, len[s], kvd, dst);
+        step_end("kv_store");
+        free(k), free(v), free(dst);
+        gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    }
+    /* decode rows: seq 0..3's last key, seq 3's key 611 (tree: sees 600 and itself); prompt rows: seq 2, 3 */
+    const uint32_t nt = 8, ndec = 5;
+    uint32_t seq[8] = {0, 1, 2, 3, 3, 2, 3, 1};
+    int32_t pos[8] = {0, 36, 299, 612, 611, 150, 400, 20};
+    uint32_t key_end[8], tb[8];
+    uint64_t tm[8] = {0};
+    for (uint32_t t = 0; t < nt; t++) key_end[t] = tb[t] = (uint32_t)pos[t] + 1; /* no tree keys */
+    if (tree) { /* a draft tree over keys 600.. of seq 3 */
+        key_end[3] = key_end[4] = 613;
+        tb[3] = tb[4] = 600;
+        tm[3] = (1ull << 0) | (1ull << 5) | (1ull << 12), tm[4] = (1ull << 0) | (1ull << 11);
+    }
+    cmf_kv_view vcv[8], vgv[8];
+    for (uint32_t t = 0; t < nt; t++) {
+        vcv[t] = (cmf_kv_view){kc, vc, pages[seq[t]], ps, stride, type};
+        vgv[t] = (cmf_kv_view){kg, vg, pages[seq[t]], ps, stride, type};
+    }
+    size_t qn = (size_t)nt * nh * hd;
+    float *q = rnd(qn), *oc = calloc(qn, sizeof(float));
+    float *qd = up(q, qn), *od = gpu->ops->alloc(gpu, qn);
+    cmf_attn_args a = {.n_tok = nt, .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .q = q, .out = oc, .pos = pos,
+                       .key_end = tree ? key_end : NULL, .tree_base = tree ? tb : NULL, .tree_mask = tree ? tm : NULL,
+                       .views = vcv, .window = window, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap,
+                       .n_dec = (int32_t)ndec};
+    cmf_error err = {0};
+    CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
+    vk_ctx *vk = (vk_ctx *)gpu->ctx;
+    vk->att_chunk = chunk;
+    double tol = type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-5;
+    float *og[2] = {NULL, NULL};
+    for (int run = 0; run < 2; run++) { /* n_dec = 5 of 8 rows; then n_dec = -1 over the 5 decode rows alone */
+        cmf_attn_args b = a;
+        b.q = qd, b.out = od, b.views = vgv;
+        if (run) b.n_tok = ndec, b.n_dec = -1;
+        gpu->ops->fill(gpu, od, qn, 0.0f);
+        step_begin();
+        CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+        uint32_t n_split = 0; /* the decode rows did take the split-K kernel */
+        for (uint32_t i = 0; i < vk->n_log; i++) n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == VK_SH_ATTN_DEC;
+        CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec dispatches", n_split);
+        step_end("attention split-K");
+        og[run] = down(od, qn);
+        size_t cnt = (size_t)b.n_tok * nh * hd;
+        double d = maxdiff(oc, og[run], cnt, 1.0);
+        CHECK(d < tol, "split-K attention kv %d group %u window %u softcap %g tree %d chunk %u run %d: max diff %g",
+              (int)type, g, window, softcap, tree, chunk, run, d);
+        fprintf(stderr, "split-K attention kv=%d group=%u window=%u softcap=%g tree=%d chunk=%u n_dec=%d: diff %.2g\n",
+                (int)type, g, window, softcap, tree, chunk, b.n_dec, d);
+    }
+    CHECK(memcmp(og[0], og[1], (size_t)ndec * nh * hd * sizeof(float)) == 0,
+          "split-K: decode rows differ with and without prompt rows");
+    /* row 2 alone: its bits in the batch */
+    cmf_attn_args b = a;
+    b.n_tok = 1, b.n_dec = 1, b.q = qd + 2 * nh * hd, b.out = od, b.views = vgv + 2, b.pos = pos + 2;
+    if (tree) b.key_end = key_end + 2, b.tree_base = tb + 2, b.tree_mask = tm + 2;
+    step_begin();
+    CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+    step_end("attention split-K alone");
+    float *o1 = down(od, (size_t)nh * hd);
+    CHECK(memcmp(o1, og[0] + 2 * nh * hd, (size_t)nh * hd * sizeof(float)) == 0, "split-K: a row alone differs");
+    vk->att_chunk = 0;
+    free(o1), free(og[0]), free(og[1]), free(q), free(oc), free(kc), free(vc), free(perm);
+    gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
 /* MV (matmul.comp QUAD 3) at each (subgroups a team, rows a team), 1 and 9
  * tokens (K in chunks at 8), three products sharing X in one dispatch, and
  * batch invariance: token 0 alone gives the bits it gets among 9. */
@@ -547,6 +798,17 @@ int main(void) {
     test_attention(CMF_KV_F32, 5, 0.0f, false);
     test_attention(CMF_KV_F32, 0, 0.4f, false);
     test_attention(CMF_KV_F16, 0, 0.0f, true);
+    test_deps();
+    test_add_rmsnorm();
+    for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
+    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
+    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);
+    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0);
+    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16); /* 10 heads a KV head: two head blocks */
+    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32);
+    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0);
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128); /* the largest chunk */
+    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7);     /* ragged 4- and 8-key groups */
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
     cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,

@@ -48,6 +48,8 @@ typedef enum vk_shader {
     VK_SH_MOE_ROUTE, VK_SH_MOE_MM,
     VK_SH_ATTENTION_COOP, /* flash attention on cooperative matrices: created only where vk_ctx.coop is set */
     VK_SH_MATMUL_DOT, /* integer-dot decode mat-vec: created only where vk_ctx.dot_ok is set */
+    VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
+    VK_SH_ROPE_KV,                   /* rope + kv_store in one dispatch */
     VK_SH_COUNT
 } vk_shader;
 
@@ -118,6 +120,15 @@ typedef struct vk_log_ent {
     uint8_t push[VK_PUSH_MAX];   /* dispatch: the push constants */
 } vk_log_ent;
 
+/* A device range a dispatch reads or writes (declared by its op through
+ * cmf_vk_acc, vk_record.c orders the log by them). */
+typedef struct vk_acc {
+    uint64_t lo, hi; /* device addresses [lo, hi) */
+    bool w;          /* written (read-modify-write included) */
+} vk_acc;
+#define VK_ACC_MAX 8   /* ranges one dispatch may declare (more: unknown) */
+#define VK_PEND_MAX 64 /* ranges since the last barrier (more: the next entry gets one) */
+
 /* A recorded step: its command buffer and the log it was recorded from. */
 #define VK_REPLAY_SLOTS 8
 typedef struct vk_replay_slot {
@@ -185,6 +196,11 @@ typedef struct vk_ctx {
     uint64_t n_mid_reads;        /* reads in the middle of a step so far */
     float *moe_ws;               /* vk_ops_moe.c: scratch of the device-routed MoE (grown on demand) */
     uint64_t moe_ws_bytes;
+    bool splitk;                 /* decode-class attention rows through attention_dec.comp (CMF_VK_SPLITK=0: off) */
+    bool fuse;                   /* rope_kv_store as one dispatch (CMF_VK_FUSE=0: rope, rope, kv_store) */
+    uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
+    float *att_ws;               /* split-K partials (grown on demand) */
+    uint64_t att_ws_bytes;
 
     /* address space */
     uint8_t *va_base;
@@ -222,6 +238,19 @@ typedef struct vk_ctx {
     /* the step's log and its recordings (vk_record.c) */
     vk_log_ent *log;
     uint32_t n_log, cap_log;
+    /* dependency tracking (vk_record.c): the ranges the next dispatch
+     * declared, those touched since the last barrier, and whether one of
+     * those entries declared none (then it may touch anything) */
+    vk_acc acc_next[VK_ACC_MAX];
+    uint32_t n_acc_next;
+    bool acc_over;
+    vk_acc pend[VK_PEND_MAX];
+    uint32_t n_pend;
+    bool pend_unknown, last_indep;
+    uint32_t prev_pend;          /* pend[0 .. prev_pend): the ranges before the last entry's */
+    bool prev_unknown;
+    bool dep_barriers;           /* barriers only between dependent entries (CMF_VK_DEPS=0: after every one) */
+    uint64_t n_barriers;         /* barriers recorded so far (tests) */
     bool replay;                 /* CMF_VK_REPLAY=0 turns it off (A/B) */
     bool step_cacheable;         /* this step may be replayed / recorded for replay */
     vk_replay_slot slots[VK_REPLAY_SLOTS];
@@ -250,6 +279,12 @@ typedef struct vk_ctx {
 bool cmf_vk_log_open(vk_ctx *vk);
 void cmf_vk_log_dispatch(vk_ctx *vk, VkPipeline p, vk_shader sh, const void *push, uint32_t push_size, uint32_t gx,
                          uint32_t gy, uint32_t gz, bool barrier);
+/* The next dispatch reads (w false) or writes [a, a + bytes): every device
+ * range it touches that another dispatch of the step may write or read,
+ * or none at all (then it is ordered after and before everything). */
+void cmf_vk_acc(vk_ctx *vk, VkDeviceAddress a, uint64_t bytes, bool w);
+/* The whole allocation holding backend pointer p as a declared range. */
+void cmf_vk_acc_alloc(vk_ctx *vk, const void *p, bool w);
 void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes);
 void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes);
 cmf_status cmf_vk_log_run(vk_ctx *vk);
@@ -338,16 +373,16 @@ void cmf_vk_repack_size(const cmf_tensor *t, uint64_t *pre, uint64_t *post);
 cmf_status cmf_vk_repack(const cmf_tensor *t, void **out, cmf_error *err);
 
 /* vk_ops_fa.c: records attention_coop.comp over the prompt-class rows
- * [n_tok - n_prompt, n_tok) of `a` when vk->fa and their layout allows it
- * (f16 KV, head_dim % 16 == 0 and <= 128, 16-byte aligned rows), tiles of
- * at most 64 consecutive rows of one page table. rec: the per-token
- * records (vk_ops.c, 12 uints each) at device address ta; q, out: the
- * resolved buffers. Returns the first row it took (a->n_tok: none), so
- * rows [0, returned) are left to attention.comp. The dispatch is recorded
- * without a barrier after it (the caller's next dispatch writes other
- * rows) when it leaves rows to the caller. */
-uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, const uint32_t *rec, VkDeviceAddress ta,
-                          VkDeviceAddress q, VkDeviceAddress out);
+ * [t_first, n_tok) of `a` when vk->fa and their layout allows it (f16 KV,
+ * head_dim % 16 == 0 and <= 128, 16-byte aligned rows), tiles of at most
+ * 64 consecutive rows of one page table. rec: the per-token records
+ * (vk_ops.c, 12 uints each) at device address ta; q, out: the resolved
+ * buffers. Returns the first row it took (a->n_tok: none), so rows before
+ * it are left to the caller. followed: the caller records a dispatch of
+ * other rows of out right after this one, so no barrier goes between
+ * them (the dispatch declares no ranges: a barrier goes before it). */
+uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, uint32_t t_first, bool followed, const uint32_t *rec,
+                          VkDeviceAddress ta, VkDeviceAddress q, VkDeviceAddress out);
 
 /* vk_ops_moe.c, vk_ops_lora.c: the ops `moe` and `lora` (backend.h). */
 cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err);

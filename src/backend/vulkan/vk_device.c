@@ -32,6 +32,8 @@ extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_sp
     cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
     cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[], cmf_vk_spv_attention_coop[],
     cmf_vk_spv_attention_coop_khr[], cmf_vk_spv_matmul_dot[];
+extern const unsigned char cmf_vk_spv_attention_dec[], cmf_vk_spv_attention_comb[], cmf_vk_spv_rope_kv[];
+extern const size_t cmf_vk_spv_attention_dec_size, cmf_vk_spv_attention_comb_size, cmf_vk_spv_rope_kv_size;
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
@@ -210,6 +212,9 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_MOE_MM] = {cmf_vk_spv_moe_mm, &cmf_vk_spv_moe_mm_size},
     [VK_SH_ATTENTION_COOP] = {cmf_vk_spv_attention_coop_khr, &cmf_vk_spv_attention_coop_khr_size},
     [VK_SH_MATMUL_DOT] = {cmf_vk_spv_matmul_dot, &cmf_vk_spv_matmul_dot_size},
+    [VK_SH_ATTN_DEC] = {cmf_vk_spv_attention_dec, &cmf_vk_spv_attention_dec_size},
+    [VK_SH_ATTN_COMB] = {cmf_vk_spv_attention_comb, &cmf_vk_spv_attention_comb_size},
+    [VK_SH_ROPE_KV] = {cmf_vk_spv_rope_kv, &cmf_vk_spv_rope_kv_size},
 };
 
 /* ---- cooperative matrices ------------------------------------------------ */
@@ -545,6 +550,14 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->fa = vk->coop && !(fas && strcmp(fas, "0") == 0) &&
              vk->props.limits.maxComputeSharedMemorySize >= 36u * 1024 &&
              vk->props.limits.maxComputeWorkGroupInvocations >= 128 && vk->props.limits.maxComputeWorkGroupSize[0] >= 128;
+    const char *spk = getenv("CMF_VK_SPLITK");
+    vk->splitk = !(spk && strcmp(spk, "0") == 0);
+    const char *fus = getenv("CMF_VK_FUSE");
+    vk->fuse = !(fus && strcmp(fus, "0") == 0);
+    const char *spc = getenv("CMF_VK_SPLITK_CHUNK"); /* keys a split-K workgroup (sweeps) */
+    vk->att_chunk = spc ? (uint32_t)strtoul(spc, NULL, 10) : 0;
+    const char *dps = getenv("CMF_VK_DEPS");
+    vk->dep_barriers = !(dps && strcmp(dps, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && qf[vk->qfam].timestampValidBits > 0) {
         VkQueryPoolCreateInfo qi2 = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -611,7 +624,8 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
             static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
                                                            "attention", "eltwise", "probe", "matmul_tiled",
                                                            "moe_combine", "lora", "topk", "matmul_coop",
-                                                           "moe_route", "moe_mm", "attn_coop", "matmul_dot"};
+                                                           "moe_route", "moe_mm", "attn_coop", "matmul_dot",
+                                                           "attn_dec", "attn_comb", "rope_kv"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -892,6 +906,7 @@ cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err) {
 
 bool cmf_vk_op_begin(vk_ctx *vk) {
     flush_pending(vk);
+    vk->n_acc_next = 0, vk->acc_over = false;
     if (vk->recording) return true;
     vk->immediate = true; /* an op outside a step: run it now */
     return cmd_open(vk);
@@ -928,15 +943,11 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
 
 void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
                      uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz) {
-    if (gx == 0 || gy == 0 || gz == 0) return;
-    VkPipeline p = pipeline(vk, sh, wg, dt, nt);
-    if (!p) {
-        cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
-        return;
-    }
-    if (!vk->recording) return;
-    cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
-    vk->no_barrier = false;
+    VkPipeline p = gx == 0 || gy == 0 || gz == 0 ? VK_NULL_HANDLE : pipeline(vk, sh, wg, dt, nt);
+    if (p && vk->recording) cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
+    if (!p && gx && gy && gz) cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+    if (p) vk->no_barrier = false;
+    vk->n_acc_next = 0, vk->acc_over = false; /* the declarations were this dispatch's */
 }
 
 void cmf_vk_dispatch_indirect(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,

@@ -3,9 +3,14 @@
  * checks its arguments on the host, resolves its buffers to device
  * addresses (vk.h), writes its host-side data (token ids, RoPE cos/sin,
  * KV slots, page tables, per-token attention views) into the step's arena
- * and records one or a few dispatches of the shaders in shaders/. Between
- * begin and submit nothing runs; submit is the step's one queue
- * submission. An op called outside a step runs at once.
+ * and records one or a few dispatches of the shaders in shaders/, after
+ * declaring the device ranges each dispatch reads and writes (acc_rows,
+ * cmf_vk_acc: the log puts barriers only between dependent dispatches).
+ * Between begin and submit nothing runs; submit is the step's one queue
+ * submission. An op called outside a step runs at once. Fused ops:
+ * rope_kv_store (rope_kv.comp), add_rmsnorm (rmsnorm.comp with a residual
+ * input); decode-class attention rows take the split-K kernels
+ * (attention_dec.comp + attention_comb.comp).
  *
  * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
  * implemented (refused at load by prepare): dtypes other than those of
@@ -31,6 +36,12 @@ static VkDeviceAddress dev(vk_ctx *vk, const void *p, const char *what) {
     VkDeviceAddress a = cmf_vk_addr(vk, p);
     if (!a && p) cmf_vk_fail(vk, CMF_ERR_ARG, "vulkan: %s is not a backend buffer", what);
     return a;
+}
+
+/* The next dispatch touches n rows of `width` floats, stride ld, from a
+ * (vk_record.c orders dispatches by the ranges they declare). */
+static void acc_rows(vk_ctx *vk, VkDeviceAddress a, uint64_t n, uint64_t ld, uint64_t width, bool w) {
+    if (n) cmf_vk_acc(vk, a, ((n - 1) * ld + width) * sizeof(float), w);
 }
 
 /* ---- buffers ------------------------------------------------------------ */
@@ -142,6 +153,8 @@ static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress 
                 p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
     if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
                 p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
+    for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
     cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)o[0].W->dtype | (3u << 16), nt, &p, sizeof p, gx, gy,
                     (n + nt - 1) / nt);
@@ -200,6 +213,8 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         mmt_push q = {w, xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
                       (uint32_t)n_rows, n - nv, (uint32_t)ldy, 0};
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
+        acc_rows(vk, xo, n - nv, cols, cols, false);
+        acc_rows(vk, yo, n - nv, ldy, n_rows, true);
         if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                             (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
@@ -231,6 +246,8 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
      * aligned at in % 16 == 0: blocks start 256-aligned). */
     bool wide = quad && vk->wide && dt == CMF_DT_Q8_ROW && cols % 16 == 0;
     uint32_t qm = wide ? 2u : quad ? 1u : 0u;
+    acc_rows(vk, x, n, cols, cols, false);
+    acc_rows(vk, y, n, ldy, n_rows, true);
     cmf_vk_dispatch(vk, VK_SH_MATMUL, wg, (uint32_t)dt | (qm << 16), MM_NT, &p, sizeof p, gx, gy,
                     (n + MM_NT - 1) / MM_NT);
 }
@@ -295,6 +312,7 @@ static cmf_status vk_be_get_rows(cmf_backend *b, const cmf_tensor *E, const int3
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
     gr_push p = {e, cmf_vk_arena_put(vk, tok, n * sizeof *tok), dev(vk, out, "get_rows output"), (uint32_t)E->nelem,
                  (uint32_t)rows, (uint32_t)cols, n};
+    acc_rows(vk, p.out, n, cols, cols, true);
     if (p.tok && p.out) cmf_vk_dispatch(vk, VK_SH_GET_ROWS, 64, (uint32_t)E->dtype, 0, &p, sizeof p,
                                         (uint32_t)((cols + 63) / 64), n, 1);
     cmf_vk_op_end(vk);
@@ -303,11 +321,15 @@ static cmf_status vk_be_get_rows(cmf_backend *b, const cmf_tensor *E, const int3
 
 /* ---- rows ---------------------------------------------------------------- */
 
+static void vk_be_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s); /* element-wise, below */
+
 typedef struct {
-    uint64_t y, x, w;
+    uint64_t y, x, w, r;
     uint32_t ld, n, dim, nx;
-    float add_one, eps;
+    float add_one, eps, s;
+    uint32_t pad;
 } rms_push;
+_Static_assert(sizeof(rms_push) == 64, "rmsnorm push constants without padding");
 
 static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
                           const float *w, float add_one, float eps) {
@@ -315,9 +337,33 @@ static void vk_be_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, u
     if (n == 0 || !cmf_vk_op_begin(vk)) return;
     uint32_t gx, gy;
     grid(n, 1, &gx, &gy);
-    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), (uint32_t)ld, n, dim, gx,
-                  add_one, eps};
+    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "rmsnorm x"), cmf_vk_vec(vk, w, dim), 0, (uint32_t)ld, n, dim,
+                  gx, add_one, eps, 0.0f, 0};
+    acc_rows(vk, p.x, n, ld, dim, false);
+    acc_rows(vk, p.y, n, ld, dim, true);
     if (p.y && p.x && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
+    cmf_vk_op_end(vk);
+}
+
+/* x += s·r, then y = rmsnorm(x) (rmsnorm.comp with its residual input):
+ * the residual add and the next norm as one dispatch. */
+static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s, float *y, uint32_t n, uint32_t dim,
+                              const float *w, float add_one, float eps) {
+    vk_ctx *vk = ctx_of(b);
+    if (!vk->fuse) { /* CMF_VK_FUSE=0: the two ops (A/B) */
+        vk_be_add_scaled(b, x, r, (size_t)n * dim, s);
+        vk_be_rmsnorm(b, y, x, dim, n, dim, w, add_one, eps);
+        return;
+    }
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    uint32_t gx, gy;
+    grid(n, 1, &gx, &gy);
+    rms_push p = {dev(vk, y, "rmsnorm y"), dev(vk, x, "add x"), cmf_vk_vec(vk, w, dim), dev(vk, r, "add r"), dim, n,
+                  dim, gx, add_one, eps, s, 0};
+    acc_rows(vk, p.x, n, dim, dim, true);
+    acc_rows(vk, p.r, n, dim, dim, false);
+    acc_rows(vk, p.y, n, dim, dim, true);
+    if (p.y && p.x && p.r && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
     cmf_vk_op_end(vk);
 }
 
@@ -326,13 +372,11 @@ typedef struct {
     uint32_t ld, n, n_head, head_dim, half, interleaved;
 } rope_push;
 
-static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head, uint32_t head_dim,
-                       const int32_t *pos, const cmf_rope *r) {
-    vk_ctx *vk = ctx_of(b);
-    uint32_t half = (uint32_t)r->n_rot / 2;
-    if (n == 0 || half == 0 || !cmf_vk_op_begin(vk)) return;
-    VkDeviceAddress cs_addr;
-    float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), &cs_addr);
+/* The n rows' (cos, sin)·attn_factor [n][half][2] in the arena; false
+ * when the arena is out of memory (recorded). */
+static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, const cmf_rope *r,
+                    VkDeviceAddress *cs_addr) {
+    float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), cs_addr);
     if (cs) /* angles as the CPU computes them: float32 products, libm cos/sin */
         for (uint32_t i = 0; i < n; i++) {
             float p = (float)pos[i];
@@ -342,6 +386,16 @@ static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t
                 cs[((size_t)i * half + k) * 2 + 1] = sinf(ang) * r->attn_factor;
             }
         }
+    return cs != NULL;
+}
+
+static void vk_be_rope(cmf_backend *b, float *x, size_t ld, uint32_t n, uint32_t n_head, uint32_t head_dim,
+                       const int32_t *pos, const cmf_rope *r) {
+    vk_ctx *vk = ctx_of(b);
+    uint32_t half = (uint32_t)r->n_rot / 2;
+    if (n == 0 || half == 0 || !cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress cs_addr;
+    bool cs = rope_cs(vk, n, half, pos, r, &cs_addr);
     rope_push p = {dev(vk, x, "rope x"), cs_addr, (uint32_t)ld, n, n_head, head_dim, half, r->interleaved};
     if (cs && p.x) cmf_vk_dispatch(vk, VK_SH_ROPE, 64, 0, 0, &p, sizeof p, (half * n_head + 63) / 64, n, 1);
     cmf_vk_op_end(vk);
@@ -354,23 +408,65 @@ typedef struct {
     uint32_t ld, n, kv_dim, type;
 } kvs_push;
 
+/* The n KV slots (element offsets) as u32 in the arena; false when the
+ * arena is out of memory or a slot does not fit (recorded). */
+static bool kv_slots(vk_ctx *vk, uint32_t n, const size_t *dst, VkDeviceAddress *da) {
+    uint32_t *d = cmf_vk_arena_get(vk, (uint64_t)n * sizeof *d, da);
+    for (uint32_t i = 0; d && i < n; i++) {
+        if (dst[i] >= UINT32_MAX) {
+            cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan: a KV pool of more than 4 G elements");
+            return false;
+        }
+        d[i] = (uint32_t)dst[i];
+    }
+    return d != NULL;
+}
+
 static void vk_be_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                            const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
     vk_ctx *vk = ctx_of(b);
     if (n == 0 || !cmf_vk_op_begin(vk)) return;
     VkDeviceAddress da;
-    uint32_t *d = cmf_vk_arena_get(vk, (uint64_t)n * sizeof *d, &da);
-    for (uint32_t i = 0; d && i < n; i++) {
-        if (dst[i] >= UINT32_MAX) {
-            cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan: a KV pool of more than 4 G elements");
-            d = NULL;
-            break;
-        }
-        d[i] = (uint32_t)dst[i];
-    }
+    bool d = kv_slots(vk, n, dst, &da);
     kvs_push p = {dev(vk, k_base, "K pool"), dev(vk, v_base, "V pool"), dev(vk, k, "k rows"), dev(vk, v, "v rows"),
                   da, (uint32_t)ld, n, kv_dim, (uint32_t)type};
     if (d && p.kb && p.vb && p.k && p.v) cmf_vk_dispatch(vk, VK_SH_KV_STORE, 64, 0, 0, &p, sizeof p, n, 2, 1);
+    cmf_vk_op_end(vk);
+}
+
+typedef struct {
+    uint64_t q, k, v, kb, vb, cs, dst;
+    uint32_t ldq, ldkv, n, n_head, n_kv_head, head_dim, half, interleaved, type, pad;
+} rkv_push;
+_Static_assert(sizeof(rkv_push) == 96, "rope_kv push constants without padding");
+
+/* rope of q and k, then kv_store, as one dispatch (rope_kv.comp): the
+ * arena data of both ops (cos/sin, slots), the q heads and the K/V rows
+ * (a head a workgroup; a row for q8) as jobs of one grid. */
+static void vk_be_rope_kv_store(cmf_backend *b, float *q, size_t ldq, uint32_t n_head, const float *k, const float *v,
+                                size_t ldkv, uint32_t n_kv_head, uint32_t head_dim, uint32_t n, const int32_t *pos,
+                                const cmf_rope *r, void *k_base, void *v_base, cmf_kv_type type, const size_t *dst) {
+    vk_ctx *vk = ctx_of(b);
+    uint32_t half = (uint32_t)r->n_rot / 2;
+    if (!vk->fuse) { /* CMF_VK_FUSE=0: the three ops (A/B) */
+        vk_be_rope(b, q, ldq, n, n_head, head_dim, pos, r);
+        vk_be_rope(b, (float *)k, ldkv, n, n_kv_head, head_dim, pos, r);
+        vk_be_kv_store(b, k_base, v_base, type, k, v, ldkv, n, n_kv_head * head_dim, dst);
+        return;
+    }
+    if (n == 0 || !cmf_vk_op_begin(vk)) return;
+    VkDeviceAddress cs_addr = 0, da = 0;
+    bool ok = (half == 0 || rope_cs(vk, n, half, pos, r, &cs_addr)) && kv_slots(vk, n, dst, &da);
+    rkv_push p = {dev(vk, q, "rope q"), dev(vk, k, "k rows"), dev(vk, v, "v rows"), dev(vk, k_base, "K pool"),
+                  dev(vk, v_base, "V pool"), cs_addr, da, (uint32_t)ldq, (uint32_t)ldkv, n, n_head, n_kv_head,
+                  head_dim, half, r->interleaved, (uint32_t)type, 0};
+    uint32_t jobs = n_head + 2 * (type == CMF_KV_Q8 ? 1 : n_kv_head);
+    acc_rows(vk, p.q, n, ldq, (uint64_t)n_head * head_dim, true);
+    acc_rows(vk, p.k, n, ldkv, (uint64_t)n_kv_head * head_dim, false);
+    acc_rows(vk, p.v, n, ldkv, (uint64_t)n_kv_head * head_dim, false);
+    cmf_vk_acc_alloc(vk, k_base, true);
+    cmf_vk_acc_alloc(vk, v_base, true);
+    if (ok && p.q && p.k && p.v && p.kb && p.vb) cmf_vk_dispatch(vk, VK_SH_ROPE_KV, 64, 0, 0, &p, sizeof p, n, jobs, 1);
     cmf_vk_op_end(vk);
 }
 
@@ -383,6 +479,84 @@ typedef struct {
 
 #define ATT_WG 64
 #define ATT_HD_MAX 512
+
+/* Split-K decode attention (attention_dec.comp + attention_comb.comp):
+ * workgroups of SPK_WG threads, each over a chunk of SPK_CHUNK keys (at
+ * most SPK_CHUNK_MAX, the shader's CHUNK_MAX; CMF_VK_SPLITK_CHUNK sets it)
+ * of one token for the query heads of one KV head (at most 8 a workgroup,
+ * the shader's GMAX), head_dim <= SPK_HD_MAX. 32 keys measured best on the
+ * H200 (7B shape, q4tp: tg128 135 tok/s vs 124 at 64 and 118 at 128; decode
+ * after 2048 tokens 74.5 vs 72.3 at 16, 75.1 at 64, 66.5 at 128). */
+#define SPK_WG 128
+#define SPK_CHUNK 32
+#define SPK_CHUNK_MAX 128
+#define SPK_GMAX 8
+#define SPK_HD_MAX 256
+
+typedef struct {
+    uint64_t q, part, tok;
+    uint32_t n_tok, n_head, n_kv_head, head_dim;
+    uint32_t page_size, page_stride, type, group;
+    float scale, softcap;
+    uint32_t chunk, n_chunk, pad;
+} attn_dec_push;
+
+typedef struct {
+    uint64_t part, out, tok;
+    uint32_t n_tok, n_head, head_dim, n_chunk, chunk, pad;
+} attn_comb_push;
+_Static_assert(sizeof(attn_dec_push) == 80 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
+
+/* The next dispatch reads the KV pools of tokens [t0, t1) and their q rows. */
+static void acc_attn(vk_ctx *vk, const cmf_attn_args *a, VkDeviceAddress q, uint32_t t0, uint32_t t1) {
+    acc_rows(vk, q + (uint64_t)t0 * a->n_head * a->head_dim * 4, t1 - t0, (uint64_t)a->n_head * a->head_dim,
+             (uint64_t)a->n_head * a->head_dim, false);
+    const void *lk = NULL;
+    for (uint32_t t = t0; t < t1; t++)
+        if (a->views[t].k_base != lk) {
+            lk = a->views[t].k_base;
+            cmf_vk_acc_alloc(vk, a->views[t].k_base, false);
+            cmf_vk_acc_alloc(vk, a->views[t].v_base, false);
+        }
+}
+
+/* The nd decode rows of p (its first tokens) through the two split-K
+ * passes; kmax bounds their key ranges (the grid's chunk count). The
+ * partials scratch is reused by every layer: each pass is ordered after
+ * the previous dispatch. */
+static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax) {
+    uint32_t chunk = vk->att_chunk && vk->att_chunk <= SPK_CHUNK_MAX ? vk->att_chunk : SPK_CHUNK;
+    uint32_t n_chunk = kmax ? (kmax + chunk - 1) / chunk : 1;
+    if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk; /* never at cmf's sizes */
+    if (chunk > SPK_CHUNK_MAX) {
+        cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan attention: %u keys exceed the split-K grid", kmax);
+        return;
+    }
+    uint64_t bytes = (uint64_t)nd * p->n_head * n_chunk * (p->head_dim + 2) * sizeof(float);
+    if (vk->att_ws_bytes < bytes) {
+        cmf_vk_free(vk, vk->att_ws);
+        vk->att_ws_bytes = 0;
+        vk->att_ws = cmf_vk_alloc(vk, bytes, false);
+        if (!vk->att_ws) {
+            cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan attention: out of device memory for %llu bytes of partials",
+                        (unsigned long long)bytes);
+            return;
+        }
+        vk->att_ws_bytes = bytes;
+    }
+    VkDeviceAddress ws = dev(vk, vk->att_ws, "split-K partials");
+    if (!ws) return;
+    attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
+                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, 0};
+    uint32_t hsplit = (p->group + SPK_GMAX - 1) / SPK_GMAX;
+    acc_attn(vk, a, p->q, 0, nd);
+    cmf_vk_acc(vk, ws, bytes, true);
+    cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
+    attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, 0};
+    cmf_vk_acc(vk, ws, bytes, false);
+    acc_rows(vk, p->out, nd, (uint64_t)p->n_head * p->head_dim, (uint64_t)p->n_head * p->head_dim, true);
+    cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, ATT_WG, 0, 0, &c, sizeof c, p->n_head, nd, 1);
+}
 
 static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
     vk_ctx *vk = ctx_of(b);
@@ -403,6 +577,12 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     const uint32_t *last_pages = NULL;
     uint32_t last_np = 0;
     VkDeviceAddress last_pa = 0;
+    uint32_t last_cap = 0;
+    /* decode-class rows [0, nd) take the split-K kernel where it applies */
+    uint32_t ndc = a->n_dec >= 0 ? ((uint32_t)a->n_dec < a->n_tok ? (uint32_t)a->n_dec : a->n_tok)
+                                 : (a->n_tok <= MM_NT ? a->n_tok : 0); /* the row classes */
+    uint32_t nd = vk->splitk && a->head_dim <= SPK_HD_MAX ? ndc : 0;
+    uint32_t kmax = 0; /* the longest key range a decode row can have in this shape bucket */
     for (uint32_t t = 0; rec && t < a->n_tok; t++) {
         const cmf_kv_view *v = &a->views[t];
         uint32_t hi = a->key_end ? a->key_end[t] : (uint32_t)a->pos[t] + 1;
@@ -428,6 +608,12 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
             }
             last_pages = v->pages;
             last_np = need;
+            last_cap = cap;
+        }
+        if (t < nd) { /* from the table's bucket, not the lengths: the grid, like the arena, is per bucket */
+            uint64_t k = (uint64_t)last_cap * v->page_size;
+            if (a->window && k > a->window) k = a->window;
+            if (k > kmax) kmax = k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
         }
         uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
         uint32_t *r = rec + (size_t)t * 12;
@@ -441,10 +627,18 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
                    a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
                    a->n_head / a->n_kv_head, a->scale, a->softcap};
-    /* prompt-class rows: flash attention on cooperative matrices where the device has them (vk_ops_fa.c);
-     * rows [0, n_old) through attention.comp */
-    uint32_t n_old = rec && p.q && p.out ? cmf_vk_fa_prompt(vk, a, rec, ta, p.q, p.out) : a->n_tok;
-    if (rec && p.q && p.out && n_old) cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, n_old, 1);
+    if (rec && p.q && p.out && nd > 0) attention_splitk(vk, a, &p, nd, kmax);
+    /* prompt-class rows [ndc, n_tok): flash attention on cooperative matrices where the device has
+     * them (vk_ops_fa.c), which leaves rows [nd, ne) to attention.comp (ne = n_tok when it takes none) */
+    uint32_t ne = rec && p.q && p.out ? cmf_vk_fa_prompt(vk, a, ndc, nd < ndc, rec, ta, p.q, p.out) : a->n_tok;
+    if (rec && p.q && p.out && nd < ne) { /* the rest: attention.comp, one (head, token) a workgroup */
+        uint64_t qrow = (uint64_t)a->n_head * a->head_dim * sizeof(float);
+        p.q += nd * qrow, p.out += nd * qrow, p.tok += (uint64_t)nd * 12 * sizeof(uint32_t);
+        p.n_tok = ne - nd;
+        acc_attn(vk, a, p.q - nd * qrow, nd, ne);
+        acc_rows(vk, p.out, p.n_tok, (uint64_t)a->n_head * a->head_dim, (uint64_t)a->n_head * a->head_dim, true);
+        cmf_vk_dispatch(vk, VK_SH_ATTENTION, ATT_WG, 0, 0, &p, sizeof p, a->n_head, p.n_tok, 1);
+    }
     cmf_vk_op_end(vk);
     return CMF_OK;
 }
@@ -472,6 +666,13 @@ static void ew(vk_ctx *vk, uint32_t op, VkDeviceAddress y, VkDeviceAddress x, Vk
         ew_push p = {y + r0 * ldy * 4, x ? x + (op == VK_EW_ADD_ROWS ? 0 : r0 * ldx * 4) : 0,
                      aux ? aux + (op == VK_EW_GATHER || op == VK_EW_GATE_ADD ? r0 * 4 : r0 * ldx * 4) : 0,
                      op, (uint32_t)nr, (uint32_t)dim, (uint32_t)ldy, (uint32_t)ldx, gx, s, c};
+        /* the ops whose ranges are rows (gather_rows and gate_add stay unknown: ordered after everything) */
+        if (op == VK_EW_ADD_SCALED || op == VK_EW_SOFTCAP || op == VK_EW_SCALE || op == VK_EW_ADD_ROWS ||
+            op == VK_EW_FILL || op == VK_EW_GLU || op == VK_EW_COPY) {
+            acc_rows(vk, p.y, nr, ldy, dim, true);
+            if (p.x && op != VK_EW_ADD_ROWS) acc_rows(vk, p.x, nr, ldx, dim, false); /* add_rows: a host vector */
+            if (p.aux && op == VK_EW_GLU) acc_rows(vk, p.aux, nr, ldx, dim, false);
+        }
         cmf_vk_dispatch(vk, VK_SH_ELTWISE, EW_WG, 0, 0, &p, sizeof p, gx, gy, (uint32_t)nr);
     }
 }
@@ -625,6 +826,7 @@ static const cmf_backend_ops vk_ops = {
     .matmul_parts = vk_be_matmul_parts,
     .get_rows = vk_be_get_rows,
     .rmsnorm = vk_be_rmsnorm,
+    .add_rmsnorm = vk_be_add_rmsnorm,
     .rope = vk_be_rope,
     .attention = vk_be_attention,
     .glu = vk_be_glu,
@@ -642,6 +844,7 @@ static const cmf_backend_ops vk_ops = {
     .read = vk_be_read,
     .write = vk_be_write,
     .kv_store = vk_be_kv_store,
+    .rope_kv_store = vk_be_rope_kv_store,
     .prepare = vk_be_prepare,
     .topk = cmf_vk_op_topk,
 };

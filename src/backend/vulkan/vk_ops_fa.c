@@ -4,10 +4,10 @@
  * Dao 2023 "FlashAttention-2", 64 query rows of one head a workgroup against
  * blocks of 32 keys, f16 inputs, f32 sums). vk_be_attention (vk_ops.c)
  * writes the per-token records and calls cmf_vk_fa_prompt, which cuts the
- * prompt rows [n_tok - n_prompt, n_tok) into tiles — at most 64
+ * prompt-class rows [t_first, n_tok) into tiles — at most 64
  * consecutive rows reading one page table of one pool pair — and records
- * one dispatch over (heads, tiles); the rows before them (decode-class)
- * stay with attention.comp. Every prompt row goes through the kernel, a
+ * one dispatch over (heads, tiles); the rows before them (decode-class:
+ * split-K or attention.comp) stay with the caller. Every prompt row goes through the kernel, a
  * run of one row as well, so a prompt row's result never depends on how
  * the engine chunked or batched its prompt (the kernel's rows are
  * independent). Taken only where vk->fa (cooperative matrices, CMF_VK_FA
@@ -37,9 +37,9 @@ static bool same_seq(const uint32_t *rec, uint32_t t) {
     return true;
 }
 
-uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, const uint32_t *rec, VkDeviceAddress ta,
-                          VkDeviceAddress q, VkDeviceAddress out) {
-    uint32_t n = a->n_tok, np = a->n_prompt < n ? a->n_prompt : n;
+uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, uint32_t t_first, bool followed, const uint32_t *rec,
+                          VkDeviceAddress ta, VkDeviceAddress q, VkDeviceAddress out) {
+    uint32_t n = a->n_tok, np = t_first < n ? n - t_first : 0;
     if (!vk->fa || np == 0) return n;
     const cmf_kv_view *v0 = &a->views[0];
     uint64_t kv_dim = (uint64_t)a->n_kv_head * a->head_dim;
@@ -47,7 +47,6 @@ uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, const uint32_t *re
     if (v0->type != CMF_KV_F16 || a->head_dim % 16 || a->head_dim > FA_HD_MAX || kv_dim % 8 || v0->page_stride % 8 ||
         q % 16 || out % 16)
         return n;
-    uint32_t t_first = n - np;
     /* tiles: runs of one sequence, cut every FA_ROWS rows */
     uint32_t n_tiles = 0;
     for (uint32_t t = t_first, len = 0; t < n; t++) {
@@ -80,8 +79,8 @@ uint32_t cmf_vk_fa_prompt(vk_ctx *vk, const cmf_attn_args *a, const uint32_t *re
     assert(k == n_tiles);
     fa_push p = {q, out, ta, tla, a->n_head, a->n_kv_head, v0->page_size, v0->page_stride,
                  a->n_head / a->n_kv_head, n_tiles, a->scale, a->softcap};
-    /* the decode rows' dispatch after this one writes other rows of out */
-    vk->no_barrier = t_first > 0;
+    /* the caller's dispatch after this one (attention.comp) writes other rows of out */
+    vk->no_barrier = followed;
     cmf_vk_dispatch(vk, VK_SH_ATTENTION_COOP, FA_WG, a->head_dim, 0, &p, sizeof p, a->n_head, n_tiles, 1);
     vk->no_barrier = false;
     vk->n_fa_rows += np;

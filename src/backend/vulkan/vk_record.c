@@ -23,6 +23,12 @@
  * recordings name it is the staging buffer, which drops them all
  * (cmf_vk_replay_drop).
  *
+ * Barriers: each entry's barrier-after is decided when the next entry is
+ * appended, from the device ranges the ops declared (cmf_vk_acc): only a
+ * read-after-write, write-after-write or write-after-read overlap with the
+ * entries since the last barrier, or an entry that declared nothing, gets
+ * one (order(), below); the last entry always has one.
+ *
  * Not cacheable: CMF_VK_REPLAY=0, CMF_VK_PROFILE=1 (its timestamps), a
  * step split by a mid-step read (the MoE fallback of vk_ops_moe.c), ops
  * outside a step.
@@ -44,7 +50,66 @@ bool cmf_vk_log_open(vk_ctx *vk) {
     vk->n_log = 0;
     vk->recording = true;
     vk->n_dispatch = 0;
+    vk->n_pend = 0, vk->pend_unknown = false, vk->last_indep = false;
+    vk->prev_pend = 0, vk->prev_unknown = false;
+    vk->n_acc_next = 0, vk->acc_over = false;
     return true;
+}
+
+void cmf_vk_acc(vk_ctx *vk, VkDeviceAddress a, uint64_t bytes, bool w) {
+    if (!a || !bytes) return;
+    if (vk->n_acc_next == VK_ACC_MAX) {
+        vk->acc_over = true; /* too many to track: the dispatch counts as touching anything */
+        return;
+    }
+    vk->acc_next[vk->n_acc_next++] = (vk_acc){a, a + bytes, w};
+}
+
+void cmf_vk_acc_alloc(vk_ctx *vk, const void *p, bool w) {
+    for (uint32_t i = 0; i < vk->n_allocs; i++) {
+        const vk_alloc_rec *r = &vk->allocs[i];
+        if ((uintptr_t)p >= r->va && (uintptr_t)p < r->va + r->size) {
+            cmf_vk_acc(vk, cmf_vk_addr(vk, (const void *)r->va), r->size, w);
+            return;
+        }
+    }
+    vk->acc_over = true; /* not an allocation: unknown */
+}
+
+/* Dependency tracking (docs/VULKAN.md "A step"): a new entry touching the
+ * declared ranges acc[0..n) (n == 0: unknown, anything) gets a barrier
+ * before it — set as the previous entry's barrier-after — when it reads or
+ * writes a range an entry since the last barrier wrote, or writes one such
+ * an entry read (read-after-write, write-after-write, write-after-read), or
+ * when either side is unknown; never when the previous entry was declared
+ * independent of the next (vk->no_barrier: matmul_parts, the MoE's gate/up).
+ * The decision depends only on the log, so equal logs stay equal (replay). */
+static bool conflict(const vk_ctx *vk, const vk_acc *acc, uint32_t n, uint32_t n_pend) {
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < n_pend; j++) {
+            const vk_acc *a = &acc[i], *b = &vk->pend[j];
+            if ((a->w || b->w) && a->lo < b->hi && b->lo < a->hi) return true;
+        }
+    return false;
+}
+
+static void order(vk_ctx *vk, const vk_acc *acc, uint32_t n, bool indep_of_next) {
+    vk_log_ent *prev = vk->n_log ? &vk->log[vk->n_log - 1] : NULL;
+    bool need;
+    if (!vk->dep_barriers) need = !vk->last_indep;
+    else if (vk->last_indep) /* independent of prev itself, not of the entries before it */
+        need = vk->prev_unknown || (vk->prev_pend > 0 && (n == 0 || conflict(vk, acc, n, vk->prev_pend)));
+    else need = vk->pend_unknown || n == 0 || conflict(vk, acc, n, vk->n_pend);
+    if (prev && !prev->barrier && need) prev->barrier = 1;
+    if (!prev || prev->barrier) vk->n_pend = 0, vk->pend_unknown = false;
+    vk->prev_pend = vk->n_pend, vk->prev_unknown = vk->pend_unknown; /* what was pending before this entry */
+    if (n == 0 || vk->n_pend + n > VK_PEND_MAX) {
+        vk->pend_unknown = true;
+    } else {
+        memcpy(vk->pend + vk->n_pend, acc, n * sizeof *acc);
+        vk->n_pend += n;
+    }
+    vk->last_indep = indep_of_next;
 }
 
 static vk_log_ent *log_add(vk_ctx *vk, uint32_t kind) {
@@ -66,28 +131,29 @@ static vk_log_ent *log_add(vk_ctx *vk, uint32_t kind) {
 
 void cmf_vk_log_dispatch(vk_ctx *vk, VkPipeline p, vk_shader sh, const void *push, uint32_t push_size, uint32_t gx,
                          uint32_t gy, uint32_t gz, bool barrier) {
+    order(vk, vk->acc_next, vk->acc_over ? 0 : vk->n_acc_next, !barrier);
+    vk->n_acc_next = 0, vk->acc_over = false;
     vk_log_ent *e = log_add(vk, VK_LOG_DISPATCH);
     if (!e) return;
     e->pipe = p;
     e->sh = (uint32_t)sh;
     e->g[0] = gx, e->g[1] = gy, e->g[2] = gz;
-    e->barrier = barrier;
     memcpy(e->push, push, push_size < VK_PUSH_MAX ? push_size : VK_PUSH_MAX);
     vk->n_dispatch++;
 }
 
 void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes) {
+    order(vk, NULL, 0, false); /* copies and fills: unknown ranges */
     vk_log_ent *e = log_add(vk, VK_LOG_COPY);
     if (!e) return;
     e->src = src, e->src_off = src_off, e->dst = dst, e->dst_off = dst_off, e->size = bytes;
-    e->barrier = 1;
 }
 
 void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes) {
+    order(vk, NULL, 0, false);
     vk_log_ent *e = log_add(vk, VK_LOG_FILL);
     if (!e) return;
     e->dst = dst, e->dst_off = off, e->size = bytes;
-    e->barrier = 1;
 }
 
 static void barrier(VkCommandBuffer cb) {
@@ -131,7 +197,7 @@ static bool record(vk_ctx *vk, VkCommandBuffer cb, VkCommandBufferUsageFlags fla
         } else {
             vkCmdFillBuffer(cb, e->dst, e->dst_off, e->size, 0);
         }
-        if (e->barrier) barrier(cb);
+        if (e->barrier) barrier(cb), vk->n_barriers++;
         if (prof && e->kind == VK_LOG_DISPATCH && vk->n_q + 1 < 4096) {
             vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, ++vk->n_q);
             vk->q_sh[vk->n_q] = (uint8_t)e->sh;
@@ -183,6 +249,7 @@ static vk_replay_slot *take_slot(vk_ctx *vk) {
 
 cmf_status cmf_vk_log_run(vk_ctx *vk) {
     vk->recording = false;
+    if (vk->n_log) vk->log[vk->n_log - 1].barrier = 1; /* the step's writes before anything after it */
     double t0 = cmf_vk_now_us();
     bool cache = vk->step_cacheable && vk->replay && !vk->profile && !vk->immediate && vk->n_log > 0;
     VkCommandBuffer cb = VK_NULL_HANDLE;

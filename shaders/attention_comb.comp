@@ -1,0 +1,43 @@
+#version 450
+// attention_comb.comp — pass 2 of the split-K decode attention
+// (attention_dec.comp): one workgroup per (head, token) merges the token's
+// n = ceil((hi - lo) / chunk) chunk partials (acc[hd], m, l; layout
+// [tok][head][n_chunk][hd + 2]) as  M = max m_c,  L = Σ l_c·exp(m_c - M),
+// out[d] = Σ acc_c[d]·exp(m_c - M) / L  (the log-sum-exp merge of
+// flash-decoding, Dao et al. 2023), chunks in ascending order. A chunk that
+// saw no key (m = -inf) adds nothing.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#define NEG_INF uintBitsToFloat(0xff800000u)
+
+layout(push_constant) uniform P {
+    uint64_t part, out_, tok;
+    uint n_tok, n_head, head_dim, n_chunk, chunk, pad;
+} p;
+
+void main() {
+    uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
+    if (h >= p.n_head || t >= p.n_tok) return;
+    U32 T = U32(p.tok);
+    uint lo = T.v[t * 12 + 6], hi = T.v[t * 12 + 7];
+    uint n = (hi - lo + p.chunk - 1) / p.chunk;
+    uint hd = p.head_dim, stride = hd + 2;
+    F32 W = F32(p.part);
+    uint base = (t * p.n_head + h) * p.n_chunk * stride;
+    float M = NEG_INF;
+    for (uint c = 0; c < n; c++) M = max(M, W.v[base + c * stride + hd]);
+    float L = 0.0;
+    for (uint c = 0; c < n; c++) {
+        float m = W.v[base + c * stride + hd];
+        if (m != NEG_INF) L += W.v[base + c * stride + hd + 1] * exp(m - M);
+    }
+    F32 O = F32(p.out_);
+    for (uint d = tid; d < hd; d += WG) {
+        float s = 0.0;
+        for (uint c = 0; c < n; c++) {
+            float m = W.v[base + c * stride + hd];
+            if (m != NEG_INF) s += W.v[base + c * stride + d] * exp(m - M);
+        }
+        O.v[(t * p.n_head + h) * hd + d] = s / L;
+    }
+}
