@@ -40,6 +40,19 @@
 // gets the same bits alone or in a batch (batch invariance: the NT = 1
 // and NT = 8 pipelines do the same arithmetic a token); subgroupAdd. K is
 // staged in chunks of at most DOT_GB groups (all tokens together).
+//
+// FUSE (spec constant 3; vk_ops.c matmul_parts_norm / matmul_add, CMF_VK_FUSE2):
+// bit 0 — X is the un-normalised residual and the workgroup applies the
+// backend's RMSNorm (backend.h rmsnorm: x / sqrt(mean(x²) + eps) · (w +
+// add_one); Zhang & Sennrich 2019) while staging, before quantizing, so the
+// int8 X is that of the normalised row as the unfused path would quantize
+// it. Each token's sum of squares is computed first by the whole workgroup
+// over the full row (thread i takes float4 i, i + nthr, ..., subgroupAdd,
+// then the subgroups' sums in order): the same arithmetic for NT = 1 and 8
+// (batch invariant); every workgroup recomputes it (one extra read of X,
+// in L2). Bit 1 — the epilogue adds: Y = Y + s·(the product), the residual
+// add of the o and down projections. nelem and team (unused here) carry
+// the address of the parameter block FP (low, high 32 bits).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -48,11 +61,13 @@
 #include "common.glsl"
 #include "dequant.glsl"
 layout(constant_id = 2) const uint NT = 1;
+layout(constant_id = 3) const uint FUSE = 0;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4 { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
 
-// matmul.comp's push constants (vk_ops.c mm_push); team is unused here.
+// matmul.comp's push constants (vk_ops.c mm_push); nelem and team: the FP
+// block's address when FUSE != 0.
 layout(push_constant) uniform P {
     uint64_t w, x, y;
     uint nelem, rows, cols, row0, n_rows, n, ldy, nx, rpw;
@@ -67,6 +82,10 @@ layout(push_constant) uniform P {
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int sdot4(uint a, uint b, spirv_literal int fmt);
 
+// FUSE's parameters (vk_ops.c fuse_par): the norm weight (0: none), eps,
+// add_one, the epilogue's scale s.
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer FP { uint64_t nw; float eps, add_one, s; uint pad; };
+
 const uint DOT_GB = 512;              // staged 32-groups (all tokens): 20 KiB; lavapipe has 32 KiB
 const uint MV_U = NT == 1 ? 4 : 2;    // chunks a lane loads before using them
 const bool Q8 = DT == 3;
@@ -74,6 +93,35 @@ const uint E = Q8 ? 16 : 32;          // weights a 16-byte chunk
 shared uvec4 xa[DOT_GB], xb[DOT_GB];
 shared float xd[DOT_GB];
 shared int xq[DOT_GB];
+const uint NSG_MAX = 64; // subgroups a workgroup at most (the host asks for <= 32)
+shared float nred[(FUSE & 1u) != 0 ? NT * NSG_MAX : 1];
+shared float nr[NT]; // FUSE bit 0: each token's 1 / sqrt(mean(x²) + eps)
+
+FP fpar() { return FP(uint64_t(p.team) << 32 | uint64_t(p.nelem)); }
+
+// FUSE bit 0: nr[t] for the nt tokens from t0 (uniform control flow).
+void norm_scales(uint t0, uint nt) {
+    uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    uint ii = sg * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize, q4 = p.cols / 4;
+    V4 X = V4(p.x);
+    for (uint t = 0; t < NT; t++) {
+        if (t >= nt) break;
+        precise float ss = 0.0;
+        for (uint i = ii; i < q4; i += nthr) {
+            vec4 v = X.v[(t0 + t) * q4 + i];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        ss = subgroupAdd(ss);
+        if (lane == 0 && sg < NSG_MAX) nred[t * NSG_MAX + sg] = ss;
+    }
+    barrier();
+    if (ii < nt) {
+        precise float s = 0.0;
+        for (uint k = 0; k < min(gl_NumSubgroups, NSG_MAX); k++) s += nred[ii * NSG_MAX + k];
+        nr[ii] = 1.0 / sqrt(s / float(p.cols) + fpar().eps);
+    }
+    barrier();
+}
 
 // Raw 16-byte chunk c of row r (weights c·E ..) and its group's scale
 // (4-bit; 1 for q8_row, whose row scale main applies once); the layouts of
@@ -116,6 +164,16 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt) {
     for (uint i = ii; i < nt * q4; i += nthr) {
         uint t = i / q4, e4 = i % q4, l = e4 % 8, g = t * gpt + e4 / 8;
         vec4 v = X.v[((t0 + t) * cols + k0) / 4 + e4];
+        if ((FUSE & 1u) != 0) { // the unfused rmsnorm's (x · r) · (w + add_one), then quantized
+            FP f = fpar();
+            vec4 wv = vec4(1.0);
+            if (f.nw != 0) {
+                F32 NW = F32(f.nw);
+                uint k = k0 + e4 * 4;
+                wv = vec4(NW.v[k], NW.v[k + 1], NW.v[k + 2], NW.v[k + 3]) + f.add_one;
+            }
+            v = (v * nr[t]) * wv;
+        }
         bool bad = any(isnan(v)) || any(isinf(v));
         vec4 av = abs(v);
         float a = bad ? uintBitsToFloat(0x7f800000u) : max(max(av.x, av.y), max(av.z, av.w));
@@ -158,6 +216,7 @@ void main() {
     else if (g >= g0) g -= g0, w = p.w1, y = p.y1, rows = p.rows1, row0 = p.row01, n_rows = p.n_rows1, ldy = p.ldy1;
     uint cols = p.cols, gpt = DOT_GB / nt, kc = gpt * 32; // groups a staged token, inputs a K chunk
     uint staged = ~0u;
+    if ((FUSE & 1u) != 0) norm_scales(t0, nt);
     for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
         uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
         bool live = rb0 + sg < rpw && j < n_rows;
@@ -214,7 +273,12 @@ void main() {
         for (uint t = 0; t < NT; t++) {
             if (t >= nt) break; // nt is uniform: the reductions stay in uniform control flow
             float s = subgroupAdd(acc[t]);
-            if (lane == 0 && live) F32(y).v[(t0 + t) * ldy + j] = Q8 ? s * rs : s;
+            if (lane == 0 && live) {
+                precise float v = Q8 ? s * rs : s;
+                uint yi = (t0 + t) * ldy + j;
+                if ((FUSE & 2u) != 0) v = F32(y).v[yi] + fpar().s * v; // add_scaled's y + s·x
+                F32(y).v[yi] = v;
+            }
         }
     }
 }

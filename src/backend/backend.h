@@ -175,6 +175,23 @@ typedef struct cmf_backend_ops {
      * one parallel job). Errors as matmul, for the first part at fault. */
     cmf_status (*matmul_parts)(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
                                const float *X, uint32_t n, int32_t n_dec, cmf_error *err);
+    /* Optional (NULL: rmsnorm of X into xn, then matmul_parts of xn): the
+     * products of rmsnorm(X) — X the un-normalised rows (contiguous [n][in]),
+     * normed as rmsnorm does (weight w, add_one, eps) — as matmul_parts
+     * computes them (row classes, batch invariance); a device may fold the
+     * norm into its decode kernel's staging of X, so the result equals the
+     * unfused ops' within float rounding, not bit for bit. xn [n][in]: a
+     * backend buffer the op may use as scratch (contents unspecified after;
+     * the caller needing rmsnorm(X) calls rmsnorm). Errors as matmul_parts. */
+    cmf_status (*matmul_parts_norm)(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
+                                    uint32_t n, int32_t n_dec, const float *w, float add_one, float eps, float *xn,
+                                    cmf_error *err);
+    /* Optional (NULL: matmul into tmp, then add_scaled): Y[i][j] += s·P[i][j]
+     * for i < n, j < n_rows, P = X·W[0, n_rows)ᵀ as matmul computes it (the
+     * residual add in the product's epilogue); Y and tmp contiguous
+     * [n][n_rows], tmp a scratch backend buffer. Errors as matmul. */
+    cmf_status (*matmul_add)(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
+                             int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err);
     /* The low-rank updates of a batch's row segments, after the base
      * product into Y: for each segment in order, for its rows i and j <
      * n_out,  Y[i][j] += scale · Σ_k Bt[k][b_row0 + j] · (Σ_c A[k][c]·X[i][c]).

@@ -188,8 +188,12 @@ static cmf_status lora_add(cmf_model *m, fwd_buf *b, uint32_t il, cmf_proj p, co
  *   att = softmax(q·kᵀ·scale [softcap], causal/sliding) · v   per head, GQA
  *   o = att·Woᵀ (+bo)
  */
+/* nw: the attention norm's weight when the backend folds it into the q/k/v
+ * products (matmul_parts_norm of the un-normalised b->x), NULL when b->xn
+ * holds the normed rows; add_o: o's product is added into b->x at once
+ * (matmul_add; b->o is scratch), else o is left in b->o. */
 static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, const cmf_layer *L,
-                                  const cmf_batch *bt, fwd_buf *b, cmf_error *err) {
+                                  const cmf_batch *bt, fwd_buf *b, const float *nw, bool add_o, cmf_error *err) {
     const cmf_hparams *hp = &m->hp;
     cmf_backend *be = b->be;
     uint32_t n = bt->n_tokens, hd = hp->head_dim;
@@ -200,7 +204,9 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
     cmf_mm_part qkv[3] = {{L->wqkv ? L->wqkv : L->wq, 0, qd, b->q, qd},
                           {L->wqkv ? L->wqkv : L->wk, L->wqkv ? qd : 0, kvd, b->k, kvd},
                           {L->wqkv ? L->wqkv : L->wv, L->wqkv ? qd + kvd : 0, kvd, b->v, kvd}};
-    if ((st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, b->n_dec, err))) return st;
+    if (nw) st = be->ops->matmul_parts_norm(be, qkv, 3, b->x, n, b->n_dec, nw, hp->norm_add_one, hp->norm_eps, b->xn, err);
+    else st = be->ops->matmul_parts(be, qkv, 3, b->xn, n, b->n_dec, err);
+    if (st) return st;
     if (b->ws && ((st = lora_add(m, b, il, CMF_PROJ_Q, b->xn, hp->n_embd, b->q, qd, qd, n, err)) ||
                   (st = lora_add(m, b, il, CMF_PROJ_K, b->xn, hp->n_embd, b->k, kvd, kvd, n, err)) ||
                   (st = lora_add(m, b, il, CMF_PROJ_V, b->xn, hp->n_embd, b->v, kvd, kvd, n, err))))
@@ -247,6 +253,7 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
         .scale = hp->attn_scale, .softcap = hp->attn_softcap, .n_dec = b->n_dec,
     };
     if ((st = be->ops->attention(be, &a, err))) return st;
+    if (add_o) return be->ops->matmul_add(be, L->wo, hp->n_embd, b->att, n, b->n_dec, hp->resid_mult, b->x, b->o, err);
     if ((st = be->ops->matmul(be, L->wo, 0, hp->n_embd, b->att, n, b->n_dec, b->o, hp->n_embd, err))) return st;
     if ((st = lora_add(m, b, il, CMF_PROJ_O, b->att, qd, b->o, hp->n_embd, hp->n_embd, n, err))) return st;
     add_bias(be, b->o, L->bo, n, hp->n_embd);
@@ -260,20 +267,27 @@ static cmf_status attention_block(cmf_model *m, cmf_kv_cache *kv, uint32_t il, c
  *           o = Σ_e w_e · expert_e(xn)  [+ σ(xn·w_sg) · shared(xn)]
  *           (Shazeer et al. 2017; Mixtral; Qwen-MoE shared expert)
  */
-/* il: the layer whose LoRA terms apply (UINT32_MAX: none, the shared expert). */
+/* il: the layer whose LoRA terms apply (UINT32_MAX: none, the shared expert).
+ * nw: the norm's weight when the backend folds it into the gate/up products
+ * (x un-normalised, matmul_parts_norm; no LoRA), NULL when x is normed;
+ * add_y: the down product is added into add_y (scaled by resid_mult,
+ * matmul_add; out is scratch), NULL: written to out. */
 static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *wu, const cmf_tensor *wgu,
                           const cmf_tensor *wd, const float *x, uint32_t n, int32_t n_dec, float *out,
-                          fwd_buf *b, uint32_t il, cmf_error *err) {
+                          fwd_buf *b, uint32_t il, const float *nw, float *add_y, cmf_error *err) {
     cmf_backend *be = b->be;
     uint32_t ff = (uint32_t)wd->shape[1], E = m->hp.n_embd;
     bool lora = b->ws && il != UINT32_MAX;
     cmf_status st;
     cmf_mm_part gu[2] = {{wgu ? wgu : wg, 0, ff, b->gate, ff}, {wgu ? wgu : wu, wgu ? ff : 0, ff, b->up, ff}};
-    if ((st = be->ops->matmul_parts(be, gu, 2, x, n, n_dec, err))) return st;
+    if (nw) st = be->ops->matmul_parts_norm(be, gu, 2, x, n, n_dec, nw, m->hp.norm_add_one, m->hp.norm_eps, b->xn, err);
+    else st = be->ops->matmul_parts(be, gu, 2, x, n, n_dec, err);
+    if (st) return st;
     if (lora && ((st = lora_add(m, b, il, CMF_PROJ_GATE, x, E, b->gate, ff, ff, n, err)) ||
                  (st = lora_add(m, b, il, CMF_PROJ_UP, x, E, b->up, ff, ff, n, err))))
         return st;
     be->ops->glu(be, b->gate, ff, b->gate, b->up, ff, n, ff, m->hp.act);
+    if (add_y) return be->ops->matmul_add(be, wd, E, b->gate, n, n_dec, m->hp.resid_mult, add_y, out, err);
     if ((st = be->ops->matmul(be, wd, 0, E, b->gate, n, n_dec, out, E, err))) return st;
     return lora ? lora_add(m, b, il, CMF_PROJ_DOWN, b->gate, ff, out, E, E, n, err) : CMF_OK;
 }
@@ -291,7 +305,7 @@ static cmf_status moe_ffn(cmf_model *m, const cmf_layer *L, uint32_t n, fwd_buf 
                       .xg = b->moe_x, .g = b->moe_g, .gate_buf = b->gate, .up_buf = b->up};
     if ((st = be->ops->moe(be, &a, err))) return st;
     if (L->s_down) {
-        if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->n_dec, b->moe_x, b, UINT32_MAX, err))) return st;
+        if ((st = glu_mlp(m, L->s_gate, L->s_up, NULL, L->s_down, b->xn, n, b->n_dec, b->moe_x, b, UINT32_MAX, NULL, NULL, err))) return st;
         /* gate of the shared expert: σ(xn·w_sg), one value per token */
         if (L->s_gate_inp && (st = be->ops->matmul(be, L->s_gate_inp, 0, 1, b->xn, n, b->n_dec, b->moe_g, 1, err)))
             return st;
@@ -403,18 +417,33 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     }
 
     bool normed = false; /* b->xn holds this layer's attn_norm(x) already (add_rmsnorm) */
+    /* the backend's fused mat-vecs (Vulkan with CMF_VK_FUSE2=1): the norms
+     * folded into the q/k/v and gate/up products, the residual adds into the
+     * o and down products; not with LoRA (its terms read the normed rows and
+     * add into o) */
+    bool fz = !b->ws && be->ops->matmul_parts_norm, fa = !b->ws && be->ops->matmul_add;
     for (uint32_t il = io->l0; il < io->l1; il++) {
         const cmf_layer *L = &io->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
+        const float *an = !normed && fz && L->attn_norm ? L->attn_norm : NULL;
+        bool add_o = fa && !L->bo && !L->attn_post_norm;
         if (normed) normed = false;
+        else if (an) { /* normed inside the q/k/v products */ }
         else if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
         else be->ops->copy(be, b->xn, b->x, nE);
-        if ((st = attention_block(m, kv, il, L, bt, b, err))) return cmf_error_prefix(err, "layer %u", il);
+        if ((st = attention_block(m, kv, il, L, bt, b, an, add_o, err))) return cmf_error_prefix(err, "layer %u", il);
         if (L->attn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->attn_post_norm, hp->norm_add_one, hp->norm_eps);
         /* feed-forward: x += r · post_norm(ffn(norm(x))); the residual add
          * and the norm after it as one op where the backend has it */
-        if (L->ffn_norm && be->ops->add_rmsnorm) {
+        const float *fn = fz && L->ffn_norm && !L->router ? L->ffn_norm : NULL;
+        bool add_d = fa && !L->router && !L->ffn_post_norm;
+        if (add_o || fn) {
+            if (!add_o) be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+            if (fn) { /* normed inside the gate/up products */ }
+            else if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
+            else be->ops->copy(be, b->xn, b->x, nE);
+        } else if (L->ffn_norm && be->ops->add_rmsnorm) {
             be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, L->ffn_norm, hp->norm_add_one,
                                  hp->norm_eps);
         } else {
@@ -423,12 +452,19 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
             else be->ops->copy(be, b->xn, b->x, nE);
         }
         if (L->router) st = moe_ffn(m, L, n, b, err);
-        else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, b->xn, n, b->n_dec, b->o, b, il, err);
+        else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, fn ? b->x : b->xn, n, b->n_dec, b->o, b, il,
+                          fn, add_d ? b->x : NULL, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
         const cmf_layer *Ln = il + 1 < io->l1 ? &io->layers[il + 1] : NULL;
-        if (Ln && Ln->attn_norm && be->ops->add_rmsnorm) { /* with the next layer's norm */
+        bool next_fz = Ln && Ln->attn_norm && fz; /* the next layer norms inside its q/k/v products */
+        if (add_d) {
+            if (Ln && Ln->attn_norm && !next_fz) {
+                be->ops->rmsnorm(be, b->xn, b->x, E, n, E, Ln->attn_norm, hp->norm_add_one, hp->norm_eps);
+                normed = true;
+            }
+        } else if (Ln && Ln->attn_norm && be->ops->add_rmsnorm && !next_fz) { /* with the next layer's norm */
             be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, Ln->attn_norm, hp->norm_add_one,
                                  hp->norm_eps);
             normed = true;

@@ -768,8 +768,131 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
 }
 
+/* The fused mat-vecs (CMF_VK_FUSE2: matmul_parts_norm, matmul_add) against
+ * the unfused ops on the same device: RMSNorm folded into the integer-dot
+ * kernel's staging (weight with add_one 0 and 1, no weight; 1 and 9 tokens;
+ * in = 2080 stages K in two chunks at 8 tokens; three parts) within the
+ * quantization of X (a group may round one step differently: 5e-3 of the
+ * sum of |terms|), a row alone equal bit for bit to its row in a batch,
+ * mixed row classes (the prompt rows through rmsnorm + the GEMM), the
+ * residual add in the epilogue (1e-6), and the fallback without integer
+ * dot (the unfused ops: 2e-5 to the CPU). */
+static void test_fuse2(cmf_dtype dt, uint64_t cols) {
+    vk_ctx *vk = gpu->ctx;
+    if (!gpu->ops->matmul_parts_norm || !gpu->ops->matmul_add) {
+        CHECK(0, "fuse2: the ops table lacks the fused ops (CMF_VK_FUSE2=1 not seen)");
+        return;
+    }
+    if (!vk->dot_ok) {
+        fprintf(stderr, "SKIP fuse2 %s in=%llu: the device has no integer dot product (fused kernel untested)\n",
+                cmf_dtype_name(dt), (unsigned long long)cols);
+        return;
+    }
+    bool was = vk->dot;
+    uint64_t rows = 45;
+    float *w = rnd(rows * cols), *nw = rnd(cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w), free(nw);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    uint32_t n = 9;
+    float *x = rnd(n * cols);
+    for (uint64_t i = 0; i < n * cols; i++) x[i] *= 3.0f + (float)(i / cols); /* rms far from 1, per token */
+    float *xd = up(x, n * cols), *xn = gpu->ops->alloc(gpu, n * cols), *xr = gpu->ops->alloc(gpu, n * cols);
+    size_t ly[3] = {41, 7, 30};
+    float *yf[3], *yr[3];
+    for (int k = 0; k < 3; k++) yf[k] = gpu->ops->alloc(gpu, n * ly[k]), yr[k] = gpu->ops->alloc(gpu, n * ly[k]);
+    double worst = 0;
+    for (int var = 0; var < 3; var++) { /* weight + add_one 0, weight + add_one 1, no weight */
+        const float *wv = var < 2 ? nw : NULL;
+        float ao = var == 1 ? 1.0f : 0.0f;
+        for (uint32_t nn = 1; nn <= n; nn += n - 1) {
+            for (int32_t nd = (int32_t)nn; nd >= (nn > 1 ? 4 : (int32_t)nn); nd -= 5) { /* all decode; 4 + 5 */
+                cmf_mm_part pf[3] = {{&t, 2, 40, yf[0], 41}, {&t, 38, 7, yf[1], 7}, {&t, 9, 30, yf[2], 30}};
+                cmf_mm_part pr[3] = {{&t, 2, 40, yr[0], 41}, {&t, 38, 7, yr[1], 7}, {&t, 9, 30, yr[2], 30}};
+                vk->dot = true;
+                step_begin();
+                CHECK(gpu->ops->matmul_parts_norm(gpu, pf, 3, xd, nn, nd, wv, ao, 1e-5f, xn, &err) == CMF_OK,
+                      "fuse2 norm: %s", err.msg);
+                gpu->ops->rmsnorm(gpu, xr, xd, cols, nn, (uint32_t)cols, wv, ao, 1e-5f);
+                CHECK(gpu->ops->matmul_parts(gpu, pr, 3, xr, nn, nd, &err) == CMF_OK, "fuse2 ref: %s", err.msg);
+                step_end("fuse2 norm");
+                for (int k = 0; k < 3; k++) {
+                    float *a = down(yf[k], nn * ly[k]), *b = down(yr[k], nn * ly[k]);
+                    double sc = 0; /* the normed rows' scale: |x_n| ~ (w + add_one) */
+                    for (uint64_t c = 0; c < cols; c++) sc += fabs(wv ? wv[c] + ao : 1.0);
+                    double d = maxdiff(a, b, nn * ly[k], sc / sqrt((double)cols));
+                    worst = d > worst ? d : worst;
+                    CHECK(d < 5e-3, "fuse2 norm %s in=%llu var %d n=%u n_dec=%d part %d: max diff %g",
+                          cmf_dtype_name(dt), (unsigned long long)cols, var, nn, nd, k, d);
+                    free(a), free(b);
+                }
+            }
+        }
+    }
+    /* batch invariance: token 0 alone = token 0 of 9 (NT = 1 and NT = 8 pipelines) */
+    float *y1 = gpu->ops->alloc(gpu, 41);
+    cmf_mm_part p9 = {&t, 2, 40, yf[0], 41}, p1 = {&t, 2, 40, y1, 41};
+    step_begin();
+    gpu->ops->matmul_parts_norm(gpu, &p9, 1, xd, n, (int32_t)n, nw, 1.0f, 1e-5f, xn, &err);
+    gpu->ops->matmul_parts_norm(gpu, &p1, 1, xd, 1, 1, nw, 1.0f, 1e-5f, xr, &err);
+    step_end("fuse2 alone");
+    float *a = down(yf[0], 41), *b1 = down(y1, 41);
+    CHECK(memcmp(a, b1, 40 * sizeof(float)) == 0, "fuse2 %s: a row alone differs from its row in a batch",
+          cmf_dtype_name(dt));
+    free(a), free(b1);
+    /* the residual add in the epilogue: Y += s·(X·Wᵀ) for all-decode and mixed rows */
+    float *y0 = rnd(n * rows);
+    float *ya = up(y0, n * rows), *yb = up(y0, n * rows), *tmp = gpu->ops->alloc(gpu, n * rows);
+    double wa = 0;
+    for (int32_t nd = (int32_t)n; nd >= 4; nd -= 5) {
+        gpu->ops->write(gpu, ya, y0, n * rows), gpu->ops->write(gpu, yb, y0, n * rows);
+        step_begin();
+        CHECK(gpu->ops->matmul_add(gpu, &t, rows, xd, n, nd, 0.7f, ya, tmp, &err) == CMF_OK, "fuse2 add: %s", err.msg);
+        CHECK(gpu->ops->matmul(gpu, &t, 0, rows, xd, n, nd, xr, rows, &err) == CMF_OK, "fuse2 add ref: %s", err.msg);
+        gpu->ops->add_scaled(gpu, yb, xr, n * rows, 0.7f);
+        step_end("fuse2 add");
+        float *ga = down(ya, n * rows), *gb = down(yb, n * rows);
+        double d = maxdiff(ga, gb, n * rows, 1.0);
+        wa = d > wa ? d : wa;
+        CHECK(d < 1e-6 * 3.0 * 11.0 * sqrt((double)cols), "fuse2 add %s n_dec=%d: max diff %g", cmf_dtype_name(dt), nd,
+              d);
+        free(ga), free(gb);
+    }
+    /* without integer dot: the unfused ops, against the CPU's float reference */
+    vk->dot = false;
+    float *xc = malloc(n * cols * sizeof *xc), *yc = calloc((size_t)n * 41, sizeof(float));
+    CHECK(cpu->ops->matmul_parts != NULL, "cpu");
+    cpu->ops->rmsnorm(cpu, xc, x, cols, n, (uint32_t)cols, nw, 1.0f, 1e-5f);
+    CHECK(cpu->ops->matmul(cpu, &t, 2, 40, xc, n, -1, yc, 41, &err) == CMF_OK, "cpu: %s", err.msg);
+    step_begin();
+    CHECK(gpu->ops->matmul_parts_norm(gpu, &p9, 1, xd, n, (int32_t)n, nw, 1.0f, 1e-5f, xn, &err) == CMF_OK,
+          "fuse2 fallback: %s", err.msg);
+    step_end("fuse2 fallback");
+    float *g = down(yf[0], n * 41);
+    for (uint32_t i = 0; i < n; i++) g[i * 41 + 40] = yc[i * 41 + 40];
+    double sc = 0;
+    for (uint64_t c = 0; c < cols; c++) sc += fabs(nw[c] + 1.0);
+    double df = maxdiff(g, yc, n * 41, sc / sqrt((double)cols));
+    CHECK(df < 2e-5, "fuse2 fallback %s: max diff %g", cmf_dtype_name(dt), df);
+    fprintf(stderr, "fuse2  %-8s in=%llu n=1,9 n_dec=all,4, 3 parts, 3 norm variants (diff %.2g), add (%.2g), "
+                    "fallback (%.2g)\n", cmf_dtype_name(dt), (unsigned long long)cols, worst, wa, df);
+    vk->dot = was;
+    free(g), free(xc), free(yc), free(y0), free(x), free(w), free(nw), free(payload);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, xn), gpu->ops->release(gpu, xr), gpu->ops->release(gpu, y1);
+    gpu->ops->release(gpu, ya), gpu->ops->release(gpu, yb), gpu->ops->release(gpu, tmp);
+    for (int k = 0; k < 3; k++) gpu->ops->release(gpu, yf[k]), gpu->ops->release(gpu, yr[k]);
+}
+
 int main(void) {
     setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
+    setenv("CMF_VK_FUSE2", "1", 1); /* the ops table with the fused mat-vecs (test_fuse2) */
     cmf_error err = {0};
     cmf_status st = cmf_backend_vulkan_new(0, &gpu, &err);
     if (st == CMF_ERR_UNSUPPORTED) TEST_SKIP("no Vulkan device: %s", err.msg);
@@ -801,6 +924,8 @@ int main(void) {
     cmf_dtype dots[] = {CMF_DT_Q8_ROW, CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
     for (size_t i = 0; i < 4; i++) test_dot(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_dot(CMF_DT_Q8_ROW, 2080), test_dot(CMF_DT_Q4TP, 2080);
+    for (size_t i = 0; i < 4; i++) test_fuse2(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
+    test_fuse2(CMF_DT_Q8_ROW, 2080), test_fuse2(CMF_DT_Q4TP, 2080);
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);

@@ -927,7 +927,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_MATMUL_DOT ? 3 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
+    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
                       sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {

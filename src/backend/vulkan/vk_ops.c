@@ -171,7 +171,10 @@ static bool dot_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
            (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
 }
 
-static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+/* fp, fuse: the fused variants (0, 0 otherwise): the FP parameter block
+ * (fuse_par) and matmul_dot.comp's FUSE bits. */
+static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n, VkDeviceAddress fp,
+                       uint32_t fuse) {
     uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
     uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
     if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
@@ -184,12 +187,13 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
                  (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, nsg, 0,
                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (fuse) p.nelem = (uint32_t)fp, p.team = (uint32_t)(fp >> 32); /* unused by the shader otherwise */
     if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
                 p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
     if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
                 p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
-    cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype, nt, &p, sizeof p, gx, gy,
+    cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy,
                     (n + nt - 1) / nt);
 }
 
@@ -226,7 +230,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
     if (nv == 0 || !dec) return;
     n = nv;
     if (dot_ok(vk, o, x)) {
-        record_dot(vk, o, 1, x, n);
+        record_dot(vk, o, 1, x, n, 0, 0);
         return;
     }
     if (mv_ok(vk, o, x)) {
@@ -279,7 +283,7 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
     }
     vk->no_barrier = false;
     if (fuse && !st) {
-        if (dot_ok(vk, &o[0], x)) record_dot(vk, o, n_parts, x, nv); /* one dtype: all parts or none */
+        if (dot_ok(vk, &o[0], x)) record_dot(vk, o, n_parts, x, nv, 0, 0); /* one dtype: all parts or none */
         else record_mv(vk, o, n_parts, x, nv);
     }
     cmf_vk_op_end(vk);
@@ -365,6 +369,105 @@ static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s,
     acc_rows(vk, p.y, n, dim, dim, true);
     if (p.y && p.x && p.r && (p.w || !w)) cmf_vk_dispatch(vk, VK_SH_RMSNORM, 256, 0, 0, &p, sizeof p, gx, gy, 1);
     cmf_vk_op_end(vk);
+}
+
+/* ---- fused mat-vec variants (CMF_VK_FUSE2) ----------------------------------
+ * matmul_parts_norm and matmul_add (backend.h): where every part takes the
+ * integer-dot decode kernel (vk->dot, dot_ok), the decode-class rows run
+ * one matmul_dot.comp dispatch with FUSE bit 0 (RMSNorm applied while X is
+ * staged, before it is quantized) or bit 1 (Y += s·product in the
+ * epilogue); the prompt-class rows run the unfused ops (rmsnorm.comp into
+ * xn then the GEMM; the GEMM into tmp then add_scaled). Anything else (no
+ * integer dot, mixed dtypes) runs the unfused ops for every row: the choice
+ * depends on the weights and the device only, never on the batch, so a
+ * decode row gets the same bits alone or in a batch. Only in the ops table
+ * when CMF_VK_FUSE2=1 (vk_ops_fuse2 below; not measured on the H200 yet). */
+
+/* matmul_dot.comp's FP block (24 bytes, in the step's arena). */
+typedef struct {
+    uint64_t nw;          /* norm weight (0: none) */
+    float eps, add_one, s; /* rmsnorm's; the epilogue's scale */
+    uint32_t pad;
+} fuse_par;
+_Static_assert(sizeof(fuse_par) == 24, "fuse_par without padding");
+
+static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
+                                          uint32_t n, int32_t n_dec, const float *w, float add_one, float eps,
+                                          float *xn, cmf_error *err) {
+    vk_ctx *vk = ctx_of(b);
+    if (n_parts < 1 || n_parts > CMF_MM_MAX_PARTS || parts[0].W->ndim < 1)
+        return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul_parts_norm: %u parts", n_parts);
+    if (n == 0) return CMF_OK;
+    uint32_t in = (uint32_t)parts[0].W->shape[parts[0].W->ndim - 1], nv = decode_rows(vk, n, n_dec);
+    bool fz = vk->dot && nv > 0 && n_parts <= 3;
+    for (uint32_t i = 0; fz && i < n_parts; i++) {
+        fz = parts[i].W->dtype == parts[0].W->dtype && parts[i].W->ndim >= 1 &&
+             parts[i].W->shape[parts[i].W->ndim - 1] == in && parts[i].Y != X && parts[i].Y != xn;
+        for (uint32_t k = i + 1; fz && k < n_parts; k++) fz = parts[k].Y != parts[i].Y;
+    }
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    VkDeviceAddress x = dev(vk, X, "matmul input");
+    mm_one o[CMF_MM_MAX_PARTS];
+    cmf_status st = CMF_OK;
+    for (uint32_t i = 0; fz && i < n_parts && !st; i++) st = mm_resolve(vk, &parts[i], x, &o[i], err);
+    for (uint32_t i = 0; fz && !st && i < n_parts; i++) fz = dot_ok(vk, &o[i], x);
+    cmf_vk_op_end(vk);
+    if (st) return st;
+    if (!fz) { /* the two ops for every row */
+        vk_be_rmsnorm(b, xn, X, in, n, in, w, add_one, eps);
+        return vk_be_matmul_parts(b, parts, n_parts, xn, n, n_dec, err);
+    }
+    if (nv < n) { /* prompt-class rows: normed into xn, their products read rows [nv, n) of xn */
+        vk_be_rmsnorm(b, xn + (size_t)nv * in, X + (size_t)nv * in, in, n - nv, in, w, add_one, eps);
+        if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+        VkDeviceAddress xa = dev(vk, xn, "matmul_parts_norm xn");
+        for (uint32_t i = 0; i < n_parts && xa; i++) record_mm(vk, &o[i], xa, n, nv, false);
+        cmf_vk_op_end(vk);
+    }
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    fuse_par fp = {cmf_vk_vec(vk, w, in), eps, add_one, 0.0f, 0};
+    VkDeviceAddress fa = (fp.nw || !w) ? cmf_vk_arena_put(vk, &fp, sizeof fp) : 0;
+    if (fa) record_dot(vk, o, n_parts, x, nv, fa, 1u);
+    cmf_vk_op_end(vk);
+    return CMF_OK; /* an arena or upload failure is sticky: reported at submit */
+}
+
+static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
+                                   int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err) {
+    vk_ctx *vk = ctx_of(b);
+    if (n == 0) return CMF_OK;
+    uint32_t nv = decode_rows(vk, n, n_dec);
+    bool fz = vk->dot && nv > 0 && Y != X && tmp != X && tmp != Y;
+    mm_one o;
+    cmf_status st = CMF_OK;
+    if (fz) {
+        if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+        VkDeviceAddress x = dev(vk, X, "matmul input");
+        cmf_mm_part pt = {W, 0, n_rows, Y, n_rows};
+        st = mm_resolve(vk, &pt, x, &o, err);
+        fz = !st && dot_ok(vk, &o, x);
+        cmf_vk_op_end(vk);
+        if (st) return st;
+    }
+    if (!fz) { /* the two ops for every row */
+        if ((st = vk_be_matmul(b, W, 0, n_rows, X, n, n_dec, tmp, n_rows, err))) return st;
+        vk_be_add_scaled(b, Y, tmp, (size_t)n * n_rows, s);
+        return CMF_OK;
+    }
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    VkDeviceAddress x = dev(vk, X, "matmul input"), ta = dev(vk, tmp, "matmul_add tmp");
+    if (nv < n && ta) { /* prompt-class rows: the GEMM into tmp (rows [nv, n)), then the add below */
+        mm_one ot = o;
+        ot.y = ta;
+        record_mm(vk, &ot, x, n, nv, false);
+    }
+    fuse_par fp = {0, 0.0f, 0.0f, s, 0};
+    VkDeviceAddress fa = cmf_vk_arena_put(vk, &fp, sizeof fp);
+    if (fa) record_dot(vk, &o, 1, x, nv, fa, 2u);
+    cmf_vk_op_end(vk);
+    if (nv < n)
+        vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);
+    return CMF_OK;
 }
 
 typedef struct {
@@ -814,40 +917,44 @@ static void vk_be_free(cmf_backend *b) {
     free(b);
 }
 
-static const cmf_backend_ops vk_ops = {
-    .name = "vulkan",
-    .free = vk_be_free,
-    .alloc = vk_be_alloc,
-    .release = vk_be_release,
-    .pool_alloc = vk_be_pool_alloc,
-    .pool_free = vk_be_pool_free,
-    .pool_copy = vk_be_pool_copy,
-    .matmul = vk_be_matmul,
-    .matmul_parts = vk_be_matmul_parts,
-    .get_rows = vk_be_get_rows,
-    .rmsnorm = vk_be_rmsnorm,
-    .add_rmsnorm = vk_be_add_rmsnorm,
-    .rope = vk_be_rope,
-    .attention = vk_be_attention,
-    .glu = vk_be_glu,
-    .add_scaled = vk_be_add_scaled,
-    .softcap = vk_be_softcap,
-    .add_rows = vk_be_add_rows,
-    .copy = vk_be_copy,
-    .fill = vk_be_fill,
-    .gather_rows = vk_be_gather_rows,
-    .gate_add = vk_be_gate_add,
-    .moe = cmf_vk_op_moe,
-    .lora = cmf_vk_op_lora,
-    .begin = vk_be_begin,
-    .submit = vk_be_submit,
-    .read = vk_be_read,
-    .write = vk_be_write,
-    .kv_store = vk_be_kv_store,
-    .rope_kv_store = vk_be_rope_kv_store,
-    .prepare = vk_be_prepare,
+/* The table of every op; CMF_VK_FUSE2=1 selects the second, which adds
+ * the fused mat-vec variants (the forward uses them when present). */
+#define VK_OPS_COMMON \
+    .name = "vulkan", \
+    .free = vk_be_free, \
+    .alloc = vk_be_alloc, \
+    .release = vk_be_release, \
+    .pool_alloc = vk_be_pool_alloc, \
+    .pool_free = vk_be_pool_free, \
+    .pool_copy = vk_be_pool_copy, \
+    .matmul = vk_be_matmul, \
+    .matmul_parts = vk_be_matmul_parts, \
+    .get_rows = vk_be_get_rows, \
+    .rmsnorm = vk_be_rmsnorm, \
+    .add_rmsnorm = vk_be_add_rmsnorm, \
+    .rope = vk_be_rope, \
+    .attention = vk_be_attention, \
+    .glu = vk_be_glu, \
+    .add_scaled = vk_be_add_scaled, \
+    .softcap = vk_be_softcap, \
+    .add_rows = vk_be_add_rows, \
+    .copy = vk_be_copy, \
+    .fill = vk_be_fill, \
+    .gather_rows = vk_be_gather_rows, \
+    .gate_add = vk_be_gate_add, \
+    .moe = cmf_vk_op_moe, \
+    .lora = cmf_vk_op_lora, \
+    .begin = vk_be_begin, \
+    .submit = vk_be_submit, \
+    .read = vk_be_read, \
+    .write = vk_be_write, \
+    .kv_store = vk_be_kv_store, \
+    .rope_kv_store = vk_be_rope_kv_store, \
+    .prepare = vk_be_prepare, \
     .topk = cmf_vk_op_topk,
-};
+static const cmf_backend_ops vk_ops = {VK_OPS_COMMON};
+static const cmf_backend_ops vk_ops_fuse2 = {VK_OPS_COMMON .matmul_parts_norm = vk_be_matmul_parts_norm,
+                                             .matmul_add = vk_be_matmul_add};
 
 cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) {
     *out = NULL;
@@ -859,7 +966,8 @@ cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) 
         free(b);
         return st;
     }
-    b->ops = &vk_ops;
+    const char *f2 = getenv("CMF_VK_FUSE2"); /* the fused norm / residual mat-vecs: off by default (A/B) */
+    b->ops = f2 && strcmp(f2, "1") == 0 ? &vk_ops_fuse2 : &vk_ops;
     b->ctx = vk;
     b->n_threads = 1;
     const char *smp = getenv("CMF_VK_SAMPLE"); /* device sampling (topk); 0 = off, for A/B */
@@ -869,4 +977,4 @@ cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) 
 }
 
 /* The device's name (for cmf_device_description). */
-const char *cmf_backend_vulkan_name(cmf_backend *b) { return b && b->ops == &vk_ops ? ctx_of(b)->name : ""; }
+const char *cmf_backend_vulkan_name(cmf_backend *b) { return b && (b->ops == &vk_ops || b->ops == &vk_ops_fuse2) ? ctx_of(b)->name : ""; }
