@@ -216,7 +216,7 @@ void main() {
     else if (g >= g0) g -= g0, w = p.w1, y = p.y1, rows = p.rows1, row0 = p.row01, n_rows = p.n_rows1, ldy = p.ldy1;
     uint cols = p.cols, gpt = DOT_GB / nt, kc = gpt * 32; // groups a staged token, inputs a K chunk
     uint staged = ~0u;
-    if ((FUSE & 1u) != 0) norm_scales(t0, nt);
+    bool normed = (FUSE & 1u) == 0; // nr[] computed at the first staging, after the first weight loads are issued
     for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
         uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
         bool live = rb0 + sg < rpw && j < n_rows;
@@ -232,6 +232,10 @@ void main() {
                 if (live && c + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, c + u * ssz, sc[u]);
             if (staged != k0) {
                 barrier();
+                if (!normed) {
+                    norm_scales(t0, nt);
+                    normed = true;
+                }
                 stage(t0, nt, k0, kl, gpt);
                 barrier();
                 staged = k0;

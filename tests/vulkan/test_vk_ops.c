@@ -771,6 +771,7 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
 /* The fused mat-vecs (CMF_VK_FUSE2: matmul_parts_norm, matmul_add) against
  * the unfused ops on the same device: RMSNorm folded into the integer-dot
  * kernel's staging (weight with add_one 0 and 1, no weight; 1 and 9 tokens;
+ * workgroups of 4 and 32 subgroups;
  * in = 2080 stages K in two chunks at 8 tokens; three parts) within the
  * quantization of X (a group may round one step differently: 5e-3 of the
  * sum of |terms|), a row alone equal bit for bit to its row in a batch,
@@ -809,9 +810,10 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
     float *yf[3], *yr[3];
     for (int k = 0; k < 3; k++) yf[k] = gpu->ops->alloc(gpu, n * ly[k]), yr[k] = gpu->ops->alloc(gpu, n * ly[k]);
     double worst = 0;
-    for (int var = 0; var < 3; var++) { /* weight + add_one 0, weight + add_one 1, no weight */
-        const float *wv = var < 2 ? nw : NULL;
-        float ao = var == 1 ? 1.0f : 0.0f;
+    for (int var = 0; var < 6; var++) { /* weight + add_one 0, weight + add_one 1, no weight; 32, 4 subgroups */
+        vk->mv_wg = var < 3 ? 0 : 4;
+        const float *wv = var % 3 < 2 ? nw : NULL;
+        float ao = var % 3 == 1 ? 1.0f : 0.0f;
         for (uint32_t nn = 1; nn <= n; nn += n - 1) {
             for (int32_t nd = (int32_t)nn; nd >= (nn > 1 ? 4 : (int32_t)nn); nd -= 5) { /* all decode; 4 + 5 */
                 cmf_mm_part pf[3] = {{&t, 2, 40, yf[0], 41}, {&t, 38, 7, yf[1], 7}, {&t, 9, 30, yf[2], 30}};
@@ -836,6 +838,7 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
             }
         }
     }
+    vk->mv_wg = 0;
     /* batch invariance: token 0 alone = token 0 of 9 (NT = 1 and NT = 8 pipelines) */
     float *y1 = gpu->ops->alloc(gpu, 41);
     cmf_mm_part p9 = {&t, 2, 40, yf[0], 41}, p1 = {&t, 2, 40, y1, 41};
@@ -881,7 +884,7 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
     for (uint64_t c = 0; c < cols; c++) sc += fabs(nw[c] + 1.0);
     double df = maxdiff(g, yc, n * 41, sc / sqrt((double)cols));
     CHECK(df < 2e-5, "fuse2 fallback %s: max diff %g", cmf_dtype_name(dt), df);
-    fprintf(stderr, "fuse2  %-8s in=%llu n=1,9 n_dec=all,4, 3 parts, 3 norm variants (diff %.2g), add (%.2g), "
+    fprintf(stderr, "fuse2  %-8s in=%llu n=1,9 n_dec=all,4, 3 parts, 3 norm variants, WG=4,32 (diff %.2g), add (%.2g), "
                     "fallback (%.2g)\n", cmf_dtype_name(dt), (unsigned long long)cols, worst, wa, df);
     vk->dot = was;
     free(g), free(xc), free(yc), free(y0), free(x), free(w), free(nw), free(payload);
