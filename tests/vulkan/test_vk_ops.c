@@ -775,7 +775,8 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
  * in = 2080 stages K in two chunks at 8 tokens; three parts) within the
  * quantization of X (a group may round one step differently: 5e-3 of the
  * sum of |terms|), a row alone equal bit for bit to its row in a batch,
- * mixed row classes (the prompt rows through rmsnorm + the GEMM), the
+ * mixed row classes (the prompt rows through rmsnorm + the GEMM; the
+ * decode rows' bits as in an all-decode batch), the
  * residual add in the epilogue (1e-6), and the fallback without integer
  * dot (the unfused ops: 2e-5 to the CPU). */
 static void test_fuse2(cmf_dtype dt, uint64_t cols) {
@@ -810,6 +811,7 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
     float *yf[3], *yr[3];
     for (int k = 0; k < 3; k++) yf[k] = gpu->ops->alloc(gpu, n * ly[k]), yr[k] = gpu->ops->alloc(gpu, n * ly[k]);
     double worst = 0;
+    float *keep[3] = {NULL, NULL, NULL};
     for (int var = 0; var < 6; var++) { /* weight + add_one 0, weight + add_one 1, no weight; 32, 4 subgroups */
         vk->mv_wg = var < 3 ? 0 : 4;
         const float *wv = var % 3 < 2 ? nw : NULL;
@@ -827,6 +829,14 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
                 step_end("fuse2 norm");
                 for (int k = 0; k < 3; k++) {
                     float *a = down(yf[k], nn * ly[k]), *b = down(yr[k], nn * ly[k]);
+                    if (nd == (int32_t)nn) { /* all decode: kept for the mixed run's decode rows */
+                        free(keep[k]);
+                        keep[k] = down(yf[k], nn * ly[k]);
+                    } else {
+                        CHECK(memcmp(a, keep[k], (size_t)nd * ly[k] * sizeof(float)) == 0,
+                              "fuse2 %s: decode rows with prompt rows differ from an all-decode batch (part %d)",
+                              cmf_dtype_name(dt), k);
+                    }
                     double sc = 0; /* the normed rows' scale: |x_n| ~ (w + add_one) */
                     for (uint64_t c = 0; c < cols; c++) sc += fabs(wv ? wv[c] + ao : 1.0);
                     double d = maxdiff(a, b, nn * ly[k], sc / sqrt((double)cols));
@@ -839,6 +849,7 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
         }
     }
     vk->mv_wg = 0;
+    for (int k = 0; k < 3; k++) free(keep[k]);
     /* batch invariance: token 0 alone = token 0 of 9 (NT = 1 and NT = 8 pipelines) */
     float *y1 = gpu->ops->alloc(gpu, 41);
     cmf_mm_part p9 = {&t, 2, 40, yf[0], 41}, p1 = {&t, 2, 40, y1, 41};
