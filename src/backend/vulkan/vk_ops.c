@@ -10,7 +10,9 @@
  * submission. An op called outside a step runs at once. Fused ops:
  * rope_kv_store (rope_kv.comp), add_rmsnorm (rmsnorm.comp with a residual
  * input); decode-class attention rows take the split-K kernels
- * (attention_dec.comp + attention_comb.comp).
+ * (attention_dec.comp + attention_comb.comp); with CMF_VK_FUSE2=1,
+ * matmul_parts_norm and matmul_add (RMSNorm in the integer-dot kernel's X
+ * staging, the residual add in its epilogue; "fused mat-vec variants").
  *
  * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
  * implemented (refused at load by prepare): dtypes other than those of
