@@ -5,22 +5,32 @@
 // [tok][head][n_chunk][hd + 2]) as  M = max m_c,  L = Σ l_c·exp(m_c - M),
 // out[d] = Σ acc_c[d]·exp(m_c - M) / L  (the log-sum-exp merge of
 // flash-decoding, Dao et al. 2023), chunks in ascending order. A chunk that
-// saw no key (m = -inf) adds nothing.
+// saw no key (m = -inf) adds nothing. With nc_target > 0 (attention_dec2.comp's
+// length-dependent chunks) the chunk is chunk_for(hi - lo), that shader's.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
 layout(push_constant) uniform P {
     uint64_t part, out_, tok;
-    uint n_tok, n_head, head_dim, n_chunk, chunk, pad;
+    uint n_tok, n_head, head_dim, n_chunk, chunk, nc_target;
 } p;
+
+#define CHUNK_MAX 256 // attention_dec2.comp's
+
+uint chunk_for(uint len) {
+    uint c = p.chunk;
+    if (p.nc_target == 0) return c;
+    while (c < CHUNK_MAX && (len + c - 1) / c > p.nc_target) c = min(c * 2, CHUNK_MAX);
+    return c;
+}
 
 void main() {
     uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y, tid = gl_LocalInvocationID.x;
     if (h >= p.n_head || t >= p.n_tok) return;
     U32 T = U32(p.tok);
     uint lo = T.v[t * 12 + 6], hi = T.v[t * 12 + 7];
-    uint n = (hi - lo + p.chunk - 1) / p.chunk;
+    uint chunk = chunk_for(hi - lo), n = (hi - lo + chunk - 1) / chunk;
     uint hd = p.head_dim, stride = hd + 2;
     F32 W = F32(p.part);
     uint base = (t * p.n_head + h) * p.n_chunk * stride;

@@ -484,7 +484,7 @@ static void test_rope_kv(cmf_kv_type type, bool il) {
  * decode rows alone; chunks of `chunk` keys (0: the default). Each row also
  * alone must give the bits it gets in the batch. */
 static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, float softcap, bool tree,
-                               uint32_t chunk) {
+                               uint32_t chunk, uint32_t nc) {
     const uint32_t nkv = 2, nh = nkv * g, hd = 40, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
     const uint32_t len[4] = {1, 37, 300, 613};
     uint32_t row = cmf_kv_row_elems(type, kvd), stride = ps * row;
@@ -543,6 +543,8 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
     CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
     vk_ctx *vk = (vk_ctx *)gpu->ctx;
     vk->att_chunk = chunk;
+    uint32_t nc0 = vk->attn2_nc;
+    if (nc) vk->attn2_nc = nc;
     double tol = type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-5;
     float *og[2] = {NULL, NULL};
     for (int run = 0; run < 2; run++) { /* n_dec = 5 of 8 rows; then n_dec = -1 over the 5 decode rows alone */
@@ -553,16 +555,18 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
         step_begin();
         CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
         uint32_t n_split = 0; /* the decode rows did take the split-K kernel */
-        for (uint32_t i = 0; i < vk->n_log; i++) n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == VK_SH_ATTN_DEC;
-        CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec dispatches", n_split);
+        for (uint32_t i = 0; i < vk->n_log; i++)
+            n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == (vk->attn2 ? VK_SH_ATTN_DEC2 : VK_SH_ATTN_DEC);
+        CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec%s dispatches", n_split, vk->attn2 ? "2" : "");
         step_end("attention split-K");
         og[run] = down(od, qn);
         size_t cnt = (size_t)b.n_tok * nh * hd;
         double d = maxdiff(oc, og[run], cnt, 1.0);
-        CHECK(d < tol, "split-K attention kv %d group %u window %u softcap %g tree %d chunk %u run %d: max diff %g",
-              (int)type, g, window, softcap, tree, chunk, run, d);
-        fprintf(stderr, "split-K attention kv=%d group=%u window=%u softcap=%g tree=%d chunk=%u n_dec=%d: diff %.2g\n",
-                (int)type, g, window, softcap, tree, chunk, b.n_dec, d);
+        CHECK(d < tol, "split-K attention kv %d group %u window %u softcap %g tree %d chunk %u nc %u run %d: max diff %g",
+              (int)type, g, window, softcap, tree, chunk, nc, run, d);
+        fprintf(stderr,
+                "split-K%s attention kv=%d group=%u window=%u softcap=%g tree=%d chunk=%u nc=%u n_dec=%d: diff %.2g\n",
+                vk->attn2 ? " (attention_dec2)" : "", (int)type, g, window, softcap, tree, chunk, nc, b.n_dec, d);
     }
     CHECK(memcmp(og[0], og[1], (size_t)ndec * nh * hd * sizeof(float)) == 0,
           "split-K: decode rows differ with and without prompt rows");
@@ -576,6 +580,7 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
     float *o1 = down(od, (size_t)nh * hd);
     CHECK(memcmp(o1, og[0] + 2 * nh * hd, (size_t)nh * hd * sizeof(float)) == 0, "split-K: a row alone differs");
     vk->att_chunk = 0;
+    vk->attn2_nc = nc0;
     free(o1), free(og[0]), free(og[1]), free(q), free(oc), free(kc), free(vc), free(perm);
     gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
@@ -809,14 +814,19 @@ int main(void) {
     test_deps();
     test_add_rmsnorm();
     for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
-    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
-    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);
-    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0);
-    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16); /* 10 heads a KV head: two head blocks */
-    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32);
-    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0);
-    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128); /* the largest chunk */
-    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7);     /* ragged 4- and 8-key groups */
+    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0, 0);
+    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32, 0);
+    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0, 0);
+    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16, 0); /* 10 heads a KV head: two head blocks */
+    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32, 0);
+    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0, 0);
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128, 0); /* the largest chunk */
+    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7, 0);     /* ragged 4- and 8-key groups */
+    /* attention_dec2.comp's length-dependent chunks (CMF_VK_ATTN2=1; the old kernel ignores nc):
+     * at most 4 chunks a token (32 to 256 keys), then 1 (613 keys: 3 chunks of the largest, 256) */
+    test_attention_dec(CMF_KV_F16, 5, 0, 0.0f, false, 0, 4);
+    test_attention_dec(CMF_KV_Q8, 2, 0, 0.3f, true, 0, 1);
+    test_attention_dec(CMF_KV_F32, 1, 200, 0.0f, false, 0, 2);
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
     cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,

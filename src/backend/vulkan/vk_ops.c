@@ -492,18 +492,27 @@ typedef struct {
 #define SPK_CHUNK_MAX 128
 #define SPK_GMAX 8
 #define SPK_HD_MAX 256
+/* attention_dec2.comp (CMF_VK_ATTN2=1): up to SPK2_GMAX heads a workgroup,
+ * chunks from SPK2_CHUNK keys doubling (to SPK2_CHUNK_MAX, the shader's
+ * CHUNK_MAX) while a token's range needs more than SPK2_NC of them
+ * (CMF_VK_ATTN2_NC sets it): 32-key chunks up to 1,024 keys, 64 at 2,048,
+ * 128 at 4,096. Not yet measured on a GPU. */
+#define SPK2_GMAX 4
+#define SPK2_CHUNK 32
+#define SPK2_CHUNK_MAX 256
+#define SPK2_NC 32
 
 typedef struct {
     uint64_t q, part, tok;
     uint32_t n_tok, n_head, n_kv_head, head_dim;
     uint32_t page_size, page_stride, type, group;
     float scale, softcap;
-    uint32_t chunk, n_chunk, pad;
+    uint32_t chunk, n_chunk, nc_target; /* nc_target: attention_dec2.comp's, 0 in attention_dec.comp */
 } attn_dec_push;
 
 typedef struct {
     uint64_t part, out, tok;
-    uint32_t n_tok, n_head, head_dim, n_chunk, chunk, pad;
+    uint32_t n_tok, n_head, head_dim, n_chunk, chunk, nc_target;
 } attn_comb_push;
 _Static_assert(sizeof(attn_dec_push) == 80 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
 
@@ -524,11 +533,21 @@ static void acc_attn(vk_ctx *vk, const cmf_attn_args *a, VkDeviceAddress q, uint
  * passes; kmax bounds their key ranges (the grid's chunk count). The
  * partials scratch is reused by every layer: each pass is ordered after
  * the previous dispatch. */
-static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax) {
-    uint32_t chunk = vk->att_chunk && vk->att_chunk <= SPK_CHUNK_MAX ? vk->att_chunk : SPK_CHUNK;
+static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax,
+                             bool v2) {
+    uint32_t cmax = v2 ? SPK2_CHUNK_MAX : SPK_CHUNK_MAX, gmax = v2 ? SPK2_GMAX : SPK_GMAX;
+    uint32_t chunk = vk->att_chunk && vk->att_chunk <= cmax ? vk->att_chunk : v2 ? SPK2_CHUNK : SPK_CHUNK;
+    /* v2 without a set chunk: the chunk grows with the token's own range (the shaders' chunk_for) */
+    uint32_t nc = v2 && !vk->att_chunk ? (vk->attn2_nc ? vk->attn2_nc : SPK2_NC) : 0;
     uint32_t n_chunk = kmax ? (kmax + chunk - 1) / chunk : 1;
-    if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk; /* never at cmf's sizes */
-    if (chunk > SPK_CHUNK_MAX) {
+    if (nc) { /* a bound on ceil(len / chunk_for(len)) over len <= kmax: nc where the chunk is under its cap */
+        uint32_t capped = (kmax + cmax - 1) / cmax;
+        n_chunk = n_chunk < nc ? n_chunk : nc;
+        n_chunk = n_chunk > capped ? n_chunk : capped;
+        if (n_chunk == 0) n_chunk = 1;
+    }
+    if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk, nc = 0; /* never at cmf's sizes */
+    if (chunk > cmax) {
         cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan attention: %u keys exceed the split-K grid", kmax);
         return;
     }
@@ -547,12 +566,16 @@ static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push
     VkDeviceAddress ws = dev(vk, vk->att_ws, "split-K partials");
     if (!ws) return;
     attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
-                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, 0};
-    uint32_t hsplit = (p->group + SPK_GMAX - 1) / SPK_GMAX;
+                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, nc};
+    uint32_t hsplit = (p->group + gmax - 1) / gmax;
     acc_attn(vk, a, p->q, 0, nd);
     cmf_vk_acc(vk, ws, bytes, true);
-    cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
-    attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, 0};
+    if (v2) /* specialised on head_dim and the KV type */
+        cmf_vk_dispatch(vk, VK_SH_ATTN_DEC2, SPK_WG, p->head_dim, p->type, &d, sizeof d, p->n_kv_head * hsplit, n_chunk,
+                        nd);
+    else
+        cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
+    attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, nc};
     cmf_vk_acc(vk, ws, bytes, false);
     acc_rows(vk, p->out, nd, (uint64_t)p->n_head * p->head_dim, (uint64_t)p->n_head * p->head_dim, true);
     cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, ATT_WG, 0, 0, &c, sizeof c, p->n_head, nd, 1);
@@ -583,6 +606,7 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
                                  : (a->n_tok <= MM_NT ? a->n_tok : 0); /* the row classes */
     uint32_t nd = vk->splitk && a->head_dim <= SPK_HD_MAX ? ndc : 0;
     uint32_t kmax = 0; /* the longest key range a decode row can have in this shape bucket */
+    uint64_t kv_or = 0; /* the decode rows' pool addresses or'ed: attention_dec2.comp's alignment */
     for (uint32_t t = 0; rec && t < a->n_tok; t++) {
         const cmf_kv_view *v = &a->views[t];
         uint32_t hi = a->key_end ? a->key_end[t] : (uint32_t)a->pos[t] + 1;
@@ -616,6 +640,7 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
             if (k > kmax) kmax = k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
         }
         uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
+        if (t < nd) kv_or |= kb | vb;
         uint32_t *r = rec + (size_t)t * 12;
         r[0] = (uint32_t)kb, r[1] = (uint32_t)(kb >> 32), r[2] = (uint32_t)vb, r[3] = (uint32_t)(vb >> 32);
         r[4] = (uint32_t)last_pa, r[5] = (uint32_t)(last_pa >> 32), r[6] = lo, r[7] = hi;
@@ -627,7 +652,15 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
                    a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
                    a->n_head / a->n_kv_head, a->scale, a->softcap};
-    if (rec && p.q && p.out && nd > 0) attention_splitk(vk, a, &p, nd, kmax);
+    if (rec && p.q && p.out && nd > 0) {
+        /* attention_dec2.comp loads 8-element pieces: 16 bytes of f16 (32 of f32) at 16-byte
+         * alignment, 8 of q8 at 4 (its rows are kv_dim + 4 bytes) */
+        uint32_t es = v0->type == CMF_KV_F32 ? 4 : v0->type == CMF_KV_F16 ? 2 : 1, al = es == 1 ? 4 : 16;
+        uint64_t row = v0->type == CMF_KV_Q8 ? (uint64_t)a->n_kv_head * a->head_dim + 4 : (uint64_t)a->n_kv_head * a->head_dim;
+        bool v2 = vk->attn2 && a->head_dim % 8 == 0 && (kv_or % al) == 0 && (row * es) % al == 0 &&
+                  ((uint64_t)v0->page_stride * es) % al == 0 && ((uint64_t)a->head_dim * es) % al == 0;
+        attention_splitk(vk, a, &p, nd, kmax, v2);
+    }
     /* prompt-class rows [ndc, n_tok): flash attention on cooperative matrices where the device has
      * them (vk_ops_fa.c), which leaves rows [nd, ne) to attention.comp (ne = n_tok when it takes none) */
     uint32_t ne = rec && p.q && p.out ? cmf_vk_fa_prompt(vk, a, ndc, nd < ndc, rec, ta, p.q, p.out) : a->n_tok;
