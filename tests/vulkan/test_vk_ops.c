@@ -478,14 +478,14 @@ static void test_rope_kv(cmf_kv_type type, bool il) {
 
 /* Split-K decode attention (attention_dec.comp + attention_comb.comp):
  * 4 sequences of 1, 37, 300 and 613 stored keys in scrambled pages of 16
- * (of 5 with the tree mask), GQA group g, head_dim 40; a batch of the last
+ * (of 5 with the tree mask), GQA group g, head_dim hd; a batch of the last
  * token of each sequence (decode rows, 2 of seq 3 with a tree mask) then 3
  * prompt rows (attention.comp), with n_dec = 5 and n_dec = -1 over the
  * decode rows alone; chunks of `chunk` keys (0: the default). Each row also
  * alone must give the bits it gets in the batch. */
 static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, float softcap, bool tree,
-                               uint32_t chunk, uint32_t nc) {
-    const uint32_t nkv = 2, nh = nkv * g, hd = 40, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
+                               uint32_t chunk, uint32_t nc, uint32_t hd) {
+    const uint32_t nkv = 2, nh = nkv * g, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
     const uint32_t len[4] = {1, 37, 300, 613};
     uint32_t row = cmf_kv_row_elems(type, kvd), stride = ps * row;
     uint32_t np[4], npages = 0;
@@ -814,19 +814,22 @@ int main(void) {
     test_deps();
     test_add_rmsnorm();
     for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
-    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0, 0);
-    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32, 0);
-    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0, 0);
-    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16, 0); /* 10 heads a KV head: two head blocks */
-    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32, 0);
-    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0, 0);
-    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128, 0); /* the largest chunk */
-    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7, 0);     /* ragged 4- and 8-key groups */
+    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0, 0, 40);
+    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32, 0, 40);
+    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0, 0, 40);
+    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16, 0, 40); /* 10 heads a KV head: two head blocks */
+    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32, 0, 40);
+    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0, 0, 40);
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128, 0, 40); /* the largest chunk */
+    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7, 0, 40);     /* ragged 4- and 8-key groups */
     /* attention_dec2.comp's length-dependent chunks (CMF_VK_ATTN2=1; the old kernel ignores nc):
      * at most 4 chunks a token (32 to 256 keys), then 1 (613 keys: 3 chunks of the largest, 256) */
-    test_attention_dec(CMF_KV_F16, 5, 0, 0.0f, false, 0, 4);
-    test_attention_dec(CMF_KV_Q8, 2, 0, 0.3f, true, 0, 1);
-    test_attention_dec(CMF_KV_F32, 1, 200, 0.0f, false, 0, 2);
+    test_attention_dec(CMF_KV_F16, 5, 0, 0.0f, false, 0, 4, 40);
+    test_attention_dec(CMF_KV_Q8, 2, 0, 0.3f, true, 0, 1, 40);
+    test_attention_dec(CMF_KV_F32, 1, 200, 0.0f, false, 0, 2, 40);
+    /* the 7B shape's head_dim (16 pieces a key: 4 a lane, 8 key groups) and 64 (GQA 4) */
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 0, 0, 128);
+    test_attention_dec(CMF_KV_Q8, 4, 0, 0.0f, true, 0, 8, 64);
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
     cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,
