@@ -14,7 +14,8 @@
 //   (2) softmax of the chunk as attention_dec.comp (a subgroup a head);
 //   (3) P·V: thread (key group kg, piece q) sums the keys kg, kg + KG, ...
 //       (KG = WG / (HD / 8)) of its 8 dims, four keys' loads issued
-//       together; the KG partial sums meet in shared memory and are added
+//       together (the first four before (1), the next four before each
+//       four's sums: software pipelining); the KG partial sums meet in shared memory and are added
 //       in key-group order (a fixed order: the result does not depend on
 //       timing).
 // head_dim (HD) and the KV type (KVT: 0 f16, 1 f32, 2 q8 with a per-row
@@ -91,6 +92,19 @@ void ld8(uint64_t base, uint e, uint row0, uint kv_dim, out vec4 a, out vec4 b) 
     }
 }
 
+// Phase 3's V pieces of the keys j0 + u·KG (u < 4) of the chunk's nk, dims
+// [8q, 8q + 8) of KV head kvh; e0s[u] = ~0u (and zeros) for a key masked or
+// past the chunk, whose row is not read.
+void ld_v4(uint64_t vb, uint j0, uint nk, uint kvh, uint q, uint kv_dim, out vec4 va[4], out vec4 vb2[4],
+           out uint e0s[4]) {
+    for (uint u = 0; u < 4; u++) {
+        uint j = j0 + u * KG;
+        e0s[u] = j < nk ? koff[j] : 0xffffffffu;
+        va[u] = vb2[u] = vec4(0.0);
+        if (e0s[u] != 0xffffffffu) ld8(vb, e0s[u] + kvh * HD + q * 8, e0s[u], kv_dim, va[u], vb2[u]);
+    }
+}
+
 void main() {
     uint hsplit = (p.group + GMAX - 1) / GMAX;
     uint kvh = gl_WorkGroupID.x / hsplit, c = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
@@ -123,6 +137,11 @@ void main() {
         koff[j] = seen ? uint(pages.v[pp / p.page_size]) * p.page_stride + uint(pp % p.page_size) * row : 0xffffffffu;
     }
     barrier();
+    // phase 3's first V loads, in flight while (1) and (2) run (they need only koff)
+    uint q = tid % NP, kg = tid / NP;
+    vec4 va[4], vb2[4];
+    uint e0s[4];
+    ld_v4(vb, kg < KG ? kg : CHUNK_MAX, nk, kvh, q, kv_dim, va, vb2, e0s);
 
     // (1) scores: a quad of subgroup lanes a key, lane % 4 the pieces sub, sub + 4, ...
     // (the quads from subgroup lane ids, which the shuffles address). Every thread runs
@@ -134,11 +153,11 @@ void main() {
         uint jj[2] = {j0 + kq, j0 + kq + KP};
         vec4 ka[2][PPL], kb2[2][PPL];
         for (uint u = 0; u < 2; u++) {
-            uint e0 = jj[u] < nk ? koff[jj[u]] : 0xffffffffu;
-            uint e = e0 == 0xffffffffu ? 0 : e0 + kvh * HD; // a masked key reads row 0 (weight 0)
+            uint e0 = jj[u] < nk ? koff[jj[u]] : 0xffffffffu; // ~0u: masked or past the chunk, not read
             for (uint i = 0; i < PPL; i++) {
                 uint qq = min(sub + 4 * i, NP - 1);
-                ld8(kb, e + qq * 8, e0 == 0xffffffffu ? 0 : e0, kv_dim, ka[u][i], kb2[u][i]);
+                ka[u][i] = kb2[u][i] = vec4(0.0);
+                if (e0 != 0xffffffffu) ld8(kb, e0 + kvh * HD + qq * 8, e0, kv_dim, ka[u][i], kb2[u][i]);
             }
         }
         for (uint u = 0; u < 2; u++) {
@@ -195,19 +214,14 @@ void main() {
     barrier();
 
     // (3) weighted V: thread (kg, q) sums keys kg, kg + KG, ... of dims [8q, 8q + 8)
-    uint q = tid % NP, kg = tid / NP;
+    // (software-pipelined: the next four keys' loads issued before this four's sums)
     if (kg < KG) {
         vec4 acc[GMAX][2];
         for (uint g = 0; g < GMAX; g++) acc[g][0] = acc[g][1] = vec4(0.0);
         for (uint j0 = kg; j0 < nk; j0 += 4 * KG) {
-            vec4 va[4], vb2[4];
-            uint e0s[4];
-            for (uint u = 0; u < 4; u++) {
-                uint j = j0 + u * KG;
-                e0s[u] = j < nk ? koff[j] : 0xffffffffu;
-                uint e0 = e0s[u] == 0xffffffffu ? 0 : e0s[u];
-                ld8(vb, e0 + kvh * HD + q * 8, e0, kv_dim, va[u], vb2[u]);
-            }
+            vec4 na[4], nb[4];
+            uint ne[4];
+            ld_v4(vb, j0 + 4 * KG, nk, kvh, q, kv_dim, na, nb, ne);
             for (uint u = 0; u < 4; u++) {
                 if (e0s[u] == 0xffffffffu) continue; // masked or past the chunk: adds nothing
                 uint j = j0 + u * KG;
@@ -218,6 +232,7 @@ void main() {
                     acc[g][1] += w * vb2[u];
                 }
             }
+            va = na, vb2 = nb, e0s = ne;
         }
         for (uint g = 0; g < GMAX; g++) {
             if (g >= gn) break;
