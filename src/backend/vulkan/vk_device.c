@@ -938,7 +938,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     uint32_t n_spec = sh == VK_SH_MATMUL ? 4 : sh == VK_SH_MATMUL_DOT || sh == VK_SH_ATTN_DEC2 ? 3 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
-                      sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP ? 2 : 1;
+                      sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP || sh == VK_SH_ATTN_COMB ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

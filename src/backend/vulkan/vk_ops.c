@@ -578,7 +578,8 @@ static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push
     attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, nc};
     cmf_vk_acc(vk, ws, bytes, false);
     acc_rows(vk, p->out, nd, (uint64_t)p->n_head * p->head_dim, (uint64_t)p->n_head * p->head_dim, true);
-    cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, ATT_WG, 0, 0, &c, sizeof c, p->n_head, nd, 1);
+    /* v2: the merge with the latency spread (attention_comb.comp's V2), a workgroup of SPK_WG */
+    cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, v2 ? SPK_WG : ATT_WG, v2, 0, &c, sizeof c, p->n_head, nd, 1);
 }
 
 static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
