@@ -50,7 +50,7 @@ typedef enum vk_shader {
     VK_SH_MATMUL_DOT, /* integer-dot decode mat-vec: created only where vk_ctx.dot_ok is set */
     VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
     VK_SH_ROPE_KV,                   /* rope + kv_store in one dispatch */
-    VK_SH_ATTN_DEC2,                 /* split-K pass 1, the long-context variant (CMF_VK_ATTN2=1) */
+    VK_SH_ATTN_DEC2, /* split-K pass 1, long-context variant: created only where vk_ctx.attn2 is set (CMF_VK_ATTN2=1) */
     VK_SH_COUNT
 } vk_shader;
 

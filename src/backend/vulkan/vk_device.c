@@ -579,7 +579,7 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
         if (((s == VK_SH_MATMUL_COOP || s == VK_SH_ATTENTION_COOP) && !vk->coop) ||
-            (s == VK_SH_MATMUL_DOT && !vk->dot_ok))
+            (s == VK_SH_MATMUL_DOT && !vk->dot_ok) || (s == VK_SH_ATTN_DEC2 && !vk->attn2))
             continue; /* its capabilities are not enabled */
         if (s == VK_SH_MATMUL_COOP && vk->coop == 2) { /* the NV form of the same shader */
             mi.codeSize = cmf_vk_spv_matmul_coop_size;
