@@ -204,6 +204,14 @@ static uint32_t decode_rows(const vk_ctx *vk, uint32_t n, int32_t n_dec) {
     return vk->tiled ? nv : n; /* one kernel for every row (CPU devices) */
 }
 
+/* The dtypes matmul_coop.comp decodes (test_vk_coop covers each); the 1-,
+ * 2- and variable-bit ones take matmul_tiled.comp for prompt rows (on the
+ * H200 the coop kernel gave wrong sums for them: test_vk_ops). */
+static bool coop_dtype(cmf_dtype dt) {
+    return dt == CMF_DT_F32 || dt == CMF_DT_F16 || dt == CMF_DT_BF16 || dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F ||
+           dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
+}
+
 static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n, uint32_t nv, bool dec) {
     uint64_t cols = o->cols, rows = o->rows, n_rows = o->n_rows, ldy = o->ldy;
     VkDeviceAddress w = o->w, y = o->y;
@@ -215,7 +223,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
         acc_rows(vk, xo, n - nv, cols, cols, false);
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
-        if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
+        if (vk->coop && coop_dtype(o->W->dtype)) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                             (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
         else
