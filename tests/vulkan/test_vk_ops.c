@@ -37,12 +37,7 @@
 #include <string.h>
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rng); }
 static float *rnd(size_t n) {
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++) p[i] = frand();
