@@ -768,6 +768,86 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
 }
 
+/* The many-token decode path (matmul_bdec.comp, vk->bdec): 70 tokens (token
+ * blocks of 32, 32 and 6) of 70 rows (three row groups) against the CPU on
+ * the quantized X (2e-5); batch invariance bit for bit: tokens 0, 33 and 69
+ * each alone (matmul_dot.comp at one token) and the whole batch through
+ * matmul_dot.comp's 8-token passes give the bits of the batch; three parts
+ * in one dispatch. */
+static void test_bdec(cmf_dtype dt, uint64_t cols) {
+    vk_ctx *vk = gpu->ctx;
+    if (!vk->dot_ok) {
+        fprintf(stderr, "SKIP bdec %s in=%llu: the device has no integer dot product (matmul_bdec.comp untested)\n",
+                cmf_dtype_name(dt), (unsigned long long)cols);
+        return;
+    }
+    bool was = vk->dot, wasb = vk->bdec;
+    vk->dot = true, vk->bdec = true;
+    uint64_t rows = 70;
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    uint32_t n = 70, ldy = 71, nr = 68;
+    float *x = rnd(n * cols);
+    x[40 * cols + 9] *= 1000.0f; /* one large input: its group's scale is its own */
+    float *xq = quant_x(x, n, cols), *yq = calloc((size_t)n * ldy, sizeof(float));
+    float *xd = up(x, n * cols), *yd = gpu->ops->alloc(gpu, (size_t)n * ldy), *y8 = gpu->ops->alloc(gpu, (size_t)n * ldy);
+    float *y1 = gpu->ops->alloc(gpu, 3 * (size_t)ldy);
+    CHECK(cpu->ops->matmul(cpu, &t, 1, nr, xq, n, -1, yq, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+    step_begin();
+    CHECK(gpu->ops->matmul(gpu, &t, 1, nr, xd, n, n, yd, ldy, &err) == CMF_OK, "bdec: %s", err.msg);
+    uint32_t one[3] = {0, 33, 69};
+    for (int i = 0; i < 3; i++) gpu->ops->matmul(gpu, &t, 1, nr, xd + one[i] * cols, 1, 1, y1 + i * ldy, ldy, &err);
+    step_end("bdec");
+    vk->bdec = false; /* matmul_dot.comp's 8-token passes */
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 1, nr, xd, n, n, y8, ldy, &err);
+    step_end("bdec off");
+    vk->bdec = true;
+    float *yg = down(yd, (size_t)n * ldy), *g8 = down(y8, (size_t)n * ldy), *g1 = down(y1, 3 * (size_t)ldy);
+    for (uint32_t i = 0; i < n; i++) /* compare the written columns only */
+        for (uint32_t j = nr; j < ldy; j++) yq[i * ldy + j] = yg[i * ldy + j], g8[i * ldy + j] = yg[i * ldy + j];
+    double d = maxdiff(yq, yg, (size_t)n * ldy, sqrt((double)cols));
+    CHECK(d < 2e-5, "bdec %s in=%llu: max diff %g", cmf_dtype_name(dt), (unsigned long long)cols, d);
+    CHECK(memcmp(g8, yg, (size_t)n * ldy * sizeof(float)) == 0, "bdec %s: the batch differs from matmul_dot's",
+          cmf_dtype_name(dt));
+    for (int i = 0; i < 3; i++)
+        CHECK(memcmp(g1 + i * ldy, yg + (size_t)one[i] * ldy, nr * sizeof(float)) == 0,
+              "bdec %s: token %u alone differs from its row in a batch", cmf_dtype_name(dt), one[i]);
+    /* three parts, one dispatch, 40 tokens */
+    uint32_t m = 40;
+    float *y2 = gpu->ops->alloc(gpu, (size_t)m * 7), *y3 = gpu->ops->alloc(gpu, (size_t)m * 40);
+    cmf_mm_part parts[3] = {{&t, 0, 5, yd, ldy}, {&t, 63, 7, y2, 7}, {&t, 9, 40, y3, 40}};
+    step_begin();
+    CHECK(gpu->ops->matmul_parts(gpu, parts, 3, xd, m, m, &err) == CMF_OK, "bdec parts: %s", err.msg);
+    step_end("bdec parts");
+    for (int k = 0; k < 3; k++) {
+        float *c = calloc((size_t)m * parts[k].ldy, sizeof(float));
+        CHECK(cpu->ops->matmul(cpu, &t, parts[k].row0, parts[k].n_rows, xq, m, -1, c, parts[k].ldy, &err) == CMF_OK,
+              "cpu parts");
+        float *g = down(parts[k].Y, (size_t)m * parts[k].ldy);
+        for (uint32_t i = 0; i < m; i++)
+            for (uint64_t j = parts[k].n_rows; j < parts[k].ldy; j++) c[i * parts[k].ldy + j] = g[i * parts[k].ldy + j];
+        double dp = maxdiff(c, g, (size_t)m * parts[k].ldy, sqrt((double)cols));
+        CHECK(dp < 2e-5, "bdec parts %s part %d: max diff %g", cmf_dtype_name(dt), k, dp);
+        free(c), free(g);
+    }
+    fprintf(stderr, "bdec   %-8s in=%llu n=70 (blocks 32,32,6), alone == batch == 8-token passes, 3 parts (diff %.2g)\n",
+            cmf_dtype_name(dt), (unsigned long long)cols, d);
+    vk->dot = was, vk->bdec = wasb;
+    free(x), free(xq), free(yq), free(yg), free(g8), free(g1), free(w), free(payload);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, y8), gpu->ops->release(gpu, y1);
+    gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
+}
+
 int main(void) {
     setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
     cmf_error err = {0};
@@ -801,6 +881,8 @@ int main(void) {
     cmf_dtype dots[] = {CMF_DT_Q8_ROW, CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED, CMF_DT_Q4TP};
     for (size_t i = 0; i < 4; i++) test_dot(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_dot(CMF_DT_Q8_ROW, 2080), test_dot(CMF_DT_Q4TP, 2080);
+    for (size_t i = 0; i < 4; i++) test_bdec(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
+    test_bdec(CMF_DT_Q4TP, 2080); /* K staged in chunks (512 inputs a token at 32 tokens) */
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);

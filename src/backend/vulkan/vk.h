@@ -50,6 +50,7 @@ typedef enum vk_shader {
     VK_SH_MATMUL_DOT, /* integer-dot decode mat-vec: created only where vk_ctx.dot_ok is set */
     VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
     VK_SH_ROPE_KV,                   /* rope + kv_store in one dispatch */
+    VK_SH_MATMUL_BDEC, /* many-token decode mat-vec (matmul_bdec.comp): created only where vk_ctx.dot_ok is set */
     VK_SH_COUNT
 } vk_shader;
 
@@ -179,6 +180,9 @@ typedef struct vk_ctx {
      * used: by default where 4x8-bit packed signed dot products are accelerated, CMF_VK_DOT=0/1 overrides
      * (1: also where they are not, e.g. lavapipe; tests flip it) */
     bool dot_ok, dot;
+    /* decode rows beyond 8 a product through matmul_bdec.comp (32 tokens a weight read, the arithmetic of
+     * matmul_dot.comp a token) where dot is used; CMF_VK_BDEC=1 turns it on (default off until measured) */
+    bool bdec;
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with

@@ -171,7 +171,42 @@ static bool dot_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
            (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
 }
 
+/* More than MM_NT decode rows with vk->bdec: matmul_bdec.comp, BDEC_NT
+ * tokens a workgroup (x, fastest: the token blocks of a row group run
+ * together and share its weights in L2), BDEC_RB rows a subgroup (the
+ * shader's RB), BDEC_SG subgroups a workgroup (16: the NT x RB float sums
+ * a lane fit the registers of 512 invocations), the per-token arithmetic
+ * of record_dot's (batch invariant). */
+#define BDEC_NT 32
+#define BDEC_RB 2
+#define BDEC_SG 16
+
+static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    uint32_t ssz = vk->subgroup, nsg = BDEC_SG;
+    uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
+    if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
+    while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
+    uint32_t rpw = nsg * BDEC_RB;
+    uint64_t groups = 0;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
+    uint32_t gx = (n + BDEC_NT - 1) / BDEC_NT;
+    if (groups > 65535 || gx > 65535) return false; /* record_dot's grid instead */
+    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, 0,
+                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
+                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
+    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
+                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
+    for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
+    cmf_vk_dispatch(vk, VK_SH_MATMUL_BDEC, nsg * ssz, (uint32_t)o[0].W->dtype, BDEC_NT, &p, sizeof p, gx,
+                    (uint32_t)groups, 1);
+    return true;
+}
+
 static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    if (vk->bdec && n > MM_NT && record_bdec(vk, o, np, x, n)) return;
     uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
     uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
     if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
