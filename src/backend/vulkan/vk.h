@@ -205,6 +205,14 @@ typedef struct vk_ctx {
     uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
     float *att_ws;               /* split-K partials (grown on demand) */
     uint64_t att_ws_bytes;
+    /* the step's last RoPE cos/sin table in the arena (vk_ops.c rope_cs): every layer of a step rotates
+     * the same positions, so the table is computed once a step, not once a layer (64 rows x 64 angles x
+     * 32 layers of cosf/sinf is milliseconds of host time a step); rcs_addr = 0 (none) after arena_reset */
+    VkDeviceAddress rcs_addr;
+    const float *rcs_freq;
+    float rcs_factor;
+    uint32_t rcs_n, rcs_half, rcs_cap;
+    int32_t *rcs_pos; /* its positions [rcs_n] (capacity rcs_cap) */
 
     /* address space */
     uint8_t *va_base;

@@ -622,6 +622,7 @@ fail:
 
 void cmf_vk_ctx_free(vk_ctx *vk) {
     if (!vk) return;
+    free(vk->rcs_pos);
     if (vk->dev) {
         flush_pending(vk);
         vkDeviceWaitIdle(vk->dev);
@@ -866,6 +867,7 @@ static cmf_status cmd_run(vk_ctx *vk) { return cmf_vk_log_run(vk); }
 
 static void arena_reset(vk_ctx *vk) {
     for (uint32_t i = 0; i < vk->n_arena; i++) vk->arena[i].used = 0;
+    vk->rcs_addr = 0; /* the cached RoPE table was in it */
 }
 
 /* Run a step that submit left pending (its commands may write the KV

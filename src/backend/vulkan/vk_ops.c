@@ -411,6 +411,11 @@ typedef struct {
  * when the arena is out of memory (recorded). */
 static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, const cmf_rope *r,
                     VkDeviceAddress *cs_addr) {
+    if (vk->rcs_addr && vk->rcs_n == n && vk->rcs_half == half && vk->rcs_freq == r->inv_freq &&
+        vk->rcs_factor == r->attn_factor && memcmp(vk->rcs_pos, pos, (size_t)n * sizeof *pos) == 0) {
+        *cs_addr = vk->rcs_addr; /* this step's table of the same positions (an earlier layer's) */
+        return true;
+    }
     float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), cs_addr);
     if (cs) /* angles as the CPU computes them: float32 products, libm cos/sin */
         for (uint32_t i = 0; i < n; i++) {
@@ -421,6 +426,16 @@ static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, c
                 cs[((size_t)i * half + k) * 2 + 1] = sinf(ang) * r->attn_factor;
             }
         }
+    if (cs && n > vk->rcs_cap) { /* room for the positions to compare with (no table kept without it) */
+        int32_t *np = realloc(vk->rcs_pos, (size_t)n * sizeof *np);
+        if (np) vk->rcs_pos = np, vk->rcs_cap = n;
+    }
+    vk->rcs_addr = 0;
+    if (cs && n <= vk->rcs_cap) {
+        memcpy(vk->rcs_pos, pos, (size_t)n * sizeof *pos);
+        vk->rcs_addr = *cs_addr, vk->rcs_n = n, vk->rcs_half = half;
+        vk->rcs_freq = r->inv_freq, vk->rcs_factor = r->attn_factor;
+    }
     return cs != NULL;
 }
 
