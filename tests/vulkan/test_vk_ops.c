@@ -768,6 +768,73 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
 }
 
+/* Attention rows without classes (n_dec = -1) of more than 8 rows with
+ * vk->bdec: the leading rows alone in their sequence take split-K, the
+ * rest (a run of one sequence's rows) the prompt kernels: 9 one-row
+ * sequences then 3 rows of a tenth, against the CPU, and the split-K rows
+ * equal bit for bit to the same batch with n_dec = 9. */
+static void test_attention_nocls(void) {
+    vk_ctx *vk = gpu->ctx;
+    if (!vk->splitk) return;
+    const uint32_t nkv = 2, nh = 4, hd = 32, kvd = nkv * hd, ps = 16, ns = 10, nt = 12;
+    uint32_t len[10], np = 0, first[10];
+    for (uint32_t s = 0; s < ns; s++) len[s] = 5 + 23 * s, first[s] = np, np += (len[s] + ps - 1) / ps;
+    uint32_t *pages = malloc(np * sizeof *pages);
+    for (uint32_t i = 0; i < np; i++) pages[i] = np - 1 - i; /* reversed pages */
+    size_t pool = (size_t)np * ps * kvd * sizeof(float);
+    void *kc = malloc(pool), *vc = malloc(pool), *kg = gpu->ops->pool_alloc(gpu, pool), *vg = gpu->ops->pool_alloc(gpu, pool);
+    for (uint32_t s = 0; s < ns; s++) {
+        float *k = rnd((size_t)len[s] * kvd), *v = rnd((size_t)len[s] * kvd);
+        size_t *dst = malloc(len[s] * sizeof *dst);
+        for (uint32_t p = 0; p < len[s]; p++) dst[p] = ((size_t)pages[first[s] + p / ps] * ps + p % ps) * kvd;
+        float *kd = up(k, (size_t)len[s] * kvd), *vd = up(v, (size_t)len[s] * kvd);
+        cpu->ops->kv_store(cpu, kc, vc, CMF_KV_F32, k, v, kvd, len[s], kvd, dst);
+        step_begin();
+        gpu->ops->kv_store(gpu, kg, vg, CMF_KV_F32, kd, vd, kvd, len[s], kvd, dst);
+        step_end("kv_store");
+        free(k), free(v), free(dst);
+        gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    }
+    int32_t pos[12];
+    cmf_kv_view vcv[12], vgv[12];
+    for (uint32_t t = 0; t < nt; t++) {
+        uint32_t s = t < 9 ? t : 9;
+        pos[t] = t < 9 ? (int32_t)len[s] - 1 : (int32_t)len[s] - 12 + (int32_t)t; /* seq 9: its last 3 keys */
+        vcv[t] = (cmf_kv_view){kc, vc, pages + first[s], ps, ps * kvd, CMF_KV_F32};
+        vgv[t] = (cmf_kv_view){kg, vg, pages + first[s], ps, ps * kvd, CMF_KV_F32};
+    }
+    size_t qn = (size_t)nt * nh * hd;
+    float *q = rnd(qn), *oc = calloc(qn, sizeof(float));
+    float *qd = up(q, qn), *od = gpu->ops->alloc(gpu, qn);
+    cmf_attn_args a = {.n_tok = nt, .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .q = q, .out = oc, .pos = pos,
+                       .views = vcv, .scale = 1.0f / sqrtf((float)hd), .n_dec = -1};
+    cmf_error err = {0};
+    CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
+    bool was = vk->bdec;
+    float *og[2];
+    for (int run = 0; run < 2; run++) {
+        cmf_attn_args b = a;
+        b.q = qd, b.out = od, b.views = vgv, b.n_dec = run ? 9 : -1;
+        vk->bdec = run == 0;
+        step_begin();
+        CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+        uint32_t n_split = 0;
+        for (uint32_t i = 0; i < vk->n_log; i++) n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == VK_SH_ATTN_DEC;
+        CHECK(n_split == 1, "attention without classes: %u attention_dec dispatches", n_split);
+        step_end("attention without classes");
+        og[run] = down(od, qn);
+        double d = maxdiff(oc, og[run], qn, 1.0);
+        CHECK(d < 1e-5, "attention without classes run %d: max diff %g", run, d);
+    }
+    CHECK(memcmp(og[0], og[1], (size_t)9 * nh * hd * sizeof(float)) == 0,
+          "attention without classes: split-K rows differ from n_dec = 9");
+    fprintf(stderr, "attention n_dec=-1 (bdec): 9 single-row sequences split-K, 3 prompt rows\n");
+    vk->bdec = was;
+    free(og[0]), free(og[1]), free(q), free(oc), free(kc), free(vc), free(pages);
+    gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
 /* The many-token decode path (matmul_bdec.comp, vk->bdec): 70 tokens (token
  * blocks of 32, 32 and 6) of 70 rows (three row groups) against the CPU on
  * the quantized X (2e-5); batch invariance bit for bit: tokens 0, 33 and 69
@@ -822,6 +889,19 @@ static void test_bdec(cmf_dtype dt, uint64_t cols) {
     for (int i = 0; i < 3; i++)
         CHECK(memcmp(g1 + i * ldy, yg + (size_t)one[i] * ldy, nr * sizeof(float)) == 0,
               "bdec %s: token %u alone differs from its row in a batch", cmf_dtype_name(dt), one[i]);
+    /* rows without classes (n_dec = -1): the same bits as decode rows while n <= bdec_max, where the
+     * device would otherwise take the GEMM (vk->tiled) */
+    bool tl = vk->tiled;
+    vk->tiled = true;
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 1, nr, xd, 40, -1, y8, ldy, &err); /* 40 <= bdec_max (64) */
+    step_end("bdec n_dec -1");
+    vk->tiled = tl;
+    float *gm = down(y8, (size_t)40 * ldy);
+    for (uint32_t i = 0; i < 40; i++)
+        CHECK(memcmp(gm + (size_t)i * ldy, yg + (size_t)i * ldy, nr * sizeof(float)) == 0,
+              "bdec %s: row %u without classes differs from its decode row", cmf_dtype_name(dt), i);
+    free(gm);
     /* three parts, one dispatch, 40 tokens */
     uint32_t m = 40;
     float *y2 = gpu->ops->alloc(gpu, (size_t)m * 7), *y3 = gpu->ops->alloc(gpu, (size_t)m * 40);
@@ -883,6 +963,7 @@ int main(void) {
     test_dot(CMF_DT_Q8_ROW, 2080), test_dot(CMF_DT_Q4TP, 2080);
     for (size_t i = 0; i < 4; i++) test_bdec(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_bdec(CMF_DT_Q4TP, 2080); /* K staged in chunks (512 inputs a token at 32 tokens) */
+    test_attention_nocls();
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);

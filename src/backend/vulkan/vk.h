@@ -183,6 +183,11 @@ typedef struct vk_ctx {
     /* decode rows beyond 8 a product through matmul_bdec.comp (32 tokens a weight read, the arithmetic of
      * matmul_dot.comp a token) where dot is used; CMF_VK_BDEC=1 turns it on (default off until measured) */
     bool bdec;
+    /* with bdec, products of rows without row classes (n_dec < 0: the engine's non-exact mode) of at most
+     * bdec_max rows (CMF_VK_BDEC_MAX, default 64) run as decode rows too (matmul_bdec.comp instead of the
+     * 128-row cooperative-matrix GEMM tile, of which a batch of 16 decodes fills an eighth), and attention
+     * rows that are alone in their sequence take split-K */
+    uint32_t bdec_max;
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with

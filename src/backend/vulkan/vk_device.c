@@ -487,6 +487,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
     const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off until measured on a GPU */
     vk->bdec = bds && *bds && strcmp(bds, "0") != 0;
+    const char *bdm = getenv("CMF_VK_BDEC_MAX");
+    vk->bdec_max = bdm && *bdm ? (uint32_t)strtoul(bdm, NULL, 10) : 64;
     VkPhysicalDeviceShaderIntegerDotProductFeatures de = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
         .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL, .shaderIntegerDotProduct = VK_TRUE};

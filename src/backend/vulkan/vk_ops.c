@@ -304,6 +304,10 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
         for (uint32_t k = i + 1; k < n_parts; k++)
             indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
     uint32_t nv = decode_rows(vk, n, n_dec);
+    /* rows without classes, not too many for matmul_bdec.comp to beat the GEMM tile: as decode rows */
+    bool bd = !st && vk->bdec && vk->tiled && n_dec < 0 && n > MM_NT && n <= vk->bdec_max;
+    for (uint32_t i = 0; bd && i < n_parts; i++) bd = dot_ok(vk, &o[i], x);
+    if (bd) nv = n;
     /* MV: up to 3 parts of one dtype and width in one dispatch */
     bool fuse = !st && indep && n_parts > 1 && n_parts <= 3 && nv > 0;
     for (uint32_t i = 0; fuse && i < n_parts; i++)
@@ -631,6 +635,10 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     /* decode-class rows [0, nd) take the split-K kernel where it applies */
     uint32_t ndc = a->n_dec >= 0 ? ((uint32_t)a->n_dec < a->n_tok ? (uint32_t)a->n_dec : a->n_tok)
                                  : (a->n_tok <= MM_NT ? a->n_tok : 0); /* the row classes */
+    if (vk->bdec && a->n_dec < 0 && a->n_tok > MM_NT) /* rows without classes: those alone in their sequence */
+        while (ndc < a->n_tok && (ndc == 0 || a->views[ndc].pages != a->views[ndc - 1].pages) &&
+               (ndc + 1 == a->n_tok || a->views[ndc + 1].pages != a->views[ndc].pages))
+            ndc++;
     uint32_t nd = vk->splitk && a->head_dim <= SPK_HD_MAX ? ndc : 0;
     uint32_t kmax = 0; /* the longest key range a decode row can have in this shape bucket */
     for (uint32_t t = 0; rec && t < a->n_tok; t++) {
