@@ -10,7 +10,8 @@
  * submission. An op called outside a step runs at once. Fused ops:
  * rope_kv_store (rope_kv.comp), add_rmsnorm (rmsnorm.comp with a residual
  * input); decode-class attention rows take the split-K kernels
- * (attention_dec.comp + attention_comb.comp).
+ * (attention_dec.comp + attention_comb.comp); with CMF_VK_BDEC=1, decode
+ * products of more than 8 rows take matmul_bdec.comp (record_bdec).
  *
  * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
  * implemented (refused at load by prepare): dtypes other than those of
