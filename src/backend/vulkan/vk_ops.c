@@ -10,7 +10,8 @@
  * submission. An op called outside a step runs at once. Fused ops:
  * rope_kv_store (rope_kv.comp), add_rmsnorm (rmsnorm.comp with a residual
  * input); decode-class attention rows take the split-K kernels
- * (attention_dec.comp + attention_comb.comp).
+ * (attention_dec.comp + attention_comb.comp); with CMF_VK_BDEC=1, decode
+ * products of more than 8 rows take matmul_bdec.comp (record_bdec).
  *
  * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
  * implemented (refused at load by prepare): dtypes other than those of
@@ -171,7 +172,42 @@ static bool dot_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
            (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
 }
 
+/* More than MM_NT decode rows with vk->bdec: matmul_bdec.comp, BDEC_NT
+ * tokens a workgroup (x, fastest: the token blocks of a row group run
+ * together and share its weights in L2), BDEC_RB rows a subgroup (the
+ * shader's RB), BDEC_SG subgroups a workgroup (16: the NT x RB float sums
+ * a lane fit the registers of 512 invocations), the per-token arithmetic
+ * of record_dot's (batch invariant). */
+#define BDEC_NT 32
+#define BDEC_RB 2
+#define BDEC_SG 16
+
+static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    uint32_t ssz = vk->subgroup, nsg = BDEC_SG;
+    uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
+    if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
+    while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
+    uint32_t rpw = nsg * BDEC_RB;
+    uint64_t groups = 0;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
+    uint32_t gx = (n + BDEC_NT - 1) / BDEC_NT;
+    if (groups > 65535 || gx > 65535) return false; /* record_dot's grid instead */
+    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, 0,
+                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
+                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
+    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
+                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
+    for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
+    cmf_vk_dispatch(vk, VK_SH_MATMUL_BDEC, nsg * ssz, (uint32_t)o[0].W->dtype, BDEC_NT, &p, sizeof p, gx,
+                    (uint32_t)groups, 1);
+    return true;
+}
+
 static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    if (vk->bdec && n > MM_NT && record_bdec(vk, o, np, x, n)) return;
     uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
     uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
     if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
@@ -204,6 +240,14 @@ static uint32_t decode_rows(const vk_ctx *vk, uint32_t n, int32_t n_dec) {
     return vk->tiled ? nv : n; /* one kernel for every row (CPU devices) */
 }
 
+/* The dtypes matmul_coop.comp decodes (test_vk_coop covers each); the 1-,
+ * 2- and variable-bit ones take matmul_tiled.comp for prompt rows (on the
+ * H200 the coop kernel gave wrong sums for them: test_vk_ops). */
+static bool coop_dtype(cmf_dtype dt) {
+    return dt == CMF_DT_F32 || dt == CMF_DT_F16 || dt == CMF_DT_BF16 || dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F ||
+           dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
+}
+
 static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n, uint32_t nv, bool dec) {
     uint64_t cols = o->cols, rows = o->rows, n_rows = o->n_rows, ldy = o->ldy;
     VkDeviceAddress w = o->w, y = o->y;
@@ -215,7 +259,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
         acc_rows(vk, xo, n - nv, cols, cols, false);
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
-        if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
+        if (vk->coop && coop_dtype(o->W->dtype)) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                             (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
         else
@@ -269,6 +313,10 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
         for (uint32_t k = i + 1; k < n_parts; k++)
             indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
     uint32_t nv = decode_rows(vk, n, n_dec);
+    /* rows without classes, not too many for matmul_bdec.comp to beat the GEMM tile: as decode rows */
+    bool bd = !st && vk->bdec && vk->tiled && n_dec < 0 && n > MM_NT && n <= vk->bdec_max;
+    for (uint32_t i = 0; bd && i < n_parts; i++) bd = dot_ok(vk, &o[i], x);
+    if (bd) nv = n;
     /* MV: up to 3 parts of one dtype and width in one dispatch */
     bool fuse = !st && indep && n_parts > 1 && n_parts <= 3 && nv > 0;
     for (uint32_t i = 0; fuse && i < n_parts; i++)
@@ -376,6 +424,11 @@ typedef struct {
  * when the arena is out of memory (recorded). */
 static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, const cmf_rope *r,
                     VkDeviceAddress *cs_addr) {
+    if (vk->rcs_addr && vk->rcs_n == n && vk->rcs_half == half && vk->rcs_freq == r->inv_freq &&
+        vk->rcs_factor == r->attn_factor && memcmp(vk->rcs_pos, pos, (size_t)n * sizeof *pos) == 0) {
+        *cs_addr = vk->rcs_addr; /* this step's table of the same positions (an earlier layer's) */
+        return true;
+    }
     float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), cs_addr);
     if (cs) /* angles as the CPU computes them: float32 products, libm cos/sin */
         for (uint32_t i = 0; i < n; i++) {
@@ -386,6 +439,16 @@ static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, c
                 cs[((size_t)i * half + k) * 2 + 1] = sinf(ang) * r->attn_factor;
             }
         }
+    if (cs && n > vk->rcs_cap) { /* room for the positions to compare with (no table kept without it) */
+        int32_t *np = realloc(vk->rcs_pos, (size_t)n * sizeof *np);
+        if (np) vk->rcs_pos = np, vk->rcs_cap = n;
+    }
+    vk->rcs_addr = 0;
+    if (cs && n <= vk->rcs_cap) {
+        memcpy(vk->rcs_pos, pos, (size_t)n * sizeof *pos);
+        vk->rcs_addr = *cs_addr, vk->rcs_n = n, vk->rcs_half = half;
+        vk->rcs_freq = r->inv_freq, vk->rcs_factor = r->attn_factor;
+    }
     return cs != NULL;
 }
 
@@ -605,6 +668,10 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     /* decode-class rows [0, nd) take the split-K kernel where it applies */
     uint32_t ndc = a->n_dec >= 0 ? ((uint32_t)a->n_dec < a->n_tok ? (uint32_t)a->n_dec : a->n_tok)
                                  : (a->n_tok <= MM_NT ? a->n_tok : 0); /* the row classes */
+    if (vk->bdec && a->n_dec < 0 && a->n_tok > MM_NT) /* rows without classes: those alone in their sequence */
+        while (ndc < a->n_tok && (ndc == 0 || a->views[ndc].pages != a->views[ndc - 1].pages) &&
+               (ndc + 1 == a->n_tok || a->views[ndc + 1].pages != a->views[ndc].pages))
+            ndc++;
     uint32_t nd = vk->splitk && a->head_dim <= SPK_HD_MAX ? ndc : 0;
     uint32_t kmax = 0; /* the longest key range a decode row can have in this shape bucket */
     uint64_t kv_or = 0; /* the decode rows' pool addresses or'ed: attention_dec2.comp's alignment */
