@@ -7,6 +7,7 @@
 #ifndef CMF_TEST_H
 #define CMF_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,16 @@ static int test_checks = 0;
         fputc('\n', stderr);                                                    \
         return 77;                                                              \
     } while (0)
+
+/* A uniform float in [-1, 1) from the xorshift64 state *s (Marsaglia 2003,
+ * shifts 13/7/17; the top 53 bits scaled): the tests' shared random
+ * source, one state per test file so each file's stream is its own. */
+static inline float test_frand(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)((double)(*s >> 11) / 4503599627370496.0 - 1.0);
+}
 
 static inline int test_done(void) {
     fprintf(stderr, "%d checks, %d failed\n", test_checks, test_failures);

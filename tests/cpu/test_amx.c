@@ -23,12 +23,7 @@
 #include <stdint.h>
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rng); }
 
 /* A random [rows, in] tensor of dtype dt (payload malloc'd into *payload). */
 static int make(cmf_dtype dt, uint64_t rows, uint64_t in, cmf_tensor *t, void **payload) {

@@ -21,12 +21,7 @@
 #include <stdint.h>
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rng); }
 
 static cmf_tensor mat(const char *name, cmf_dtype dt, uint64_t rows, uint64_t cols, void *data) {
     cmf_tensor t = {.name = name, .dtype = dt, .ndim = 2, .nelem = rows * cols, .data = data};

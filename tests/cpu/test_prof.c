@@ -16,12 +16,7 @@
 #include <string.h>
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rng); }
 
 static void check_wanted(void) {
     CHECK(!cmf_cpu_prof_wanted(NULL) && !cmf_cpu_prof_wanted("") && !cmf_cpu_prof_wanted("0"),

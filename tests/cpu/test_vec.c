@@ -16,12 +16,7 @@
 #include <stdint.h>
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rng); }
 
 static void check_level(const cmf_cpu_vec *v, const char *lv) {
     /* f16 -> f32: every half value, bit for bit against the format module */

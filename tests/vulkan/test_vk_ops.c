@@ -23,7 +23,8 @@
  * dispatch, and a row alone equal bit for bit to its row in a batch. The
  * integer-dot decode path (matmul_dot.comp: int8 X) where the device has
  * integer dot products (else it says SKIP), against the CPU on the
- * quantized X. Tolerance: 2e-5 relative to the sum of |terms| (float rounding in a
+ * quantized X, and its fused norm / residual variants (CMF_VK_FUSE2:
+ * test_fuse2). Tolerance: 2e-5 relative to the sum of |terms| (float rounding in a
  * different order; q8 KV: one quantization step). Skips (77) without a
  * Vulkan device.
  */
@@ -37,12 +38,7 @@
 #include <string.h>
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rng); }
 static float *rnd(size_t n) {
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; i < n; i++) p[i] = frand();
@@ -120,12 +116,15 @@ static void *lowbit(cmf_dtype dt, uint64_t rows, uint64_t cols, uint64_t *nb) {
     return p;
 }
 
-/* The tolerance of a product whose prompt-class rows number np: where the
- * device has cooperative matrices those rows take matmul_coop.comp, whose
- * inputs are f16 (its own bound is test_vk_coop's); else 2e-5 (fp32 in
- * another order). */
-static double mm_tol(uint32_t np, double fp32_tol) { /* np: n > 8 rows are prompt-class at n_dec < 0 (vk_ops.c) */
-    return np && ((const vk_ctx *)gpu->ctx)->coop ? 3e-3 : fp32_tol;
+/* The tolerance of a product of dtype dt whose prompt-class rows number np
+ * (n > 8 rows are prompt-class at n_dec < 0, vk_ops.c): where the device
+ * has cooperative matrices those rows of the dtypes matmul_coop.comp
+ * decodes take it, whose inputs are f16 (its own bound is test_vk_coop's);
+ * else fp32 in another order (fp32_tol). */
+static double mm_tol(cmf_dtype dt, uint32_t np, double fp32_tol) {
+    bool coop_dt = dt == CMF_DT_F32 || dt == CMF_DT_F16 || dt == CMF_DT_BF16 || dt == CMF_DT_Q8_ROW ||
+                   dt == CMF_DT_Q8_2F || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
+    return np && coop_dt && ((const vk_ctx *)gpu->ctx)->coop ? 3e-3 : fp32_tol;
 }
 
 static void test_matmul(cmf_dtype dt, uint64_t cols) {
@@ -153,7 +152,7 @@ static void test_matmul(cmf_dtype dt, uint64_t cols) {
         step_end("matmul");
         float *yg = down(yd, (size_t)n * ldy);
         double d = maxdiff(yc, yg, (size_t)n * ldy, sqrt((double)cols));
-        CHECK(d < mm_tol(n > 8 ? n : 0, 2e-5), "matmul %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
+        CHECK(d < mm_tol(dt, n > 8 ? n : 0, 2e-5), "matmul %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
         /* row classes: 3 decode rows (the per-row kernel), the rest as a prompt (the tiled one) */
         step_begin();
         CHECK(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, 3, yd, ldy, &err) == CMF_OK, "vk matmul n_dec 3: %s", err.msg);
@@ -161,7 +160,7 @@ static void test_matmul(cmf_dtype dt, uint64_t cols) {
         free(yg);
         yg = down(yd, (size_t)n * ldy);
         d = maxdiff(yc, yg, (size_t)n * ldy, sqrt((double)cols));
-        CHECK(d < mm_tol(n > 3 ? n - 3 : 0, 2e-5), "matmul %s n=%u n_dec=3: max diff %g", cmf_dtype_name(dt), n, d);
+        CHECK(d < mm_tol(dt, n > 3 ? n - 3 : 0, 2e-5), "matmul %s n=%u n_dec=3: max diff %g", cmf_dtype_name(dt), n, d);
         /* parts: two row ranges of the same X */
         float *y2 = gpu->ops->alloc(gpu, (size_t)n * 8);
         cmf_mm_part parts[2] = {{&t, 0, 3, yd, ldy}, {&t, 29, 8, y2, 8}};
@@ -175,7 +174,8 @@ static void test_matmul(cmf_dtype dt, uint64_t cols) {
         cpu->ops->matmul(cpu, &t, 0, 3, x, n, -1, c1, ldy, &err);
         cpu->ops->matmul(cpu, &t, 29, 8, x, n, -1, c2, 8, &err);
         d = maxdiff(c1, p1, (size_t)n * ldy, sqrt((double)cols)) + maxdiff(c2, p2, (size_t)n * 8, sqrt((double)cols));
-        CHECK(d < mm_tol(n > 8 ? n : 0, 4e-5), "matmul_parts %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
+        /* (rows 3..32 of yd are still the n_dec 3 product's: its tolerance) */
+        CHECK(d < mm_tol(dt, n > 3 ? n - 3 : 0, 4e-5), "matmul_parts %s n=%u: max diff %g", cmf_dtype_name(dt), n, d);
         if (k == 0) fprintf(stderr, "matmul %-8s in=%llu n=%u..11 (diff %.2g)\n", cmf_dtype_name(dt),
                             (unsigned long long)cols, n, d);
         free(x), free(yc), free(yg), free(p1), free(p2), free(c1), free(c2);
@@ -478,14 +478,14 @@ static void test_rope_kv(cmf_kv_type type, bool il) {
 
 /* Split-K decode attention (attention_dec.comp + attention_comb.comp):
  * 4 sequences of 1, 37, 300 and 613 stored keys in scrambled pages of 16
- * (of 5 with the tree mask), GQA group g, head_dim 40; a batch of the last
+ * (of 5 with the tree mask), GQA group g, head_dim hd; a batch of the last
  * token of each sequence (decode rows, 2 of seq 3 with a tree mask) then 3
  * prompt rows (attention.comp), with n_dec = 5 and n_dec = -1 over the
  * decode rows alone; chunks of `chunk` keys (0: the default). Each row also
  * alone must give the bits it gets in the batch. */
 static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, float softcap, bool tree,
-                               uint32_t chunk) {
-    const uint32_t nkv = 2, nh = nkv * g, hd = 40, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
+                               uint32_t chunk, uint32_t nc, uint32_t hd) {
+    const uint32_t nkv = 2, nh = nkv * g, kvd = nkv * hd, ps = tree ? 5 : 16, ns = 4;
     const uint32_t len[4] = {1, 37, 300, 613};
     uint32_t row = cmf_kv_row_elems(type, kvd), stride = ps * row;
     uint32_t np[4], npages = 0;
@@ -543,6 +543,8 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
     CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
     vk_ctx *vk = (vk_ctx *)gpu->ctx;
     vk->att_chunk = chunk;
+    uint32_t nc0 = vk->attn2_nc;
+    if (nc) vk->attn2_nc = nc;
     double tol = type == CMF_KV_Q8 ? 2e-2 : type == CMF_KV_F16 ? 1e-3 : 1e-5;
     float *og[2] = {NULL, NULL};
     for (int run = 0; run < 2; run++) { /* n_dec = 5 of 8 rows; then n_dec = -1 over the 5 decode rows alone */
@@ -553,16 +555,18 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
         step_begin();
         CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
         uint32_t n_split = 0; /* the decode rows did take the split-K kernel */
-        for (uint32_t i = 0; i < vk->n_log; i++) n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == VK_SH_ATTN_DEC;
-        CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec dispatches", n_split);
+        for (uint32_t i = 0; i < vk->n_log; i++)
+            n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == (vk->attn2 ? VK_SH_ATTN_DEC2 : VK_SH_ATTN_DEC);
+        CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec%s dispatches", n_split, vk->attn2 ? "2" : "");
         step_end("attention split-K");
         og[run] = down(od, qn);
         size_t cnt = (size_t)b.n_tok * nh * hd;
         double d = maxdiff(oc, og[run], cnt, 1.0);
-        CHECK(d < tol, "split-K attention kv %d group %u window %u softcap %g tree %d chunk %u run %d: max diff %g",
-              (int)type, g, window, softcap, tree, chunk, run, d);
-        fprintf(stderr, "split-K attention kv=%d group=%u window=%u softcap=%g tree=%d chunk=%u n_dec=%d: diff %.2g\n",
-                (int)type, g, window, softcap, tree, chunk, b.n_dec, d);
+        CHECK(d < tol, "split-K attention kv %d group %u window %u softcap %g tree %d chunk %u nc %u run %d: max diff %g",
+              (int)type, g, window, softcap, tree, chunk, nc, run, d);
+        fprintf(stderr,
+                "split-K%s attention kv=%d group=%u window=%u softcap=%g tree=%d chunk=%u nc=%u n_dec=%d: diff %.2g\n",
+                vk->attn2 ? " (attention_dec2)" : "", (int)type, g, window, softcap, tree, chunk, nc, b.n_dec, d);
     }
     CHECK(memcmp(og[0], og[1], (size_t)ndec * nh * hd * sizeof(float)) == 0,
           "split-K: decode rows differ with and without prompt rows");
@@ -576,6 +580,7 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
     float *o1 = down(od, (size_t)nh * hd);
     CHECK(memcmp(o1, og[0] + 2 * nh * hd, (size_t)nh * hd * sizeof(float)) == 0, "split-K: a row alone differs");
     vk->att_chunk = 0;
+    vk->attn2_nc = nc0;
     free(o1), free(og[0]), free(og[1]), free(q), free(oc), free(kc), free(vc), free(perm);
     gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
     gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
@@ -768,6 +773,168 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
 }
 
+/* Attention rows without classes (n_dec = -1) of more than 8 rows with
+ * vk->bdec: the leading rows alone in their sequence take split-K, the
+ * rest (a run of one sequence's rows) the prompt kernels: 9 one-row
+ * sequences then 3 rows of a tenth, against the CPU, and the split-K rows
+ * equal bit for bit to the same batch with n_dec = 9. */
+static void test_attention_nocls(void) {
+    vk_ctx *vk = gpu->ctx;
+    if (!vk->splitk) return;
+    const uint32_t nkv = 2, nh = 4, hd = 32, kvd = nkv * hd, ps = 16, ns = 10, nt = 12;
+    uint32_t len[10], np = 0, first[10];
+    for (uint32_t s = 0; s < ns; s++) len[s] = 5 + 23 * s, first[s] = np, np += (len[s] + ps - 1) / ps;
+    uint32_t *pages = malloc(np * sizeof *pages);
+    for (uint32_t i = 0; i < np; i++) pages[i] = np - 1 - i; /* reversed pages */
+    size_t pool = (size_t)np * ps * kvd * sizeof(float);
+    void *kc = malloc(pool), *vc = malloc(pool), *kg = gpu->ops->pool_alloc(gpu, pool), *vg = gpu->ops->pool_alloc(gpu, pool);
+    for (uint32_t s = 0; s < ns; s++) {
+        float *k = rnd((size_t)len[s] * kvd), *v = rnd((size_t)len[s] * kvd);
+        size_t *dst = malloc(len[s] * sizeof *dst);
+        for (uint32_t p = 0; p < len[s]; p++) dst[p] = ((size_t)pages[first[s] + p / ps] * ps + p % ps) * kvd;
+        float *kd = up(k, (size_t)len[s] * kvd), *vd = up(v, (size_t)len[s] * kvd);
+        cpu->ops->kv_store(cpu, kc, vc, CMF_KV_F32, k, v, kvd, len[s], kvd, dst);
+        step_begin();
+        gpu->ops->kv_store(gpu, kg, vg, CMF_KV_F32, kd, vd, kvd, len[s], kvd, dst);
+        step_end("kv_store");
+        free(k), free(v), free(dst);
+        gpu->ops->release(gpu, kd), gpu->ops->release(gpu, vd);
+    }
+    int32_t pos[12];
+    cmf_kv_view vcv[12], vgv[12];
+    for (uint32_t t = 0; t < nt; t++) {
+        uint32_t s = t < 9 ? t : 9;
+        pos[t] = t < 9 ? (int32_t)len[s] - 1 : (int32_t)len[s] - 12 + (int32_t)t; /* seq 9: its last 3 keys */
+        vcv[t] = (cmf_kv_view){kc, vc, pages + first[s], ps, ps * kvd, CMF_KV_F32};
+        vgv[t] = (cmf_kv_view){kg, vg, pages + first[s], ps, ps * kvd, CMF_KV_F32};
+    }
+    size_t qn = (size_t)nt * nh * hd;
+    float *q = rnd(qn), *oc = calloc(qn, sizeof(float));
+    float *qd = up(q, qn), *od = gpu->ops->alloc(gpu, qn);
+    cmf_attn_args a = {.n_tok = nt, .n_head = nh, .n_kv_head = nkv, .head_dim = hd, .q = q, .out = oc, .pos = pos,
+                       .views = vcv, .scale = 1.0f / sqrtf((float)hd), .n_dec = -1};
+    cmf_error err = {0};
+    CHECK(cpu->ops->attention(cpu, &a, &err) == CMF_OK, "cpu attention: %s", err.msg);
+    bool was = vk->bdec;
+    float *og[2];
+    for (int run = 0; run < 2; run++) {
+        cmf_attn_args b = a;
+        b.q = qd, b.out = od, b.views = vgv, b.n_dec = run ? 9 : -1;
+        vk->bdec = run == 0;
+        step_begin();
+        CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+        uint32_t n_split = 0;
+        for (uint32_t i = 0; i < vk->n_log; i++)
+            n_split += vk->log[i].kind == VK_LOG_DISPATCH &&
+                       (vk->log[i].sh == VK_SH_ATTN_DEC || vk->log[i].sh == VK_SH_ATTN_DEC2);
+        CHECK(n_split == 1, "attention without classes: %u attention_dec(2) dispatches", n_split);
+        step_end("attention without classes");
+        og[run] = down(od, qn);
+        double d = maxdiff(oc, og[run], qn, 1.0);
+        CHECK(d < 1e-5, "attention without classes run %d: max diff %g", run, d);
+    }
+    CHECK(memcmp(og[0], og[1], (size_t)9 * nh * hd * sizeof(float)) == 0,
+          "attention without classes: split-K rows differ from n_dec = 9");
+    fprintf(stderr, "attention n_dec=-1 (bdec): 9 single-row sequences split-K, 3 prompt rows\n");
+    vk->bdec = was;
+    free(og[0]), free(og[1]), free(q), free(oc), free(kc), free(vc), free(pages);
+    gpu->ops->release(gpu, qd), gpu->ops->release(gpu, od);
+    gpu->ops->pool_free(gpu, kg), gpu->ops->pool_free(gpu, vg);
+}
+
+/* The many-token decode path (matmul_bdec.comp, vk->bdec): 70 tokens (token
+ * blocks of 32, 32 and 6) of 70 rows (three row groups) against the CPU on
+ * the quantized X (2e-5); batch invariance bit for bit: tokens 0, 33 and 69
+ * each alone (matmul_dot.comp at one token) and the whole batch through
+ * matmul_dot.comp's 8-token passes give the bits of the batch; three parts
+ * in one dispatch. */
+static void test_bdec(cmf_dtype dt, uint64_t cols) {
+    vk_ctx *vk = gpu->ctx;
+    if (!vk->dot_ok) {
+        fprintf(stderr, "SKIP bdec %s in=%llu: the device has no integer dot product (matmul_bdec.comp untested)\n",
+                cmf_dtype_name(dt), (unsigned long long)cols);
+        return;
+    }
+    bool was = vk->dot, wasb = vk->bdec;
+    vk->dot = true, vk->bdec = true;
+    uint64_t rows = 70;
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode(dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        CHECK(0, "encode %s: %s", cmf_dtype_name(dt), err.msg);
+        free(w);
+        return;
+    }
+    cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
+                    .data = payload, .nbytes = nb};
+    uint32_t n = 70, ldy = 71, nr = 68;
+    float *x = rnd(n * cols);
+    x[40 * cols + 9] *= 1000.0f; /* one large input: its group's scale is its own */
+    float *xq = quant_x(x, n, cols), *yq = calloc((size_t)n * ldy, sizeof(float));
+    float *xd = up(x, n * cols), *yd = gpu->ops->alloc(gpu, (size_t)n * ldy), *y8 = gpu->ops->alloc(gpu, (size_t)n * ldy);
+    float *y1 = gpu->ops->alloc(gpu, 3 * (size_t)ldy);
+    CHECK(cpu->ops->matmul(cpu, &t, 1, nr, xq, n, -1, yq, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
+    step_begin();
+    CHECK(gpu->ops->matmul(gpu, &t, 1, nr, xd, n, n, yd, ldy, &err) == CMF_OK, "bdec: %s", err.msg);
+    uint32_t one[3] = {0, 33, 69};
+    for (int i = 0; i < 3; i++) gpu->ops->matmul(gpu, &t, 1, nr, xd + one[i] * cols, 1, 1, y1 + i * ldy, ldy, &err);
+    step_end("bdec");
+    vk->bdec = false; /* matmul_dot.comp's 8-token passes */
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 1, nr, xd, n, n, y8, ldy, &err);
+    step_end("bdec off");
+    vk->bdec = true;
+    float *yg = down(yd, (size_t)n * ldy), *g8 = down(y8, (size_t)n * ldy), *g1 = down(y1, 3 * (size_t)ldy);
+    for (uint32_t i = 0; i < n; i++) /* compare the written columns only */
+        for (uint32_t j = nr; j < ldy; j++) yq[i * ldy + j] = yg[i * ldy + j], g8[i * ldy + j] = yg[i * ldy + j];
+    double d = maxdiff(yq, yg, (size_t)n * ldy, sqrt((double)cols));
+    CHECK(d < 2e-5, "bdec %s in=%llu: max diff %g", cmf_dtype_name(dt), (unsigned long long)cols, d);
+    CHECK(memcmp(g8, yg, (size_t)n * ldy * sizeof(float)) == 0, "bdec %s: the batch differs from matmul_dot's",
+          cmf_dtype_name(dt));
+    for (int i = 0; i < 3; i++)
+        CHECK(memcmp(g1 + i * ldy, yg + (size_t)one[i] * ldy, nr * sizeof(float)) == 0,
+              "bdec %s: token %u alone differs from its row in a batch", cmf_dtype_name(dt), one[i]);
+    /* rows without classes (n_dec = -1): the same bits as decode rows while n <= bdec_max, where the
+     * device would otherwise take the GEMM (vk->tiled) */
+    bool tl = vk->tiled;
+    vk->tiled = true;
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 1, nr, xd, 40, -1, y8, ldy, &err); /* 40 <= bdec_max (64) */
+    step_end("bdec n_dec -1");
+    vk->tiled = tl;
+    float *gm = down(y8, (size_t)40 * ldy);
+    for (uint32_t i = 0; i < 40; i++)
+        CHECK(memcmp(gm + (size_t)i * ldy, yg + (size_t)i * ldy, nr * sizeof(float)) == 0,
+              "bdec %s: row %u without classes differs from its decode row", cmf_dtype_name(dt), i);
+    free(gm);
+    /* three parts, one dispatch, 40 tokens */
+    uint32_t m = 40;
+    float *y2 = gpu->ops->alloc(gpu, (size_t)m * 7), *y3 = gpu->ops->alloc(gpu, (size_t)m * 40);
+    cmf_mm_part parts[3] = {{&t, 0, 5, yd, ldy}, {&t, 63, 7, y2, 7}, {&t, 9, 40, y3, 40}};
+    step_begin();
+    CHECK(gpu->ops->matmul_parts(gpu, parts, 3, xd, m, m, &err) == CMF_OK, "bdec parts: %s", err.msg);
+    step_end("bdec parts");
+    for (int k = 0; k < 3; k++) {
+        float *c = calloc((size_t)m * parts[k].ldy, sizeof(float));
+        CHECK(cpu->ops->matmul(cpu, &t, parts[k].row0, parts[k].n_rows, xq, m, -1, c, parts[k].ldy, &err) == CMF_OK,
+              "cpu parts");
+        float *g = down(parts[k].Y, (size_t)m * parts[k].ldy);
+        for (uint32_t i = 0; i < m; i++)
+            for (uint64_t j = parts[k].n_rows; j < parts[k].ldy; j++) c[i * parts[k].ldy + j] = g[i * parts[k].ldy + j];
+        double dp = maxdiff(c, g, (size_t)m * parts[k].ldy, sqrt((double)cols));
+        CHECK(dp < 2e-5, "bdec parts %s part %d: max diff %g", cmf_dtype_name(dt), k, dp);
+        free(c), free(g);
+    }
+    fprintf(stderr, "bdec   %-8s in=%llu n=70 (blocks 32,32,6), alone == batch == 8-token passes, 3 parts (diff %.2g)\n",
+            cmf_dtype_name(dt), (unsigned long long)cols, d);
+    vk->dot = was, vk->bdec = wasb;
+    free(x), free(xq), free(yq), free(yg), free(g8), free(g1), free(w), free(payload);
+    gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd), gpu->ops->release(gpu, y8), gpu->ops->release(gpu, y1);
+    gpu->ops->release(gpu, y2), gpu->ops->release(gpu, y3);
+}
+
 /* The fused mat-vecs (CMF_VK_FUSE2: matmul_parts_norm, matmul_add) against
  * the unfused ops on the same device: RMSNorm folded into the integer-dot
  * kernel's staging (weight with add_one 0 and 1, no weight; 1 and 9 tokens;
@@ -940,6 +1107,9 @@ int main(void) {
     test_dot(CMF_DT_Q8_ROW, 2080), test_dot(CMF_DT_Q4TP, 2080);
     for (size_t i = 0; i < 4; i++) test_fuse2(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_fuse2(CMF_DT_Q8_ROW, 2080), test_fuse2(CMF_DT_Q4TP, 2080);
+    for (size_t i = 0; i < 4; i++) test_bdec(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
+    test_bdec(CMF_DT_Q4TP, 2080); /* K staged in chunks (512 inputs a token at 32 tokens) */
+    test_attention_nocls();
     test_rows();
     for (int t = 0; t < 3; t++) test_attention((cmf_kv_type)t, 0, 0.0f, false);
     test_attention(CMF_KV_F32, 5, 0.0f, false);
@@ -948,14 +1118,22 @@ int main(void) {
     test_deps();
     test_add_rmsnorm();
     for (int t = 0; t < 3; t++) test_rope_kv((cmf_kv_type)t, false), test_rope_kv((cmf_kv_type)t, true);
-    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0);
-    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32);
-    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0);
-    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16); /* 10 heads a KV head: two head blocks */
-    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32);
-    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0);
-    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128); /* the largest chunk */
-    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7);     /* ragged 4- and 8-key groups */
+    for (int t = 0; t < 3; t++) test_attention_dec((cmf_kv_type)t, 1, 0, 0.0f, false, 0, 0, 40);
+    test_attention_dec(CMF_KV_F32, 3, 0, 0.0f, false, 32, 0, 40);
+    test_attention_dec(CMF_KV_F16, 4, 100, 0.0f, false, 0, 0, 40);
+    test_attention_dec(CMF_KV_F32, 10, 0, 0.5f, false, 16, 0, 40); /* 10 heads a KV head: two head blocks */
+    test_attention_dec(CMF_KV_Q8, 2, 45, 0.0f, true, 32, 0, 40);
+    test_attention_dec(CMF_KV_F32, 2, 0, 0.0f, true, 0, 0, 40);
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 128, 0, 40); /* the largest chunk */
+    test_attention_dec(CMF_KV_Q8, 3, 0, 0.0f, true, 7, 0, 40);     /* ragged 4- and 8-key groups */
+    /* attention_dec2.comp's length-dependent chunks (CMF_VK_ATTN2=1; the old kernel ignores nc):
+     * at most 4 chunks a token (32 to 256 keys), then 1 (613 keys: 3 chunks of the largest, 256) */
+    test_attention_dec(CMF_KV_F16, 5, 0, 0.0f, false, 0, 4, 40);
+    test_attention_dec(CMF_KV_Q8, 2, 0, 0.3f, true, 0, 1, 40);
+    test_attention_dec(CMF_KV_F32, 1, 200, 0.0f, false, 0, 2, 40);
+    /* the 7B shape's head_dim (16 pieces a key: 4 a lane, 8 key groups) and 64 (GQA 4) */
+    test_attention_dec(CMF_KV_F16, 1, 0, 0.0f, false, 0, 0, 128);
+    test_attention_dec(CMF_KV_Q8, 4, 0, 0.0f, true, 0, 8, 64);
     /* a dtype the backend does not run: refused, naming it */
     uint8_t junk[64] = {0};
     cmf_tensor q1 = {.name = "q1w", .dtype = CMF_DT_Q1T, .ndim = 2, .shape = {1, 32}, .nelem = 32, .data = junk,

@@ -50,6 +50,8 @@ typedef enum vk_shader {
     VK_SH_MATMUL_DOT, /* integer-dot decode mat-vec: created only where vk_ctx.dot_ok is set */
     VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
     VK_SH_ROPE_KV,                   /* rope + kv_store in one dispatch */
+    VK_SH_MATMUL_BDEC, /* many-token decode mat-vec (matmul_bdec.comp): created only where vk_ctx.dot_ok is set */
+    VK_SH_ATTN_DEC2, /* split-K pass 1, long-context variant: created only where vk_ctx.attn2 is set (CMF_VK_ATTN2=1) */
     VK_SH_COUNT
 } vk_shader;
 
@@ -179,6 +181,14 @@ typedef struct vk_ctx {
      * used: by default where 4x8-bit packed signed dot products are accelerated, CMF_VK_DOT=0/1 overrides
      * (1: also where they are not, e.g. lavapipe; tests flip it) */
     bool dot_ok, dot;
+    /* decode rows beyond 8 a product through matmul_bdec.comp (32 tokens a weight read, the arithmetic of
+     * matmul_dot.comp a token) where dot is used; CMF_VK_BDEC=1 turns it on (default off until measured) */
+    bool bdec;
+    /* with bdec, products of rows without row classes (n_dec < 0: the engine's non-exact mode) of at most
+     * bdec_max rows (CMF_VK_BDEC_MAX, default 64) run as decode rows too (matmul_bdec.comp instead of the
+     * 128-row cooperative-matrix GEMM tile, of which a batch of 16 decodes fills an eighth), and attention
+     * rows that are alone in their sequence take split-K */
+    uint32_t bdec_max;
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with
@@ -199,8 +209,18 @@ typedef struct vk_ctx {
     bool splitk;                 /* decode-class attention rows through attention_dec.comp (CMF_VK_SPLITK=0: off) */
     bool fuse;                   /* rope_kv_store as one dispatch (CMF_VK_FUSE=0: rope, rope, kv_store) */
     uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
+    bool attn2;                  /* split-K pass 1 through attention_dec2.comp (CMF_VK_ATTN2=1; needs shuffles) */
+    uint32_t attn2_nc;           /* its chunks a token at most before a chunk doubles (CMF_VK_ATTN2_NC; 0: default) */
     float *att_ws;               /* split-K partials (grown on demand) */
     uint64_t att_ws_bytes;
+    /* the step's last RoPE cos/sin table in the arena (vk_ops.c rope_cs): every layer of a step rotates
+     * the same positions, so the table is computed once a step, not once a layer (64 rows x 64 angles x
+     * 32 layers of cosf/sinf is milliseconds of host time a step); rcs_addr = 0 (none) after arena_reset */
+    VkDeviceAddress rcs_addr;
+    const float *rcs_freq;
+    float rcs_factor;
+    uint32_t rcs_n, rcs_half, rcs_cap;
+    int32_t *rcs_pos; /* its positions [rcs_n] (capacity rcs_cap) */
 
     /* address space */
     uint8_t *va_base;

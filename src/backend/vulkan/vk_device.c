@@ -32,8 +32,12 @@ extern const unsigned char cmf_vk_spv_matmul[], cmf_vk_spv_get_rows[], cmf_vk_sp
     cmf_vk_spv_matmul_tiled[], cmf_vk_spv_moe_combine[], cmf_vk_spv_lora[], cmf_vk_spv_topk[], cmf_vk_spv_matmul_coop[],
     cmf_vk_spv_matmul_coop_khr[], cmf_vk_spv_moe_route[], cmf_vk_spv_moe_mm[], cmf_vk_spv_attention_coop[],
     cmf_vk_spv_attention_coop_khr[], cmf_vk_spv_matmul_dot[];
-extern const unsigned char cmf_vk_spv_attention_dec[], cmf_vk_spv_attention_comb[], cmf_vk_spv_rope_kv[];
-extern const size_t cmf_vk_spv_attention_dec_size, cmf_vk_spv_attention_comb_size, cmf_vk_spv_rope_kv_size;
+extern const unsigned char cmf_vk_spv_attention_dec[], cmf_vk_spv_attention_comb[], cmf_vk_spv_rope_kv[],
+    cmf_vk_spv_attention_dec2[];
+extern const size_t cmf_vk_spv_attention_dec_size, cmf_vk_spv_attention_comb_size, cmf_vk_spv_rope_kv_size,
+    cmf_vk_spv_attention_dec2_size;
+extern const unsigned char cmf_vk_spv_matmul_bdec[];
+extern const size_t cmf_vk_spv_matmul_bdec_size;
 extern const size_t cmf_vk_spv_matmul_size, cmf_vk_spv_get_rows_size, cmf_vk_spv_rmsnorm_size,
     cmf_vk_spv_rope_size, cmf_vk_spv_kv_store_size, cmf_vk_spv_attention_size, cmf_vk_spv_eltwise_size,
     cmf_vk_spv_probe_size, cmf_vk_spv_matmul_tiled_size, cmf_vk_spv_moe_combine_size, cmf_vk_spv_lora_size,
@@ -215,6 +219,8 @@ static const struct { const unsigned char *code; const size_t *size; } spv[VK_SH
     [VK_SH_ATTN_DEC] = {cmf_vk_spv_attention_dec, &cmf_vk_spv_attention_dec_size},
     [VK_SH_ATTN_COMB] = {cmf_vk_spv_attention_comb, &cmf_vk_spv_attention_comb_size},
     [VK_SH_ROPE_KV] = {cmf_vk_spv_rope_kv, &cmf_vk_spv_rope_kv_size},
+    [VK_SH_MATMUL_BDEC] = {cmf_vk_spv_matmul_bdec, &cmf_vk_spv_matmul_bdec_size},
+    [VK_SH_ATTN_DEC2] = {cmf_vk_spv_attention_dec2, &cmf_vk_spv_attention_dec2_size},
 };
 
 /* ---- cooperative matrices ------------------------------------------------ */
@@ -482,6 +488,10 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->dot_ok = dot_ext && dq.shaderIntegerDotProduct && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     const char *dts = getenv("CMF_VK_DOT");
     vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
+    const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off until measured on a GPU */
+    vk->bdec = bds && *bds && strcmp(bds, "0") != 0;
+    const char *bdm = getenv("CMF_VK_BDEC_MAX");
+    vk->bdec_max = bdm && *bdm ? (uint32_t)strtoul(bdm, NULL, 10) : 64;
     VkPhysicalDeviceShaderIntegerDotProductFeatures de = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
         .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL, .shaderIntegerDotProduct = VK_TRUE};
@@ -556,6 +566,13 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->fuse = !(fus && strcmp(fus, "0") == 0);
     const char *spc = getenv("CMF_VK_SPLITK_CHUNK"); /* keys a split-K workgroup (sweeps) */
     vk->att_chunk = spc ? (uint32_t)strtoul(spc, NULL, 10) : 0;
+    /* the long-context split-K pass 1 (attention_dec2.comp: quad shuffles, 23-25 KiB of shared memory);
+     * off unless CMF_VK_ATTN2=1 until measured on a GPU */
+    const char *a2 = getenv("CMF_VK_ATTN2");
+    vk->attn2 = a2 && *a2 && strcmp(a2, "0") != 0 && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
+                vk->props.limits.maxComputeSharedMemorySize >= 26u * 1024;
+    const char *a2n = getenv("CMF_VK_ATTN2_NC");
+    vk->attn2_nc = a2n ? (uint32_t)strtoul(a2n, NULL, 10) : 0;
     const char *dps = getenv("CMF_VK_DEPS");
     vk->dep_barriers = !(dps && strcmp(dps, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
@@ -569,7 +586,7 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                        .codeSize = *spv[s].size, .pCode = (const uint32_t *)(const void *)spv[s].code};
         if (((s == VK_SH_MATMUL_COOP || s == VK_SH_ATTENTION_COOP) && !vk->coop) ||
-            (s == VK_SH_MATMUL_DOT && !vk->dot_ok))
+            ((s == VK_SH_MATMUL_DOT || s == VK_SH_MATMUL_BDEC) && !vk->dot_ok) || (s == VK_SH_ATTN_DEC2 && !vk->attn2))
             continue; /* its capabilities are not enabled */
         if (s == VK_SH_MATMUL_COOP && vk->coop == 2) { /* the NV form of the same shader */
             mi.codeSize = cmf_vk_spv_matmul_coop_size;
@@ -617,6 +634,7 @@ fail:
 
 void cmf_vk_ctx_free(vk_ctx *vk) {
     if (!vk) return;
+    free(vk->rcs_pos);
     if (vk->dev) {
         flush_pending(vk);
         vkDeviceWaitIdle(vk->dev);
@@ -625,7 +643,8 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
                                                            "attention", "eltwise", "probe", "matmul_tiled",
                                                            "moe_combine", "lora", "topk", "matmul_coop",
                                                            "moe_route", "moe_mm", "attn_coop", "matmul_dot",
-                                                           "attn_dec", "attn_comb", "rope_kv"};
+                                                           "attn_dec", "attn_comb", "rope_kv", "matmul_bdec",
+                                                           "attn_dec2"};
             double total = 0;
             for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
             fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
@@ -861,6 +880,7 @@ static cmf_status cmd_run(vk_ctx *vk) { return cmf_vk_log_run(vk); }
 
 static void arena_reset(vk_ctx *vk) {
     for (uint32_t i = 0; i < vk->n_arena; i++) vk->arena[i].used = 0;
+    vk->rcs_addr = 0; /* the cached RoPE table was in it */
 }
 
 /* Run a step that submit left pending (its commands may write the KV
@@ -927,8 +947,9 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT ? 4 : sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
-                      sh == VK_SH_MATMUL_COOP || sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP ? 2 : 1;
+    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT ? 4 : sh == VK_SH_MATMUL_BDEC || sh == VK_SH_ATTN_DEC2 ? 3 :
+                      sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA || sh == VK_SH_MATMUL_COOP ||
+                      sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP || sh == VK_SH_ATTN_COMB ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,

@@ -10,9 +10,11 @@
  * submission. An op called outside a step runs at once. Fused ops:
  * rope_kv_store (rope_kv.comp), add_rmsnorm (rmsnorm.comp with a residual
  * input); decode-class attention rows take the split-K kernels
- * (attention_dec.comp + attention_comb.comp); with CMF_VK_FUSE2=1,
- * matmul_parts_norm and matmul_add (RMSNorm in the integer-dot kernel's X
- * staging, the residual add in its epilogue; "fused mat-vec variants").
+ * (attention_dec.comp + attention_comb.comp); with CMF_VK_BDEC=1, decode
+ * products of more than 8 rows take matmul_bdec.comp (record_bdec); with
+ * CMF_VK_FUSE2=1, matmul_parts_norm and matmul_add (RMSNorm in the
+ * integer-dot kernel's X staging, the residual add in its epilogue; "fused
+ * mat-vec variants").
  *
  * The `moe` and `lora` ops are in vk_ops_moe.c and vk_ops_lora.c. Not
  * implemented (refused at load by prepare): dtypes other than those of
@@ -173,10 +175,47 @@ static bool dot_ok(const vk_ctx *vk, const mm_one *o, VkDeviceAddress x) {
            (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
 }
 
+/* More than MM_NT decode rows with vk->bdec: matmul_bdec.comp, BDEC_NT
+ * tokens a workgroup (x, fastest: the token blocks of a row group run
+ * together and share its weights in L2), BDEC_RB rows a subgroup (the
+ * shader's RB), BDEC_SG subgroups a workgroup (16: the NT x RB float sums
+ * a lane fit the registers of 512 invocations), the per-token arithmetic
+ * of record_dot's (batch invariant). */
+#define BDEC_NT 32
+#define BDEC_RB 2
+#define BDEC_SG 16
+
+static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n) {
+    uint32_t ssz = vk->subgroup, nsg = BDEC_SG;
+    uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
+    if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
+    while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
+    uint32_t rpw = nsg * BDEC_RB;
+    uint64_t groups = 0;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
+    uint32_t gx = (n + BDEC_NT - 1) / BDEC_NT;
+    if (groups > 65535 || gx > 65535) return false; /* record_dot's grid instead */
+    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, 0,
+                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
+                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
+    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
+                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
+    for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
+    cmf_vk_dispatch(vk, VK_SH_MATMUL_BDEC, nsg * ssz, (uint32_t)o[0].W->dtype, BDEC_NT, &p, sizeof p, gx,
+                    (uint32_t)groups, 1);
+    return true;
+}
+
 /* fp, fuse: the fused variants (0, 0 otherwise): the FP parameter block
- * (fuse_par) and matmul_dot.comp's FUSE bits. */
+ * (fuse_par) and matmul_dot.comp's FUSE bits; they never take
+ * matmul_bdec.comp (it has no fused variant: the NT = 8 pipeline serves
+ * every row count, batch invariant). */
 static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n, VkDeviceAddress fp,
                        uint32_t fuse) {
+    if (!fuse && vk->bdec && n > MM_NT && record_bdec(vk, o, np, x, n)) return;
     uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
     uint32_t maxw = vk->props.limits.maxComputeWorkGroupInvocations;
     if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
@@ -210,6 +249,14 @@ static uint32_t decode_rows(const vk_ctx *vk, uint32_t n, int32_t n_dec) {
     return vk->tiled ? nv : n; /* one kernel for every row (CPU devices) */
 }
 
+/* The dtypes matmul_coop.comp decodes (test_vk_coop covers each); the 1-,
+ * 2- and variable-bit ones take matmul_tiled.comp for prompt rows (on the
+ * H200 the coop kernel gave wrong sums for them: test_vk_ops). */
+static bool coop_dtype(cmf_dtype dt) {
+    return dt == CMF_DT_F32 || dt == CMF_DT_F16 || dt == CMF_DT_BF16 || dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F ||
+           dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
+}
+
 static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n, uint32_t nv, bool dec) {
     uint64_t cols = o->cols, rows = o->rows, n_rows = o->n_rows, ldy = o->ldy;
     VkDeviceAddress w = o->w, y = o->y;
@@ -221,7 +268,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
         acc_rows(vk, xo, n - nv, cols, cols, false);
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
-        if (vk->coop) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
+        if (vk->coop && coop_dtype(o->W->dtype)) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                             (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
         else
@@ -275,6 +322,10 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
         for (uint32_t k = i + 1; k < n_parts; k++)
             indep = indep && parts[k].Y != parts[i].Y && parts[k].Y != X && parts[i].Y != X;
     uint32_t nv = decode_rows(vk, n, n_dec);
+    /* rows without classes, not too many for matmul_bdec.comp to beat the GEMM tile: as decode rows */
+    bool bd = !st && vk->bdec && vk->tiled && n_dec < 0 && n > MM_NT && n <= vk->bdec_max;
+    for (uint32_t i = 0; bd && i < n_parts; i++) bd = dot_ok(vk, &o[i], x);
+    if (bd) nv = n;
     /* MV: up to 3 parts of one dtype and width in one dispatch */
     bool fuse = !st && indep && n_parts > 1 && n_parts <= 3 && nv > 0;
     for (uint32_t i = 0; fuse && i < n_parts; i++)
@@ -481,6 +532,11 @@ typedef struct {
  * when the arena is out of memory (recorded). */
 static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, const cmf_rope *r,
                     VkDeviceAddress *cs_addr) {
+    if (vk->rcs_addr && vk->rcs_n == n && vk->rcs_half == half && vk->rcs_freq == r->inv_freq &&
+        vk->rcs_factor == r->attn_factor && memcmp(vk->rcs_pos, pos, (size_t)n * sizeof *pos) == 0) {
+        *cs_addr = vk->rcs_addr; /* this step's table of the same positions (an earlier layer's) */
+        return true;
+    }
     float *cs = cmf_vk_arena_get(vk, (uint64_t)n * half * 2 * sizeof(float), cs_addr);
     if (cs) /* angles as the CPU computes them: float32 products, libm cos/sin */
         for (uint32_t i = 0; i < n; i++) {
@@ -491,6 +547,16 @@ static bool rope_cs(vk_ctx *vk, uint32_t n, uint32_t half, const int32_t *pos, c
                 cs[((size_t)i * half + k) * 2 + 1] = sinf(ang) * r->attn_factor;
             }
         }
+    if (cs && n > vk->rcs_cap) { /* room for the positions to compare with (no table kept without it) */
+        int32_t *np = realloc(vk->rcs_pos, (size_t)n * sizeof *np);
+        if (np) vk->rcs_pos = np, vk->rcs_cap = n;
+    }
+    vk->rcs_addr = 0;
+    if (cs && n <= vk->rcs_cap) {
+        memcpy(vk->rcs_pos, pos, (size_t)n * sizeof *pos);
+        vk->rcs_addr = *cs_addr, vk->rcs_n = n, vk->rcs_half = half;
+        vk->rcs_freq = r->inv_freq, vk->rcs_factor = r->attn_factor;
+    }
     return cs != NULL;
 }
 
@@ -597,18 +663,27 @@ typedef struct {
 #define SPK_CHUNK_MAX 128
 #define SPK_GMAX 8
 #define SPK_HD_MAX 256
+/* attention_dec2.comp (CMF_VK_ATTN2=1): up to SPK2_GMAX heads a workgroup,
+ * chunks from SPK2_CHUNK keys doubling (to SPK2_CHUNK_MAX, the shader's
+ * CHUNK_MAX) while a token's range needs more than SPK2_NC of them
+ * (CMF_VK_ATTN2_NC sets it): 32-key chunks up to 1,024 keys, 64 at 2,048,
+ * 128 at 4,096. Not yet measured on a GPU. */
+#define SPK2_GMAX 4
+#define SPK2_CHUNK 32
+#define SPK2_CHUNK_MAX 256
+#define SPK2_NC 32
 
 typedef struct {
     uint64_t q, part, tok;
     uint32_t n_tok, n_head, n_kv_head, head_dim;
     uint32_t page_size, page_stride, type, group;
     float scale, softcap;
-    uint32_t chunk, n_chunk, pad;
+    uint32_t chunk, n_chunk, nc_target; /* nc_target: attention_dec2.comp's, 0 in attention_dec.comp */
 } attn_dec_push;
 
 typedef struct {
     uint64_t part, out, tok;
-    uint32_t n_tok, n_head, head_dim, n_chunk, chunk, pad;
+    uint32_t n_tok, n_head, head_dim, n_chunk, chunk, nc_target;
 } attn_comb_push;
 _Static_assert(sizeof(attn_dec_push) == 80 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
 
@@ -629,11 +704,21 @@ static void acc_attn(vk_ctx *vk, const cmf_attn_args *a, VkDeviceAddress q, uint
  * passes; kmax bounds their key ranges (the grid's chunk count). The
  * partials scratch is reused by every layer: each pass is ordered after
  * the previous dispatch. */
-static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax) {
-    uint32_t chunk = vk->att_chunk && vk->att_chunk <= SPK_CHUNK_MAX ? vk->att_chunk : SPK_CHUNK;
+static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax,
+                             bool v2) {
+    uint32_t cmax = v2 ? SPK2_CHUNK_MAX : SPK_CHUNK_MAX, gmax = v2 ? SPK2_GMAX : SPK_GMAX;
+    uint32_t chunk = vk->att_chunk && vk->att_chunk <= cmax ? vk->att_chunk : v2 ? SPK2_CHUNK : SPK_CHUNK;
+    /* v2 without a set chunk: the chunk grows with the token's own range (the shaders' chunk_for) */
+    uint32_t nc = v2 && !vk->att_chunk ? (vk->attn2_nc ? vk->attn2_nc : SPK2_NC) : 0;
     uint32_t n_chunk = kmax ? (kmax + chunk - 1) / chunk : 1;
-    if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk; /* never at cmf's sizes */
-    if (chunk > SPK_CHUNK_MAX) {
+    if (nc) { /* a bound on ceil(len / chunk_for(len)) over len <= kmax: nc where the chunk is under its cap */
+        uint32_t capped = (kmax + cmax - 1) / cmax;
+        n_chunk = n_chunk < nc ? n_chunk : nc;
+        n_chunk = n_chunk > capped ? n_chunk : capped;
+        if (n_chunk == 0) n_chunk = 1;
+    }
+    if (n_chunk > 65535) n_chunk = 65535, chunk = (kmax + n_chunk - 1) / n_chunk, nc = 0; /* never at cmf's sizes */
+    if (chunk > cmax) {
         cmf_vk_fail(vk, CMF_ERR_LIMIT, "vulkan attention: %u keys exceed the split-K grid", kmax);
         return;
     }
@@ -652,15 +737,20 @@ static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push
     VkDeviceAddress ws = dev(vk, vk->att_ws, "split-K partials");
     if (!ws) return;
     attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
-                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, 0};
-    uint32_t hsplit = (p->group + SPK_GMAX - 1) / SPK_GMAX;
+                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, nc};
+    uint32_t hsplit = (p->group + gmax - 1) / gmax;
     acc_attn(vk, a, p->q, 0, nd);
     cmf_vk_acc(vk, ws, bytes, true);
-    cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
-    attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, 0};
+    if (v2) /* specialised on head_dim and the KV type */
+        cmf_vk_dispatch(vk, VK_SH_ATTN_DEC2, SPK_WG, p->head_dim, p->type, &d, sizeof d, p->n_kv_head * hsplit, n_chunk,
+                        nd);
+    else
+        cmf_vk_dispatch(vk, VK_SH_ATTN_DEC, SPK_WG, 0, 0, &d, sizeof d, p->n_kv_head * hsplit, n_chunk, nd);
+    attn_comb_push c = {ws, p->out, p->tok, nd, p->n_head, p->head_dim, n_chunk, chunk, nc};
     cmf_vk_acc(vk, ws, bytes, false);
     acc_rows(vk, p->out, nd, (uint64_t)p->n_head * p->head_dim, (uint64_t)p->n_head * p->head_dim, true);
-    cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, ATT_WG, 0, 0, &c, sizeof c, p->n_head, nd, 1);
+    /* v2: the merge with the latency spread (attention_comb.comp's V2), a workgroup of SPK_WG */
+    cmf_vk_dispatch(vk, VK_SH_ATTN_COMB, v2 ? SPK_WG : ATT_WG, v2, 0, &c, sizeof c, p->n_head, nd, 1);
 }
 
 static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_error *err) {
@@ -686,8 +776,13 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     /* decode-class rows [0, nd) take the split-K kernel where it applies */
     uint32_t ndc = a->n_dec >= 0 ? ((uint32_t)a->n_dec < a->n_tok ? (uint32_t)a->n_dec : a->n_tok)
                                  : (a->n_tok <= MM_NT ? a->n_tok : 0); /* the row classes */
+    if (vk->bdec && a->n_dec < 0 && a->n_tok > MM_NT) /* rows without classes: those alone in their sequence */
+        while (ndc < a->n_tok && (ndc == 0 || a->views[ndc].pages != a->views[ndc - 1].pages) &&
+               (ndc + 1 == a->n_tok || a->views[ndc + 1].pages != a->views[ndc].pages))
+            ndc++;
     uint32_t nd = vk->splitk && a->head_dim <= SPK_HD_MAX ? ndc : 0;
     uint32_t kmax = 0; /* the longest key range a decode row can have in this shape bucket */
+    uint64_t kv_or = 0; /* the decode rows' pool addresses or'ed: attention_dec2.comp's alignment */
     for (uint32_t t = 0; rec && t < a->n_tok; t++) {
         const cmf_kv_view *v = &a->views[t];
         uint32_t hi = a->key_end ? a->key_end[t] : (uint32_t)a->pos[t] + 1;
@@ -721,6 +816,7 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
             if (k > kmax) kmax = k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
         }
         uint64_t kb = dev(vk, v->k_base, "K pool"), vb = dev(vk, v->v_base, "V pool");
+        if (t < nd) kv_or |= kb | vb;
         uint32_t *r = rec + (size_t)t * 12;
         r[0] = (uint32_t)kb, r[1] = (uint32_t)(kb >> 32), r[2] = (uint32_t)vb, r[3] = (uint32_t)(vb >> 32);
         r[4] = (uint32_t)last_pa, r[5] = (uint32_t)(last_pa >> 32), r[6] = lo, r[7] = hi;
@@ -732,7 +828,15 @@ static cmf_status vk_be_attention(cmf_backend *b, const cmf_attn_args *a, cmf_er
     attn_push p = {dev(vk, a->q, "attention q"), dev(vk, a->out, "attention out"), ta, a->n_tok, a->n_head,
                    a->n_kv_head, a->head_dim, v0->page_size, v0->page_stride, (uint32_t)v0->type,
                    a->n_head / a->n_kv_head, a->scale, a->softcap};
-    if (rec && p.q && p.out && nd > 0) attention_splitk(vk, a, &p, nd, kmax);
+    if (rec && p.q && p.out && nd > 0) {
+        /* attention_dec2.comp loads 8-element pieces: 16 bytes of f16 (32 of f32) at 16-byte
+         * alignment, 8 of q8 at 4 (its rows are kv_dim + 4 bytes) */
+        uint32_t es = v0->type == CMF_KV_F32 ? 4 : v0->type == CMF_KV_F16 ? 2 : 1, al = es == 1 ? 4 : 16;
+        uint64_t row = v0->type == CMF_KV_Q8 ? (uint64_t)a->n_kv_head * a->head_dim + 4 : (uint64_t)a->n_kv_head * a->head_dim;
+        bool v2 = vk->attn2 && a->head_dim % 8 == 0 && (kv_or % al) == 0 && (row * es) % al == 0 &&
+                  ((uint64_t)v0->page_stride * es) % al == 0 && ((uint64_t)a->head_dim * es) % al == 0;
+        attention_splitk(vk, a, &p, nd, kmax, v2);
+    }
     /* prompt-class rows [ndc, n_tok): flash attention on cooperative matrices where the device has
      * them (vk_ops_fa.c), which leaves rows [nd, ne) to attention.comp (ne = n_tok when it takes none) */
     uint32_t ne = rec && p.q && p.out ? cmf_vk_fa_prompt(vk, a, ndc, nd < ndc, rec, ta, p.q, p.out) : a->n_tok;
