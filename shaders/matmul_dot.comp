@@ -44,13 +44,17 @@
 // FUSE (spec constant 3; vk_ops.c matmul_parts_norm / matmul_add, CMF_VK_FUSE2):
 // bit 0 — X is the un-normalised residual and the workgroup applies the
 // backend's RMSNorm (backend.h rmsnorm: x / sqrt(mean(x²) + eps) · (w +
-// add_one); Zhang & Sennrich 2019) while staging, before quantizing, so the
-// int8 X is that of the normalised row as the unfused path would quantize
-// it. Each token's sum of squares is computed first by the whole workgroup
-// over the full row (thread i takes float4 i, i + nthr, ..., subgroupAdd,
-// then the subgroups' sums in order): the same arithmetic for NT = 1 and 8
-// (batch invariant); every workgroup recomputes it (one extra read of X,
-// in L2). Bit 1 — the epilogue adds: Y = Y + s·(the product), the residual
+// add_one); Zhang & Sennrich 2019). The norm's r = 1/sqrt(mean + eps) is
+// one scalar a token, so it factors out of the per-group int8 quantization:
+// u = x · (w + add_one) is staged and quantized (group scale d_u; the
+// unfused path's x_n = r·u has d_n = r·d_u and the same integers, up to
+// float rounding) and the token's sum is multiplied by r at the end. Each
+// token's sum of squares is computed by the whole workgroup over the full
+// row at its first staging (thread i takes float4 i, i + nthr, ...,
+// subgroupAdd, the subgroups' sums in order at the end: the same
+// arithmetic for NT = 1 and 8, batch invariant), published by the
+// staging's own barrier: no extra barrier, one extra read of X (in L1/L2)
+// while the first weight loads are in flight. Bit 1 — the epilogue adds: Y = Y + s·(the product), the residual
 // add of the o and down projections. nelem and team (unused here) carry
 // the address of the parameter block FP (low, high 32 bits).
 #extension GL_GOOGLE_include_directive : require
@@ -95,12 +99,12 @@ shared float xd[DOT_GB];
 shared int xq[DOT_GB];
 const uint NSG_MAX = 128; // subgroups a workgroup at most: 1024 invocations of subgroups >= 8 (vk_device.c refuses smaller)
 shared float nred[(FUSE & 1u) != 0 ? NT * NSG_MAX : 1];
-shared float nr[NT]; // FUSE bit 0: each token's 1 / sqrt(mean(x²) + eps)
 
 FP fpar() { return FP(uint64_t(p.team) << 32 | uint64_t(p.nelem)); }
 
-// FUSE bit 0: nr[t] for the nt tokens from t0 (uniform control flow).
-void norm_scales(uint t0, uint nt) {
+// FUSE bit 0: each subgroup's part of the nt tokens' sums of squares into
+// nred (uniform control flow; read after the next barrier).
+void norm_partial(uint t0, uint nt) {
     uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     uint ii = sg * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize, q4 = p.cols / 4;
     V4 X = V4(p.x);
@@ -114,13 +118,13 @@ void norm_scales(uint t0, uint nt) {
         ss = subgroupAdd(ss);
         if (lane == 0 && sg < NSG_MAX) nred[t * NSG_MAX + sg] = ss;
     }
-    barrier();
-    if (ii < nt) {
-        precise float s = 0.0;
-        for (uint k = 0; k < min(gl_NumSubgroups, NSG_MAX); k++) s += nred[ii * NSG_MAX + k];
-        nr[ii] = 1.0 / sqrt(s / float(p.cols) + fpar().eps);
-    }
-    barrier();
+}
+
+// FUSE bit 0: token t's r = 1 / sqrt(mean(x²) + eps), the subgroups' sums in order.
+float norm_r(uint t) {
+    precise float s = 0.0;
+    for (uint k = 0; k < min(gl_NumSubgroups, NSG_MAX); k++) s += nred[t * NSG_MAX + k];
+    return 1.0 / sqrt(s / float(p.cols) + fpar().eps);
 }
 
 // Raw 16-byte chunk c of row r (weights c·E ..) and its group's scale
@@ -156,7 +160,7 @@ uint pack4(ivec4 q) { return uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z &
 // invocation, 8 consecutive lanes a 32-group (the subgroup size is a
 // multiple of 8 and kl of 32, so the 8 lanes of a group are active
 // together in every iteration and the shuffles stay inside the group).
-void stage(uint t0, uint nt, uint k0, uint kl, uint gpt) {
+void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_one) {
     uint lane = gl_SubgroupInvocationID;
     uint ii = gl_SubgroupID * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize;
     uint q4 = kl / 4, cols = p.cols;
@@ -164,15 +168,12 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt) {
     for (uint i = ii; i < nt * q4; i += nthr) {
         uint t = i / q4, e4 = i % q4, l = e4 % 8, g = t * gpt + e4 / 8;
         vec4 v = X.v[((t0 + t) * cols + k0) / 4 + e4];
-        if ((FUSE & 1u) != 0) { // the unfused rmsnorm's (x · r) · (w + add_one), then quantized
-            FP f = fpar();
-            vec4 wv = vec4(1.0);
-            if (f.nw != 0) {
-                F32 NW = F32(f.nw);
+        if ((FUSE & 1u) != 0) { // u = x · (w + add_one), quantized; r is applied to the token's sum
+            if (nw != 0) {
+                F32 NW = F32(nw);
                 uint k = k0 + e4 * 4;
-                wv = vec4(NW.v[k], NW.v[k + 1], NW.v[k + 2], NW.v[k + 3]) + f.add_one;
+                v *= vec4(NW.v[k], NW.v[k + 1], NW.v[k + 2], NW.v[k + 3]) + add_one;
             }
-            v = (v * nr[t]) * wv;
         }
         bool bad = any(isnan(v)) || any(isinf(v));
         vec4 av = abs(v);
@@ -216,7 +217,13 @@ void main() {
     else if (g >= g0) g -= g0, w = p.w1, y = p.y1, rows = p.rows1, row0 = p.row01, n_rows = p.n_rows1, ldy = p.ldy1;
     uint cols = p.cols, gpt = DOT_GB / nt, kc = gpt * 32; // groups a staged token, inputs a K chunk
     uint staged = ~0u;
-    bool normed = (FUSE & 1u) == 0; // nr[] computed at the first staging, after the first weight loads are issued
+    uint64_t nw = 0; // FUSE bit 0: the norm weight and add_one, read once (uniform)
+    float add_one = 0.0;
+    if ((FUSE & 1u) != 0) {
+        FP f = fpar();
+        nw = f.nw, add_one = f.add_one;
+    }
+    bool normed = (FUSE & 1u) == 0; // nred written at the first staging, after the first weight loads are issued
     for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
         uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
         bool live = rb0 + sg < rpw && j < n_rows;
@@ -233,10 +240,10 @@ void main() {
             if (staged != k0) {
                 barrier();
                 if (!normed) {
-                    norm_scales(t0, nt);
+                    norm_partial(t0, nt);
                     normed = true;
                 }
-                stage(t0, nt, k0, kl, gpt);
+                stage(t0, nt, k0, kl, gpt, nw, add_one);
                 barrier();
                 staged = k0;
             }
@@ -279,6 +286,7 @@ void main() {
             float s = subgroupAdd(acc[t]);
             if (lane == 0 && live) {
                 precise float v = Q8 ? s * rs : s;
+                if ((FUSE & 1u) != 0) v *= norm_r(t);
                 uint yi = (t0 + t) * ldy + j;
                 if ((FUSE & 2u) != 0) v = F32(y).v[yi] + fpar().s * v; // add_scaled's y + s·x
                 F32(y).v[yi] = v;
