@@ -417,7 +417,7 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
     }
 
     bool normed = false; /* b->xn holds this layer's attn_norm(x) already (add_rmsnorm) */
-    /* the backend's fused mat-vecs (Vulkan with CMF_VK_FUSE2=1): the norms
+    /* the backend's fused mat-vecs (Vulkan; CMF_VK_FUSE2=0 turns them off): the norms
      * folded into the q/k/v and gate/up products, the residual adds into the
      * o and down products; not with LoRA (its terms read the normed rows and
      * add into o) */

@@ -51,7 +51,7 @@ typedef enum vk_shader {
     VK_SH_ATTN_DEC, VK_SH_ATTN_COMB, /* split-K decode attention: partials, merge (vk_ops.c) */
     VK_SH_ROPE_KV,                   /* rope + kv_store in one dispatch */
     VK_SH_MATMUL_BDEC, /* many-token decode mat-vec (matmul_bdec.comp): created only where vk_ctx.dot_ok is set */
-    VK_SH_ATTN_DEC2, /* split-K pass 1, long-context variant: created only where vk_ctx.attn2 is set (CMF_VK_ATTN2=1) */
+    VK_SH_ATTN_DEC2, /* split-K pass 1, long-context variant: created only where vk_ctx.attn2 is set (default; CMF_VK_ATTN2=0 off) */
     VK_SH_COUNT
 } vk_shader;
 
@@ -209,7 +209,7 @@ typedef struct vk_ctx {
     bool splitk;                 /* decode-class attention rows through attention_dec.comp (CMF_VK_SPLITK=0: off) */
     bool fuse;                   /* rope_kv_store as one dispatch (CMF_VK_FUSE=0: rope, rope, kv_store) */
     uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
-    bool attn2;                  /* split-K pass 1 through attention_dec2.comp (CMF_VK_ATTN2=1; needs shuffles) */
+    bool attn2;                  /* split-K pass 1 through attention_dec2.comp (default where the device has shuffles; CMF_VK_ATTN2=0 off) */
     uint32_t attn2_nc;           /* its chunks a token at most before a chunk doubles (CMF_VK_ATTN2_NC; 0: default) */
     float *att_ws;               /* split-K partials (grown on demand) */
     uint64_t att_ws_bytes;

@@ -12,7 +12,7 @@
  * input); decode-class attention rows take the split-K kernels
  * (attention_dec.comp + attention_comb.comp); with CMF_VK_BDEC=1, decode
  * products of more than 8 rows take matmul_bdec.comp (record_bdec); with
- * CMF_VK_FUSE2=1, matmul_parts_norm and matmul_add (RMSNorm in the
+ * CMF_VK_FUSE2 (default; 0 off), matmul_parts_norm and matmul_add (RMSNorm in the
  * integer-dot kernel's X staging, the residual add in its epilogue; "fused
  * mat-vec variants").
  *
@@ -434,7 +434,7 @@ static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s,
  * integer dot, mixed dtypes) runs the unfused ops for every row: the choice
  * depends on the weights and the device only, never on the batch, so a
  * decode row gets the same bits alone or in a batch. Only in the ops table
- * when CMF_VK_FUSE2=1 (vk_ops_fuse2 below; not measured on the H200 yet). */
+ * by default (vk_ops_fuse2 below; CMF_VK_FUSE2=0 selects vk_ops). */
 
 /* matmul_dot.comp's FP block (24 bytes, in the step's arena). */
 typedef struct {
@@ -663,7 +663,7 @@ typedef struct {
 #define SPK_CHUNK_MAX 128
 #define SPK_GMAX 8
 #define SPK_HD_MAX 256
-/* attention_dec2.comp (CMF_VK_ATTN2=1): up to SPK2_GMAX heads a workgroup,
+/* attention_dec2.comp (the default; CMF_VK_ATTN2=0: attention_dec.comp): up to SPK2_GMAX heads a workgroup,
  * chunks from SPK2_CHUNK keys doubling (to SPK2_CHUNK_MAX, the shader's
  * CHUNK_MAX) while a token's range needs more than SPK2_NC of them
  * (CMF_VK_ATTN2_NC sets it): 32-key chunks up to 1,024 keys, 64 at 2,048,
@@ -1023,8 +1023,9 @@ static void vk_be_free(cmf_backend *b) {
     free(b);
 }
 
-/* The table of every op; CMF_VK_FUSE2=1 selects the second, which adds
- * the fused mat-vec variants (the forward uses them when present). */
+/* The tables of every op: vk_ops, and vk_ops_fuse2 (the default;
+ * CMF_VK_FUSE2=0 selects vk_ops), which adds the fused mat-vec variants
+ * (the forward uses them when present). */
 #define VK_OPS_COMMON \
     .name = "vulkan", \
     .free = vk_be_free, \
@@ -1072,8 +1073,9 @@ cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) 
         free(b);
         return st;
     }
-    const char *f2 = getenv("CMF_VK_FUSE2"); /* the fused norm / residual mat-vecs: off by default (A/B) */
-    b->ops = f2 && strcmp(f2, "1") == 0 ? &vk_ops_fuse2 : &vk_ops;
+    /* the fused norm / residual mat-vecs (H200: tg128 q4tp 170 -> 191 tok/s); CMF_VK_FUSE2=0 for A/B */
+    const char *f2 = getenv("CMF_VK_FUSE2");
+    b->ops = f2 && strcmp(f2, "0") == 0 ? &vk_ops : &vk_ops_fuse2;
     b->ctx = vk;
     b->n_threads = 1;
     const char *smp = getenv("CMF_VK_SAMPLE"); /* device sampling (topk); 0 = off, for A/B */
