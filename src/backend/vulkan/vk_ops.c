@@ -22,6 +22,8 @@
  */
 #include "backend/vulkan/vk.h"
 
+#include <assert.h>
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +108,23 @@ typedef struct {
     uint64_t rows, cols, row0, n_rows, ldy;
 } mm_one;
 
+/* matmul.comp / matmul_dot.comp / matmul_bdec.comp push constants for
+ * the np (1..3) products o[] sharing X (n tokens at x): grid width gx,
+ * team (rows or subgroups a workgroup, as the shader reads it), flags. */
+static mm_push mm_push_parts(const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n, uint32_t gx, uint32_t team,
+                             uint32_t flags) {
+    assert(np >= 1 && np <= 3);
+    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
+                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, team, flags,
+                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
+                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
+    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
+                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    return p;
+}
+
+
 static cmf_status mm_resolve(vk_ctx *vk, const cmf_mm_part *pt, VkDeviceAddress x, mm_one *o, cmf_error *err) {
     const cmf_tensor *W = pt->W;
     if (W->ndim < 1 || W->nelem == 0) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul: empty tensor '%s'", W->name);
@@ -150,13 +169,7 @@ static void record_mv(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress 
     for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
     uint32_t gx, gy;
     grid(groups, 1, &gx, &gy);
-    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
-                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, s | rb << 8,
-                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
-                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
-    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
-                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    mm_push p = mm_push_parts(o, np, x, n, gx, rpw, s | rb << 8);
     acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
     for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
@@ -195,13 +208,7 @@ static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddres
     for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
     uint32_t gx = (n + BDEC_NT - 1) / BDEC_NT;
     if (groups > 65535 || gx > 65535) return false; /* record_dot's grid instead */
-    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
-                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, rpw, 0,
-                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
-                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
-    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
-                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
+    mm_push p = mm_push_parts(o, np, x, n, gx, rpw, 0);
     acc_rows(vk, x, n, o[0].cols, o[0].cols, false);
     for (uint32_t i = 0; i < np; i++) acc_rows(vk, o[i].y, n, o[i].ldy, o[i].n_rows, true);
     cmf_vk_dispatch(vk, VK_SH_MATMUL_BDEC, nsg * ssz, (uint32_t)o[0].W->dtype, BDEC_NT, &p, sizeof p, gx,
@@ -225,14 +232,8 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + nsg - 1) / nsg;
     uint32_t gx, gy;
     grid(groups, 1, &gx, &gy);
-    mm_push p = {o[0].w, x, o[0].y, (uint32_t)(o[0].rows * o[0].cols), (uint32_t)o[0].rows, (uint32_t)o[0].cols,
-                 (uint32_t)o[0].row0, (uint32_t)o[0].n_rows, n, (uint32_t)o[0].ldy, gx, nsg, 0,
-                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    mm_push p = mm_push_parts(o, np, x, n, gx, nsg, 0);
     if (fuse) p.nelem = (uint32_t)fp, p.team = (uint32_t)(fp >> 32); /* unused by the shader otherwise */
-    if (np > 1) p.w1 = o[1].w, p.y1 = o[1].y, p.rows1 = (uint32_t)o[1].rows, p.row01 = (uint32_t)o[1].row0,
-                p.n_rows1 = (uint32_t)o[1].n_rows, p.ldy1 = (uint32_t)o[1].ldy;
-    if (np > 2) p.w2 = o[2].w, p.y2 = o[2].y, p.rows2 = (uint32_t)o[2].rows, p.row02 = (uint32_t)o[2].row0,
-                p.n_rows2 = (uint32_t)o[2].n_rows, p.ldy2 = (uint32_t)o[2].ldy;
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
     cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy,
                     (n + nt - 1) / nt);
