@@ -380,6 +380,25 @@ typedef struct fwd_io {
     const uint64_t *tree_mask;
 } fwd_io;
 
+/* Between blocks: the residual add x += r·o when the block's product did
+ * not add it itself (pending), then the next block's input xn = norm(x)
+ * (weight w; NULL: a copy of x), or nothing when that block's products
+ * fold the norm in (fold). The add and the norm as one op where the backend
+ * has add_rmsnorm. */
+static void residual_norm(cmf_backend *be, fwd_buf *b, const cmf_hparams *hp, uint32_t n, bool pending,
+                          const float *w, bool fold) {
+    uint32_t E = hp->n_embd;
+    size_t nE = (size_t)n * E;
+    if (pending && w && !fold && be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, w, hp->norm_add_one, hp->norm_eps);
+        return;
+    }
+    if (pending) be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
+    if (fold) return;
+    if (w) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, w, hp->norm_add_one, hp->norm_eps);
+    else be->ops->copy(be, b->xn, b->x, nE);
+}
+
 /* Where a micro-batch's top-k rows go (cmf_forward_opts.top_k). */
 typedef struct fwd_top {
     uint32_t k, n_cand;
@@ -416,59 +435,38 @@ static cmf_status forward_layers(cmf_model *m, cmf_kv_cache *kv, const cmf_batch
         b->n_taps = io->n_taps * b->cap;
     }
 
-    bool normed = false; /* b->xn holds this layer's attn_norm(x) already (add_rmsnorm) */
     /* the backend's fused mat-vecs (Vulkan; CMF_VK_FUSE2=0 turns them off): the norms
      * folded into the q/k/v and gate/up products, the residual adds into the
      * o and down products; not with LoRA (its terms read the normed rows and
      * add into o) */
     bool fz = !b->ws && be->ops->matmul_parts_norm, fa = !b->ws && be->ops->matmul_add;
+    bool ready = false; /* this layer's attention input is prepared (by the previous layer's end) */
     for (uint32_t il = io->l0; il < io->l1; il++) {
         const cmf_layer *L = &io->layers[il];
         /* attention: x += r · post_norm(attn(norm(x))) */
-        const float *an = !normed && fz && L->attn_norm ? L->attn_norm : NULL;
-        bool add_o = fa && !L->bo && !L->attn_post_norm;
-        if (normed) normed = false;
-        else if (an) { /* normed inside the q/k/v products */ }
-        else if (L->attn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->attn_norm, hp->norm_add_one, hp->norm_eps);
-        else be->ops->copy(be, b->xn, b->x, nE);
+        const float *an = fz && L->attn_norm ? L->attn_norm : NULL; /* normed inside the q/k/v products */
+        bool add_o = fa && !L->bo && !L->attn_post_norm;              /* o added into x by its product */
+        if (!ready) residual_norm(be, b, hp, n, false, L->attn_norm, an != NULL);
+        ready = false;
         if ((st = attention_block(m, kv, il, L, bt, b, an, add_o, err))) return cmf_error_prefix(err, "layer %u", il);
         if (L->attn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->attn_post_norm, hp->norm_add_one, hp->norm_eps);
-        /* feed-forward: x += r · post_norm(ffn(norm(x))); the residual add
-         * and the norm after it as one op where the backend has it */
+        /* feed-forward: x += r · post_norm(ffn(norm(x))) */
         const float *fn = fz && L->ffn_norm && !L->router ? L->ffn_norm : NULL;
         bool add_d = fa && !L->router && !L->ffn_post_norm;
-        if (add_o || fn) {
-            if (!add_o) be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
-            if (fn) { /* normed inside the gate/up products */ }
-            else if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
-            else be->ops->copy(be, b->xn, b->x, nE);
-        } else if (L->ffn_norm && be->ops->add_rmsnorm) {
-            be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, L->ffn_norm, hp->norm_add_one,
-                                 hp->norm_eps);
-        } else {
-            be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
-            if (L->ffn_norm) be->ops->rmsnorm(be, b->xn, b->x, E, n, E, L->ffn_norm, hp->norm_add_one, hp->norm_eps);
-            else be->ops->copy(be, b->xn, b->x, nE);
-        }
+        residual_norm(be, b, hp, n, !add_o, L->ffn_norm, fn != NULL);
         if (L->router) st = moe_ffn(m, L, n, b, err);
         else st = glu_mlp(m, L->w_gate, L->w_up, L->w_gate_up, L->w_down, fn ? b->x : b->xn, n, b->n_dec, b->o, b, il,
                           fn, add_d ? b->x : NULL, err);
         if (st) return cmf_error_prefix(err, "layer %u", il);
         if (L->ffn_post_norm)
             be->ops->rmsnorm(be, b->o, b->o, E, n, E, L->ffn_post_norm, hp->norm_add_one, hp->norm_eps);
+        /* the residual add, with the next layer's input norm where there is one */
         const cmf_layer *Ln = il + 1 < io->l1 ? &io->layers[il + 1] : NULL;
-        bool next_fz = Ln && Ln->attn_norm && fz; /* the next layer norms inside its q/k/v products */
-        if (add_d) {
-            if (Ln && Ln->attn_norm && !next_fz) {
-                be->ops->rmsnorm(be, b->xn, b->x, E, n, E, Ln->attn_norm, hp->norm_add_one, hp->norm_eps);
-                normed = true;
-            }
-        } else if (Ln && Ln->attn_norm && be->ops->add_rmsnorm && !next_fz) { /* with the next layer's norm */
-            be->ops->add_rmsnorm(be, b->x, b->o, hp->resid_mult, b->xn, n, E, Ln->attn_norm, hp->norm_add_one,
-                                 hp->norm_eps);
-            normed = true;
-        } else {
+        if (Ln) {
+            residual_norm(be, b, hp, n, !add_d, Ln->attn_norm, fz && Ln->attn_norm);
+            ready = true;
+        } else if (!add_d) {
             be->ops->add_scaled(be, b->x, b->o, nE, hp->resid_mult);
         }
         for (uint32_t k = 0; k < io->n_taps; k++)
