@@ -155,10 +155,21 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
             MV_LINE(l, u);
             if (u < db) db = u, bg = g;
         }
-        vk->mv_wg = 0;
+        uint32_t brr = 0;
+        for (uint32_t g = 16; g <= 32; g *= 2)
+            for (uint32_t r = 1; r <= 8; r *= 2) { /* rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
+                vk->mv_wg = g, vk->dot_r = r;
+                double u = mv_time(b, &t, x, y, 1, t1);
+                char l[32];
+                snprintf(l, sizeof l, "dot WG=%u R=%u", g, r);
+                MV_LINE(l, u);
+                if (u < db) db = u, bg = g, brr = r;
+            }
+        vk->mv_wg = 0, vk->dot_r = 0;
         vk->dot = false;
-        printf("matvec %-20s dot %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us at WG=%u (0: 32)\n",
-               name, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db, bg);
+        printf("matvec %-20s dot %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us at WG=%u R=%u "
+               "(0: default)\n",
+               name, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db, bg, brr);
     }
     if (fuse) {
         vk->mv = true;
@@ -171,9 +182,15 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
         if (dq) {
             vk->dot = true;
             double d3 = mv_time(b, &t, x, y, 3, t1);
-            vk->dot = false;
             printf("matvec %-20s x3 sharing X: one dot dispatch %.1f us (%.0f GB/s): %.2fx MV\n", name, d3,
                    3 * nb / d3 / 1e3, f3 / d3);
+            for (uint32_t r = 1; r <= 8; r *= 2) {
+                vk->dot_r = r;
+                double u = mv_time(b, &t, x, y, 3, t1);
+                printf("matvec %-20s x3 sharing X: dot R=%u %.1f us (%.0f GB/s)\n", name, r, u, 3 * nb / u / 1e3);
+            }
+            vk->dot_r = 0;
+            vk->dot = false;
         }
     }
     vk->dot = dot;
@@ -201,7 +218,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     vk_ctx *vk = b->ctx;
-    printf("device: %s (subgroup %u)\n", vk->name, vk->subgroup);
+    printf("device: %s (subgroup %u, %u compute units)\n", vk->name, vk->subgroup, vk->n_cu);
     float *x = b->ops->alloc(b, 64), *y = b->ops->alloc(b, 64);
     chain(b, y, x, 10, 2); /* pipeline creation, first-use costs */
     double t1 = chain(b, y, x, 1, 20), t10 = chain(b, y, x, 10, 10), t2000 = chain(b, y, x, 2000, 5);

@@ -205,6 +205,45 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_
 
 const uint M4 = 0x0f0f0f0fu;
 
+// One 16-byte weight chunk q (scale sc) times staged group gi (cl: the
+// chunk's index in the staged K chunk; q8_row: which half of the group).
+float group_dot(uvec4 q, float sc, uint gi, uint cl) {
+    int s;
+    float f;
+    if (Q8) {
+        uvec4 xv = (cl & 1u) == 0 ? xa[gi] : xb[gi];
+        s = sdot4(q.x, xv.x, 0) + sdot4(q.y, xv.y, 0) + sdot4(q.z, xv.z, 0) + sdot4(q.w, xv.w, 0);
+        f = xd[gi];
+    } else {
+        uvec4 a = xa[gi], b = xb[gi];
+        s = sdot4(q.x & M4, a.x, 0) + sdot4((q.x >> 4) & M4, a.y, 0) + sdot4(q.y & M4, a.z, 0) +
+            sdot4((q.y >> 4) & M4, a.w, 0) + sdot4(q.z & M4, b.x, 0) + sdot4((q.z >> 4) & M4, b.y, 0) +
+            sdot4(q.w & M4, b.z, 0) + sdot4((q.w >> 4) & M4, b.w, 0);
+        s -= 8 * xq[gi];
+        f = sc * xd[gi];
+    }
+    precise float r = float(s) * f; // no contraction with the caller's sum (matmul_bdec.comp's arithmetic)
+    return r;
+}
+
+// The row's sums (subgroupAdd; the caller is in uniform control flow) into
+// Y[t0 + t][j], with the q8_row row scale and the FUSE epilogue.
+void store_row(float acc[NT], bool live, uint64_t w, uint rows, uint row0, uint j, uint t0, uint nt, uint64_t y, uint ldy) {
+    uint lane = gl_SubgroupInvocationID;
+    float rs = Q8 && live ? ld_h(U8(w), rows * p.cols + 2 * (row0 + j)) : 1.0; // q8_row: the row's scale
+    for (uint t = 0; t < NT; t++) {
+        if (t >= nt) break; // nt is uniform: the reductions stay in uniform control flow
+        float s = subgroupAdd(acc[t]);
+        if (lane == 0 && live) {
+            precise float v = Q8 ? s * rs : s;
+            if ((FUSE & 1u) != 0) v *= norm_r(t);
+            uint yi = (t0 + t) * ldy + j;
+            if ((FUSE & 2u) != 0) v = F32(y).v[yi] + fpar().s * v; // add_scaled's y + s·x
+            F32(y).v[yi] = v;
+        }
+    }
+}
+
 void main() {
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, ssz = gl_SubgroupSize, nsg = gl_NumSubgroups;
     uint t0 = gl_WorkGroupID.z * NT, nt = min(NT, p.n - t0);
@@ -224,6 +263,42 @@ void main() {
         nw = f.nw, add_one = f.add_one;
     }
     bool normed = (FUSE & 1u) == 0; // nred written at the first staging, after the first weight loads are issued
+    if (cols <= kc) { // K staged once: rows stream through the subgroup, the next row's loads issued before this row's sums
+        uint c1 = cols / E;
+        uint j = g * rpw + sg;
+        bool live = sg < rpw && j < n_rows;
+        uvec4 raw[MV_U];
+        float sc[MV_U];
+        for (uint u = 0; u < MV_U; u++)
+            if (live && lane + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, lane + u * ssz, sc[u]);
+        if (!normed) norm_partial(t0, nt);
+        stage(t0, nt, 0, cols, gpt, nw, add_one);
+        barrier();
+        for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) {
+            j = g * rpw + rb0 + sg;
+            live = rb0 + sg < rpw && j < n_rows;
+            precise float acc[NT];
+            for (uint t = 0; t < NT; t++) acc[t] = 0.0;
+            for (uint c = lane; live && c < c1; c += MV_U * ssz) {
+                for (uint u = 0; u < MV_U; u++) {
+                    uint cu = c + u * ssz;
+                    if (cu >= c1) break;
+                    for (uint t = 0; t < NT; t++) {
+                        if (t >= nt) break;
+                        acc[t] += group_dot(raw[u], sc[u], t * gpt + (Q8 ? cu / 2 : cu), cu);
+                    }
+                }
+                for (uint u = 0; u < MV_U; u++)
+                    if (c + (MV_U + u) * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, c + (MV_U + u) * ssz, sc[u]);
+            }
+            uint jn = j + nsg; // the next row of this subgroup: its first loads in flight during the sums below
+            if (rb0 + nsg + sg < rpw && jn < n_rows)
+                for (uint u = 0; u < MV_U; u++)
+                    if (lane + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + jn, lane + u * ssz, sc[u]);
+            store_row(acc, live, w, rows, row0, j, t0, nt, y, ldy);
+        }
+        return;
+    }
     for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
         uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
         bool live = rb0 + sg < rpw && j < n_rows;
@@ -252,26 +327,9 @@ void main() {
                     uint cu = c + u * ssz;
                     if (cu >= c1) break;
                     uint cl = cu - c0; // chunk in the staged K chunk
-                    uvec4 q = raw[u];
                     for (uint t = 0; t < NT; t++) {
                         if (t >= nt) break;
-                        uint gi = t * gpt + (Q8 ? cl / 2 : cl);
-                        int s;
-                        float f;
-                        if (Q8) {
-                            uvec4 xv = (cl & 1u) == 0 ? xa[gi] : xb[gi];
-                            s = sdot4(q.x, xv.x, 0) + sdot4(q.y, xv.y, 0) + sdot4(q.z, xv.z, 0) + sdot4(q.w, xv.w, 0);
-                            f = xd[gi];
-                        } else {
-                            uvec4 a = xa[gi], b = xb[gi];
-                            s = sdot4(q.x & M4, a.x, 0) + sdot4((q.x >> 4) & M4, a.y, 0) + sdot4(q.y & M4, a.z, 0) +
-                                sdot4((q.y >> 4) & M4, a.w, 0) + sdot4(q.z & M4, b.x, 0) +
-                                sdot4((q.z >> 4) & M4, b.y, 0) + sdot4(q.w & M4, b.z, 0) +
-                                sdot4((q.w >> 4) & M4, b.w, 0);
-                            s -= 8 * xq[gi];
-                            f = sc[u] * xd[gi];
-                        }
-                        acc[t] += float(s) * f;
+                        acc[t] += group_dot(raw[u], sc[u], t * gpt + (Q8 ? cl / 2 : cl), cl);
                     }
                 }
                 c += MV_U * ssz;
@@ -280,17 +338,6 @@ void main() {
             }
         }
         if (kc < cols) staged = ~0u; // a later row group restages from k0 = 0
-        float rs = Q8 && live ? ld_h(U8(w), rows * cols + 2 * (row0 + j)) : 1.0; // q8_row: the row's scale
-        for (uint t = 0; t < NT; t++) {
-            if (t >= nt) break; // nt is uniform: the reductions stay in uniform control flow
-            float s = subgroupAdd(acc[t]);
-            if (lane == 0 && live) {
-                precise float v = Q8 ? s * rs : s;
-                if ((FUSE & 1u) != 0) v *= norm_r(t);
-                uint yi = (t0 + t) * ldy + j;
-                if ((FUSE & 2u) != 0) v = F32(y).v[yi] + fpar().s * v; // add_scaled's y + s·x
-                F32(y).v[yi] = v;
-            }
-        }
+        store_row(acc, live, w, rows, row0, j, t0, nt, y, ldy);
     }
 }

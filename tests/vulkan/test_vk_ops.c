@@ -678,7 +678,7 @@ static float *quant_x(const float *x, uint32_t n, uint64_t cols) {
 
 /* The integer-dot decode path (matmul_dot.comp) where the device has it:
  * 1 and 9 tokens (K staged in chunks at 8 tokens when in > 2048), 4 and 32
- * subgroups a workgroup, against the CPU reference on the quantized X
+ * subgroups a workgroup at 1 and 3 rows a subgroup (CMF_VK_DOT_R), against the CPU reference on the quantized X
  * (2e-5) and on X itself (the quantization error: 2e-2), a row alone equal
  * bit for bit to its row in a batch, three parts in one dispatch, and an
  * inf in X making its token's outputs NaN (as the CPU's int8 path). */
@@ -713,8 +713,9 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     CHECK(cpu->ops->matmul(cpu, &t, 2, 40, xq, n, -1, yq, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
     CHECK(cpu->ops->matmul(cpu, &t, 2, 40, x, n, -1, yc, ldy, &err) == CMF_OK, "cpu matmul: %s", err.msg);
     double worst = 0, wq = 0;
-    for (uint32_t wg = 4; wg <= 32; wg *= 8) {
-        vk->mv_wg = wg;
+    for (uint32_t var = 0; var < 4; var++) {
+        uint32_t wg = var % 2 ? 32 : 4;
+        vk->mv_wg = wg, vk->dot_r = var < 2 ? 1 : 3; /* 3 rows a subgroup: 12 rows a workgroup of 4, the last part */
         for (uint32_t nn = 1; nn <= n; nn += n - 1) {
             step_begin();
             CHECK(gpu->ops->matmul(gpu, &t, 2, 40, xd, nn, nn, yd, ldy, &err) == CMF_OK, "dot: %s", err.msg);
@@ -724,18 +725,22 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
             /* to the float X: tokens 0..2 (token 3's large input makes its group's step large) */
             double dq = maxdiff(yc, yg, (size_t)(nn < 3 ? nn : 3) * ldy, sqrt((double)cols));
             worst = d > worst ? d : worst, wq = dq > wq ? dq : wq;
-            CHECK(d < 2e-5 && dq < 2e-2, "dot %s in=%llu WG=%u n=%u: max diff %g (to the float X: %g)",
-                  cmf_dtype_name(dt), (unsigned long long)cols, wg, nn, d, dq);
+            CHECK(d < 2e-5 && dq < 2e-2, "dot %s in=%llu WG=%u R=%u n=%u: max diff %g (to the float X: %g)",
+                  cmf_dtype_name(dt), (unsigned long long)cols, wg, vk->dot_r, nn, d, dq);
             free(yg);
         }
     }
-    vk->mv_wg = 0;
-    /* batch invariance */
+    vk->mv_wg = 0, vk->dot_r = 0;
+    /* batch invariance (the row alone streamed 3 rows a subgroup, the batch 1) */
     float *y1 = gpu->ops->alloc(gpu, ldy);
     step_begin();
     gpu->ops->matmul(gpu, &t, 2, 40, xd, n, n, yd, ldy, &err);
+    step_end("dot batch");
+    vk->dot_r = 3;
+    step_begin();
     gpu->ops->matmul(gpu, &t, 2, 40, xd, 1, 1, y1, ldy, &err);
     step_end("dot alone");
+    vk->dot_r = 0;
     float *a = down(yd, ldy), *b1 = down(y1, ldy);
     CHECK(memcmp(a, b1, 40 * sizeof(float)) == 0, "dot %s: a row alone differs from its row in a batch",
           cmf_dtype_name(dt));
@@ -765,7 +770,7 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     float *yi = down(yd, 2 * (size_t)ldy);
     CHECK(isfinite(yi[0]) && isnan(yi[ldy]) && isnan(yi[ldy + 39]), "dot %s inf: %g %g %g", cmf_dtype_name(dt), yi[0],
           yi[ldy], yi[ldy + 39]);
-    fprintf(stderr, "dot    %-8s in=%llu WG=4,32 n=1,9, 3 parts, inf (diff %.2g; to the float X %.2g)\n",
+    fprintf(stderr, "dot    %-8s in=%llu WG=4,32 R=1,3 n=1,9, 3 parts, inf (diff %.2g; to the float X %.2g)\n",
             cmf_dtype_name(dt), (unsigned long long)cols, worst, wq);
     vk->dot = was;
     free(x), free(xq), free(yq), free(yc), free(a), free(b1), free(yi), free(w), free(payload);

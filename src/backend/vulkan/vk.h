@@ -173,6 +173,7 @@ typedef struct vk_ctx {
     vk_pipe pipes[128];          /* one per (shader, spec constants) used */
     uint32_t n_pipes;
     uint32_t subgroup;
+    uint32_t n_cu; /* compute units (SMs, CUs) where VK_NV_shader_sm_builtins / VK_AMD_shader_core_properties tell; else 0 */
     bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */
     bool wide;                   /* matmul.comp's 16-byte weight loads (CMF_VK_WIDE=0 turns them off, for A/B) */
     bool mv;                     /* matmul.comp's MV decode path (QUAD 3; CMF_VK_MV=0 turns it off, for A/B) */
@@ -189,6 +190,10 @@ typedef struct vk_ctx {
      * 128-row cooperative-matrix GEMM tile, of which a batch of 16 decodes fills an eighth), and attention
      * rows that are alone in their sequence take split-K */
     uint32_t bdec_max;
+    /* matmul_dot.comp: rows a subgroup takes one after another, the next row's weight loads in flight
+     * during this row's sums (K staged once: cols <= 16384 at one token; CMF_VK_DOT_R, 0: vk_ops.c's
+     * choice from n_cu; vk_bench sweeps it) */
+    uint32_t dot_r;
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with

@@ -436,10 +436,20 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
         st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): the device lacks %s", index, vk->name, miss);
         goto fail;
     }
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    /* the compute units, where an extension tells them (NVIDIA's SMs, AMD's CUs; 0 elsewhere): record_dot's
+     * rows a subgroup keep at least ~5/8 of them busy */
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV smp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    VkPhysicalDeviceShaderCorePropertiesAMD amdp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+    bool has_sm = has_ext(vk->phys, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+    bool has_cu = has_ext(vk->phys, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME);
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                             .pNext = has_sm ? (void *)&smp : has_cu ? (void *)&amdp : NULL};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
     vk->subgroup = sg.subgroupSize;
+    vk->n_cu = has_sm   ? smp.shaderSMCount
+               : has_cu ? amdp.shaderEngineCount * amdp.shaderArraysPerEngineCount * amdp.computeUnitsPerShaderArray
+                        : 0;
     if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
         !(sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sg.subgroupSize < 8) {
         st = cmf_error_set(err, CMF_ERR_UNSUPPORTED, "vulkan:%d (%s): no subgroup arithmetic in compute shaders (or subgroups under 8)",
@@ -488,6 +498,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->dot_ok = dot_ext && dq.shaderIntegerDotProduct && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     const char *dts = getenv("CMF_VK_DOT");
     vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
+    const char *dr = getenv("CMF_VK_DOT_R");
+    vk->dot_r = dr && *dr ? (uint32_t)strtoul(dr, NULL, 10) : 0;
     const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off until measured on a GPU */
     vk->bdec = bds && *bds && strcmp(bds, "0") != 0;
     const char *bdm = getenv("CMF_VK_BDEC_MAX");

@@ -216,6 +216,19 @@ static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddres
     return true;
 }
 
+/* Rows a subgroup for matmul_dot.comp: streaming rows through a
+ * workgroup (the next row's loads in flight during a row's sums, X staged
+ * once for them all) beats more workgroups as long as about 5/8 of the
+ * compute units still get one; on the H200 (132 SMs, 3 Dec 2026,
+ * vk_bench --matvec, q8_row) 11008x4096 took 19.8 -> 16.9 us at 4 rows
+ * (86 workgroups), 32000x4096 47.0 -> 38.4 at 8, while 4096x11008 went
+ * 15.1 -> 20.0 at 2 (64 workgroups). 1 where n_cu is unknown. */
+static uint32_t dot_rows(const vk_ctx *vk, uint64_t rows, uint32_t nsg) {
+    uint32_t r = 1;
+    while (r < 8 && vk->n_cu && rows / ((uint64_t)nsg * r * 2) * 8 >= (uint64_t)vk->n_cu * 5) r *= 2;
+    return r;
+}
+
 /* fp, fuse: the fused variants (0, 0 otherwise): the FP parameter block
  * (fuse_par) and matmul_dot.comp's FUSE bits; they never take
  * matmul_bdec.comp (it has no fused variant: the NT = 8 pipeline serves
@@ -228,11 +241,14 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     if (maxw > vk->props.limits.maxComputeWorkGroupSize[0]) maxw = vk->props.limits.maxComputeWorkGroupSize[0];
     if (nsg > 32) nsg = 32;
     while (nsg > 1 && nsg * ssz > maxw) nsg /= 2;
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < np; i++) rows += o[i].n_rows;
+    uint32_t r = vk->dot_r ? (vk->dot_r > 64 ? 64 : vk->dot_r) : dot_rows(vk, rows, nsg), rpw = nsg * r;
     uint64_t groups = 0;
-    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + nsg - 1) / nsg;
+    for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
     uint32_t gx, gy;
     grid(groups, 1, &gx, &gy);
-    mm_push p = mm_push_parts(o, np, x, n, gx, nsg, 0);
+    mm_push p = mm_push_parts(o, np, x, n, gx, rpw, 0);
     if (fuse) p.nelem = (uint32_t)fp, p.team = (uint32_t)(fp >> 32); /* unused by the shader otherwise */
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
     cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy,
