@@ -15,9 +15,11 @@
  *     kernel (CMF_VK_MV=0) and the MV path at each team shape in the same
  *     process; q/k/v-like triples as one fused dispatch vs three; where the
  *     device has integer dot products, the integer-dot kernel
- *     (matmul_dot.comp, CMF_VK_DOT) at 32, 8 and 16 subgroups a workgroup
+ *     (matmul_dot.comp, CMF_VK_DOT) at 8, 16 and 32 subgroups a workgroup x 1..8 rows a subgroup
  *     against MV (the 4- and 8-bit dtypes).
- * Usage: build/bench/vk_bench [--device N] [--mib M] [--matvec] (default 0, 4096).
+ *   with --gemm: the prompt-class GEMM (q4tp, q8_row, f16 at 4096x4096 and
+ *     11008x4096) at 16..512 tokens and each tile height, us, GB/s, TFLOP/s.
+ * Usage: build/bench/vk_bench [--device N] [--mib M] [--matvec] [--gemm] (default 0, 4096).
  * Prints one line per figure and a JSON line at the end.
  */
 #include "backend/vulkan/vk.h"
@@ -64,21 +66,38 @@ static float *rnd(uint64_t n) {
     return v;
 }
 
-/* us per product of one step of 50 dependent products (each reads the same
- * X and writes Y; the backend's barrier between), best of 3 after a first
- * run that uploads W, minus the one-dispatch step cost t1. np > 1: each
- * product is matmul_parts of np copies of W into np outputs. */
-static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, double t1) {
+/* A random rows x cols matrix encoded at dtype dt (the caller frees .data). */
+static cmf_tensor random_w(int dt, uint64_t rows, uint64_t cols) {
+    float *w = rnd(rows * cols);
+    uint64_t shape[2] = {rows, cols}, nb = 0;
+    void *payload = NULL;
+    cmf_error err = {0};
+    if (cmf_tensor_encode((cmf_dtype)dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
+        fprintf(stderr, "vk_bench: encode: %s\n", err.msg);
+        exit(1);
+    }
+    free(w);
+    return (cmf_tensor){.name = "w", .dtype = (cmf_dtype)dt, .ndim = 2, .shape = {rows, cols},
+                        .nelem = rows * cols, .data = payload, .nbytes = nb};
+}
+
+/* us per product of one step of `count` dependent products of n tokens
+ * (n_dec as matmul_parts'; each reads the same X and writes Y; the
+ * backend's barrier between), best of 3 after a first run that uploads W,
+ * minus the one-dispatch step cost t1. np > 1: each product is
+ * matmul_parts of np copies of W into np outputs (Y: np x rows a token). */
+static double prod_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, uint32_t n, int32_t n_dec,
+                        int count, double t1) {
     uint64_t rows = t->shape[0];
     cmf_error err = {0};
     cmf_mm_part parts[3];
-    for (uint32_t k = 0; k < np; k++) parts[k] = (cmf_mm_part){t, 0, rows, y + k * rows, rows};
+    for (uint32_t k = 0; k < np; k++) parts[k] = (cmf_mm_part){t, 0, rows, y + k * rows * n, rows};
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
         double t0 = now_s();
         b->ops->begin(b);
-        for (int i = 0; i < 50; i++)
-            if (b->ops->matmul_parts(b, parts, np, x, 1, -1, &err) != CMF_OK) {
+        for (int i = 0; i < count; i++)
+            if (b->ops->matmul_parts(b, parts, np, x, n, n_dec, &err) != CMF_OK) {
                 fprintf(stderr, "vk_bench: matmul: %s\n", err.msg);
                 exit(1);
             }
@@ -88,10 +107,15 @@ static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, u
         }
         float one;
         b->ops->read(b, &one, y, 1);
-        double dt_s = (now_s() - t0 - t1) / 50;
+        double dt_s = (now_s() - t0 - t1) / count;
         if (r > 0 && dt_s < best) best = dt_s;
     }
     return best * 1e6;
+}
+
+/* One token, 50 products a step (the decode mat-vec). */
+static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, double t1) {
+    return prod_time(b, t, x, y, np, 1, -1, 50, t1);
 }
 
 /* The decode mat-vec of W (rows x cols, dtype dt, one token): the previous
@@ -102,17 +126,9 @@ static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, u
  * dispatch) against three separate ones. */
 static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double t1, double bw, int fuse) {
     vk_ctx *vk = b->ctx;
-    float *w = rnd(rows * cols);
-    uint64_t shape[2] = {rows, cols}, nb = 0;
-    void *payload = NULL;
-    cmf_error err = {0};
-    if (cmf_tensor_encode((cmf_dtype)dt, 2, shape, w, &payload, &nb, &err) != CMF_OK) {
-        fprintf(stderr, "vk_bench: encode: %s\n", err.msg);
-        exit(1);
-    }
-    free(w);
-    cmf_tensor t = {.name = "w", .dtype = (cmf_dtype)dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
-                    .data = payload, .nbytes = nb};
+    cmf_tensor t = random_w(dt, rows, cols);
+    void *payload = (void *)t.data;
+    uint64_t nb = t.nbytes;
     float *x = b->ops->alloc(b, cols), *y = b->ops->alloc(b, 3 * rows);
     char name[64];
     snprintf(name, sizeof name, "%s %llux%llu", cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols);
@@ -146,17 +162,8 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
         vk->dot = true;
         double d = mv_time(b, &t, x, y, 1, t1), db = d;
         MV_LINE("dot", d);
-        uint32_t bg = 0;
-        for (uint32_t g = 8; g <= 16; g *= 2) {
-            vk->mv_wg = g;
-            double u = mv_time(b, &t, x, y, 1, t1);
-            char l[32];
-            snprintf(l, sizeof l, "dot WG=%u", g);
-            MV_LINE(l, u);
-            if (u < db) db = u, bg = g;
-        }
-        uint32_t brr = 0;
-        for (uint32_t g = 16; g <= 32; g *= 2)
+        uint32_t bg = 0, brr = 0;
+        for (uint32_t g = 8; g <= 32; g *= 2)
             for (uint32_t r = 1; r <= 8; r *= 2) { /* rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
                 vk->mv_wg = g, vk->dot_r = r;
                 double u = mv_time(b, &t, x, y, 1, t1);
@@ -199,15 +206,46 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     free(payload);
 }
 
+/* The prompt-class GEMM (matmul_coop.comp where the device has cooperative
+ * matrices, else matmul_tiled.comp) of W (rows x cols, dtype dt) at n
+ * tokens, all rows as prompt rows (n_dec 0): us per product of a step of
+ * 20 dependent products (best of 3 after a first), at each tile height
+ * (vk->coop_bm: 0 = the backend's choice), with the weights' GB/s and the
+ * TFLOP/s. */
+static void gemm(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double t1, double bw) {
+    vk_ctx *vk = b->ctx;
+    cmf_tensor t = random_w(dt, rows, cols);
+    void *payload = (void *)t.data;
+    uint64_t nb = t.nbytes;
+    const uint32_t ns[5] = {16, 32, 64, 128, 512};
+    float *x = b->ops->alloc(b, 512 * cols), *y = b->ops->alloc(b, 512 * rows);
+    float *xh = rnd(512 * cols);
+    b->ops->write(b, x, xh, 512 * cols);
+    free(xh);
+    for (int k = 0; k < 5; k++)
+        for (uint32_t bm = 0; bm <= 128; bm = bm ? bm * 2 : 32) {
+            vk->coop_bm = bm;
+            double us = prod_time(b, &t, x, y, 1, ns[k], 0, 20, t1);
+            printf("gemm %-8s %llux%llu n=%-3u BM=%-3u %8.1f us %6.0f GB/s (%4.1f%% of probe) %6.1f TFLOP/s\n",
+                   cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols, ns[k], bm, us,
+                   nb / us / 1e3, bw > 0 ? 100 * nb / us / 1e3 / bw : 0, 2.0 * rows * cols * ns[k] / us / 1e6);
+        }
+    vk->coop_bm = 0;
+    b->ops->release(b, x);
+    b->ops->release(b, y);
+    free(payload);
+}
+
 int main(int argc, char **argv) {
-    int dev = 0, mv = 0;
+    int dev = 0, mv = 0, gm = 0;
     long mib = 4096;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) dev = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = atol(argv[++i]);
         else if (strcmp(argv[i], "--matvec") == 0) mv = 1;
+        else if (strcmp(argv[i], "--gemm") == 0) gm = 1;
         else {
-            fprintf(stderr, "usage: vk_bench [--device N] [--mib M] [--matvec]\n");
+            fprintf(stderr, "usage: vk_bench [--device N] [--mib M] [--matvec] [--gemm]\n");
             return 2;
         }
     }
@@ -262,6 +300,13 @@ int main(int argc, char **argv) {
         uint64_t sh[4][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
         for (int d = 0; d < 4; d++)
             for (int k = 0; k < 4; k++) matvec(b, dts[d], sh[k][0], sh[k][1], t1, bw, k == 0);
+    }
+    if (gm) {
+        int dts[3] = {CMF_DT_Q4TP, CMF_DT_Q8_ROW, CMF_DT_F16};
+        for (int d = 0; d < 3; d++) {
+            gemm(b, dts[d], 4096, 4096, t1, bw);
+            gemm(b, dts[d], 11008, 4096, t1, bw);
+        }
     }
     printf("{\"device\": \"%s\", \"dispatch_us\": %.3f, \"step_us\": %.1f, \"read_gbps\": %.1f}\n", vk->name,
            per * 1e6, t1 * 1e6, bw);

@@ -3,19 +3,24 @@
 // the rows matmul_tiled.comp would take), chosen at run time where the
 // device has VK_KHR_cooperative_matrix with a 16 x 8 x 16 f16 x f16 -> f32
 // subgroup shape and subgroups of 32 (vk_device.c). Y[t][j] = sum_k
-// X[t][k] * W[row0 + j][k]: a 128-token x 128-weight-row output tile a
+// X[t][k] * W[row0 + j][k]: a BM-token x BN-weight-row output tile a
 // workgroup of 256 threads (8 subgroups, 2 over tokens x 4 over rows, each
-// 64 x 32 outputs = 4 x 4 accumulators of 16 x 8 f32). K in chunks of 64:
+// BM/2 x BN/4 outputs = BM/32 x BN/32 accumulators of 16 x 8 f32). BM is
+// specialization constant 2 (0: 128; 64, and 32 for batched decode and
+// short prompts, where a 128-token tile computes mostly padding and the
+// kernel streams weights: BN = 32 there, so that a 4096-row matrix has 128
+// workgroups rather than 32, else BN = 128). K in chunks of BK (64; 256
+// at BM = 32):
 // the X chunk (f32 -> f16) and the W chunk (decoded from its CMF dtype;
 // dequant.glsl's w_at for the odd cases) are staged in shared memory as
 // f16 (a thread stages one 32-k run of one token and of one weight row:
 // one scale and one 16-byte load for a q4 group), so every weight is
-// decoded once per 128 tokens; the next chunk's global loads are issued
+// decoded once per BM tokens; the next chunk's global loads are issued
 // before this chunk's products (a register pipeline). Inputs are rounded
 // to f16 (11-bit significand), products accumulate in f32. Each output's
-// k order is fixed by the tile, independent of n: rows of one class stay
-// batch invariant. Grid: x over 128-row blocks of W, y over 128-token
-// blocks.
+// k order is fixed by the tile (the same 16 x 8 x 16 products in the same
+// order at every BM), independent of n: rows of one class stay batch
+// invariant. Grid: x over 128-row blocks of W, y over BM-token blocks.
 //
 // Written against GL_NV_cooperative_matrix (what Debian 12's glslc
 // compiles); the build rewrites the SPIR-V to SPV_KHR_cooperative_matrix
@@ -39,10 +44,18 @@ layout(push_constant) uniform P {
     uint nelem, rows, cols, row0, n_rows, n, ldy;
 } p;
 
-#define BM 128 /* tokens a workgroup */
-#define BN 128 /* weight rows a workgroup */
-#define BK 64
-#define LDS (BK + 8) /* row stride in halves: 144 bytes, rows stay 16-byte aligned */
+layout(constant_id = 2) const uint BMC = 0;
+const uint BM = BMC == 0 ? 128 : BMC; /* tokens a workgroup: 128, 64 or 32 */
+const uint MI = BM / 32;              /* 16-token A tiles a subgroup */
+const uint BN = BM == 32 ? 32 : 128;  /* weight rows a workgroup */
+const uint NJ = BN / 32;              /* 8-row B tiles a subgroup */
+/* K a chunk: 256 at 32 tokens x 32 rows (the weight-streaming tile: 4x
+ * the workgroups of a 128-row tile, a run of X and of W a thread; 37 KiB
+ * of shared memory), else 64 */
+const uint BK = BM == 32 ? 256 : 64;
+const uint LDS = BK + 8;   /* row stride in halves (144 / 272 bytes): rows stay 16-byte aligned */
+const uint RPR = BK / 32;  /* 32-k runs a row of a chunk */
+const uint WRN = BN * RPR / 256; /* W runs a thread */
 // f16 tiles, 8 halves an element (one 16-byte shared store a run); the
 // matrix loads count offsets and strides in these elements
 shared uvec4 xs[BM * LDS / 8];
@@ -200,47 +213,58 @@ void x_run32(uint t, uint c0, out uvec4 o[4]) {
 
 void main() {
     uint tid = gl_LocalInvocationID.x, sg = tid / 32, lane = tid % 32;
-    uint sm = sg / 4, sn = sg % 4; /* this subgroup's 64 tokens x 32 rows */
+    uint sm = sg / 4, sn = sg % 4; /* this subgroup's BM/2 tokens x BN/4 rows */
     uint j0 = gl_WorkGroupID.x * BN, t0 = gl_WorkGroupID.y * BM;
-    MC acc[4][4];
-    [[unroll]] for (uint i = 0; i < 4; i++)
-        [[unroll]] for (uint j = 0; j < 4; j++) acc[i][j] = MC(0.0);
-    // one (token, 32 k) run of X and one (weight row, 32 k) run of W a
-    // thread a chunk; software pipeline: the next chunk's global loads are
-    // in flight while this chunk's products run
-    uint m = tid / 2, kh = (tid % 2) * 32;
-    uvec4 px[4], pw[4];
-    x_run32(t0 + m, kh, px);
-    if (j0 + m < p.n_rows) w_run32(p.row0 + j0 + m, kh, pw);
-    else [[unroll]] for (uint q = 0; q < 4; q++) pw[q] = uvec4(0);
+    MC acc[MI][NJ];
+    [[unroll]] for (uint i = 0; i < MI; i++)
+        [[unroll]] for (uint j = 0; j < NJ; j++) acc[i][j] = MC(0.0);
+    // 32-k runs, RPR a row of the chunk: W's BN·RPR runs WRN a thread
+    // (run q·256 + tid: a load instruction covers consecutive runs), X's
+    // BM·RPR runs one a thread (threads below that count); software
+    // pipeline: the next chunk's global loads are in flight while this
+    // chunk's products run
+    uvec4 px[4], pw[WRN][4];
+    uint xm = tid / RPR, xk = (tid % RPR) * 32;
+    bool xr = tid < BM * RPR; /* this thread stages a run of X */
+    if (xr) x_run32(t0 + xm, xk, px);
+    [[unroll]] for (uint q = 0; q < WRN; q++) {
+        uint f = q * 256 + tid, m = f / RPR, kh = (f % RPR) * 32;
+        if (j0 + m < p.n_rows) w_run32(p.row0 + j0 + m, kh, pw[q]);
+        else [[unroll]] for (uint i = 0; i < 4; i++) pw[q][i] = uvec4(0);
+    }
     for (uint k0 = 0; k0 < p.cols; k0 += BK) {
         barrier();
-        [[unroll]] for (uint q = 0; q < 4; q++) {
-            xs[(m * LDS + kh) / 8 + q] = px[q];
-            ws[(m * LDS + kh) / 8 + q] = pw[q];
+        [[unroll]] for (uint i = 0; i < 4; i++)
+            if (xr) xs[(xm * LDS + xk) / 8 + i] = px[i];
+        [[unroll]] for (uint q = 0; q < WRN; q++) {
+            uint f = q * 256 + tid, m = f / RPR, kh = (f % RPR) * 32;
+            [[unroll]] for (uint i = 0; i < 4; i++) ws[(m * LDS + kh) / 8 + i] = pw[q][i];
         }
         barrier();
         if (k0 + BK < p.cols) {
-            x_run32(t0 + m, k0 + BK + kh, px);
-            if (j0 + m < p.n_rows) w_run32(p.row0 + j0 + m, k0 + BK + kh, pw);
+            if (xr) x_run32(t0 + xm, k0 + BK + xk, px);
+            [[unroll]] for (uint q = 0; q < WRN; q++) {
+                uint f = q * 256 + tid, m = f / RPR, kh = (f % RPR) * 32;
+                if (j0 + m < p.n_rows) w_run32(p.row0 + j0 + m, k0 + BK + kh, pw[q]);
+            }
         }
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16) {
-            MA a[4];
-            MB b[4];
-            [[unroll]] for (uint i = 0; i < 4; i++) coopMatLoadNV(a[i], xs, ((sm * 64 + i * 16) * LDS + kk) / 8, LDS / 8, false);
-            [[unroll]] for (uint j = 0; j < 4; j++) coopMatLoadNV(b[j], ws, ((sn * 32 + j * 8) * LDS + kk) / 8, LDS / 8, true);
-            [[unroll]] for (uint i = 0; i < 4; i++)
-                [[unroll]] for (uint j = 0; j < 4; j++) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+            MA a[MI];
+            MB b[NJ];
+            [[unroll]] for (uint i = 0; i < MI; i++) coopMatLoadNV(a[i], xs, ((sm * (BM / 2) + i * 16) * LDS + kk) / 8, LDS / 8, false);
+            [[unroll]] for (uint j = 0; j < NJ; j++) coopMatLoadNV(b[j], ws, ((sn * (BN / 4) + j * 8) * LDS + kk) / 8, LDS / 8, true);
+            [[unroll]] for (uint i = 0; i < MI; i++)
+                [[unroll]] for (uint j = 0; j < NJ; j++) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
         }
     }
     F32 Y = F32(p.y);
-    [[unroll]] for (uint i = 0; i < 4; i++)
-        [[unroll]] for (uint j = 0; j < 4; j++) {
+    [[unroll]] for (uint i = 0; i < MI; i++)
+        [[unroll]] for (uint j = 0; j < NJ; j++) {
             coopMatStoreNV(acc[i][j], cs, sg * 128, 8, false);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = lane; e < 128; e += 32) {
-                uint t = t0 + sm * 64 + i * 16 + e / 8, c = j0 + sn * 32 + j * 8 + e % 8;
+                uint t = t0 + sm * (BM / 2) + i * 16 + e / 8, c = j0 + sn * (BN / 4) + j * 8 + e % 8;
                 if (t < p.n && c < p.n_rows) Y.v[t * p.ldy + c] = cs[sg * 128 + e];
             }
             subgroupBarrier();

@@ -3,8 +3,9 @@
  * chosen by the Vulkan backend for prompt-class rows where the device has
  * VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix with a 16x8x16
  * f16 -> f32 shape) against the CPU backend at its reference level, at
- * every matrix dtype, on small and odd shapes: 9, 130 and 257 tokens
- * (partial 128-token tiles), 290 weight rows from row 5 of 300 (partial
+ * every matrix dtype, on small and odd shapes: 9, 40, 130 and 257 tokens
+ * (partial 32-, 64- and 128-token tiles; 40 tokens also bit for bit alike
+ * at every tile height), 290 weight rows from row 5 of 300 (partial
  * 128-row tiles, a row offset), ldy 301 > rows, in = 70 / 72 / 96 / 320
  * (K not a multiple of the 32-wide chunk; the per-element fallback at
  * in % 8 != 0), all rows as prompt (n_dec 0) and mixed with 3 decode rows.
@@ -53,9 +54,9 @@ static void test_gemm(cmf_dtype dt, uint64_t cols) {
     }
     cmf_tensor t = {.name = "w", .dtype = dt, .ndim = 2, .shape = {rows, cols}, .nelem = rows * cols,
                     .data = payload, .nbytes = nb};
-    const uint32_t ns[3] = {9, 130, 257};
+    const uint32_t ns[4] = {9, 40, 130, 257};
     double worst = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         uint32_t n = ns[k];
         float *x = malloc((size_t)n * cols * sizeof *x), *yc = calloc((size_t)n * ldy, sizeof(float));
         for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = frand();
@@ -111,10 +112,28 @@ static void test_gemm(cmf_dtype dt, uint64_t cols) {
                   (double)yg[first], (double)yc[first],
                   (double)bound[first] + (mixed && first < (size_t)3 * ldy ? dbound[first] : 0));
         }
+        if (n == 40) { /* the same bits at 32, 64 and 128 tokens a workgroup (batch invariance across tiles) */
+            vk_ctx *vm = gpu->ctx;
+            float *yb[3];
+            for (int b = 0; b < 3; b++) {
+                vm->coop_bm = 32u << b;
+                yb[b] = malloc((size_t)n * ldy * sizeof(float));
+                gpu->ops->fill(gpu, yd, (size_t)n * ldy, 0.0f);
+                gpu->ops->begin(gpu);
+                step(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, 0, yd, ldy, &err), "vk matmul", &err);
+                gpu->ops->read(gpu, yb[b], yd, (size_t)n * ldy);
+            }
+            vm->coop_bm = 0;
+            CHECK(memcmp(yb[0], yb[1], (size_t)n * ldy * sizeof(float)) == 0 &&
+                      memcmp(yb[0], yb[2], (size_t)n * ldy * sizeof(float)) == 0,
+                  "coop %s in=%llu: 40 tokens differ between 32-, 64- and 128-token tiles", cmf_dtype_name(dt),
+                  (unsigned long long)cols);
+            for (int b = 0; b < 3; b++) free(yb[b]);
+        }
         free(x), free(yc), free(bound), free(dbound), free(yg);
         gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd);
     }
-    fprintf(stderr, "coop %-8s in=%-3llu n=9,130,257: worst |diff| / bound %.3f\n", cmf_dtype_name(dt),
+    fprintf(stderr, "coop %-8s in=%-3llu n=9,40,130,257 (tiles of 32/64/128 tokens alike): worst |diff| / bound %.3f\n", cmf_dtype_name(dt),
             (unsigned long long)cols, worst);
     free(w), free(payload);
 }

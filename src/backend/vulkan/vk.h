@@ -201,6 +201,7 @@ typedef struct vk_ctx {
      * neither offers a 16x8x16 f16 -> f32 subgroup shape on subgroups of 32
      * (then matmul_tiled.comp); CMF_VK_COOP=0/khr/nv overrides */
     uint8_t coop;
+    uint32_t coop_bm; /* matmul_coop.comp's tokens a workgroup, 32/64/128 (CMF_VK_COOP_BM; 0: by the row count) */
     /* attention's prompt-class rows through attention_coop.comp (vk_ops_fa.c):
      * where vk->coop and the shared memory it needs; CMF_VK_FA=0 turns it off
      * (A/B). n_fa_rows counts the rows it took (tests). */

@@ -498,6 +498,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->dot_ok = dot_ext && dq.shaderIntegerDotProduct && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     const char *dts = getenv("CMF_VK_DOT");
     vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
+    const char *cbm = getenv("CMF_VK_COOP_BM");
+    vk->coop_bm = cbm && *cbm ? (uint32_t)strtoul(cbm, NULL, 10) : 0;
     const char *dr = getenv("CMF_VK_DOT_R");
     vk->dot_r = dr && *dr ? (uint32_t)strtoul(dr, NULL, 10) : 0;
     const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off until measured on a GPU */
@@ -960,8 +962,9 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT ? 4 : sh == VK_SH_MATMUL_BDEC || sh == VK_SH_ATTN_DEC2 ? 3 :
-                      sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA || sh == VK_SH_MATMUL_COOP ||
+    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT ? 4
+                      : sh == VK_SH_MATMUL_BDEC || sh == VK_SH_ATTN_DEC2 || sh == VK_SH_MATMUL_COOP ? 3 :
+                      sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
                       sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP || sh == VK_SH_ATTN_COMB ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};
     VkComputePipelineCreateInfo ci = {

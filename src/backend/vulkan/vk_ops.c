@@ -274,6 +274,23 @@ static bool coop_dtype(cmf_dtype dt) {
            dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP;
 }
 
+/* Tokens a matmul_coop.comp workgroup for n prompt-class rows of a
+ * product of `rows` weight rows: 32 (the shader's 32-token x 32-row
+ * weight-streaming tile) up to 32 tokens, and up to 64 where 128-row tiles
+ * would leave more than half the compute units idle (n_cu: then two token
+ * blocks of the narrow tile still win); 64 up to 64 else, 128 beyond.
+ * H200, 4 Dec 2026 (vk_bench --gemm, q4tp): 4096x4096 at 16 tokens 143.5
+ * -> 44.4 us, at 64 146.0 -> 99.0; 11008x4096 at 16 143.8 -> 116.3, at 64
+ * 141.6 (128) / 119.3 (64) against 270.4 narrow. vk->coop_bm overrides
+ * (CMF_VK_COOP_BM). Each output has the same bits at every tile. */
+static uint32_t coop_bm(const vk_ctx *vk, uint32_t n, uint64_t rows) {
+    bool narrow = vk->props.limits.maxComputeSharedMemorySize >= 37888; /* the shader's shared memory at 32 */
+    if ((vk->coop_bm == 32 && narrow) || vk->coop_bm == 64 || vk->coop_bm == 128) return vk->coop_bm;
+    if (n <= 32 && narrow) return 32;
+    if (n <= 64) return narrow && vk->n_cu && (rows + 127) / 128 * 2 < vk->n_cu ? 32 : 64;
+    return 128;
+}
+
 static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n, uint32_t nv, bool dec) {
     uint64_t cols = o->cols, rows = o->rows, n_rows = o->n_rows, ldy = o->ldy;
     VkDeviceAddress w = o->w, y = o->y;
@@ -285,10 +302,11 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
         acc_rows(vk, xo, n - nv, cols, cols, false);
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
-        if (vk->coop && coop_dtype(o->W->dtype)) /* tensor cores (matmul_coop.comp: 128 x 128 tiles, f16 inputs, f32 sums) */
-            cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
-                            (uint32_t)((n_rows + 127) / 128), (n - nv + 127) / 128, 1);
-        else
+        if (vk->coop && coop_dtype(o->W->dtype)) { /* tensor cores (matmul_coop.comp: BM x 128 tiles, f16 inputs, f32 sums) */
+            uint32_t bm = coop_bm(vk, n - nv, n_rows), bn = bm == 32 ? 32 : 128; /* the shader's BM and BN */
+            cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, bm == 128 ? 0 : bm, &q, sizeof q,
+                            (uint32_t)((n_rows + bn - 1) / bn), (n - nv + bm - 1) / bm, 1);
+        } else
             cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
                             (uint32_t)((n_rows + 63) / 64), (n - nv + 63) / 64, 1);
         vk->no_barrier = keep;
