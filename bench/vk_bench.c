@@ -18,7 +18,8 @@
  *     (matmul_dot.comp, CMF_VK_DOT) at 8, 16 and 32 subgroups a workgroup x 1..8 rows a subgroup
  *     against MV (the 4- and 8-bit dtypes).
  *   with --gemm: the prompt-class GEMM (q4tp, q8_row, f16 at 4096x4096 and
- *     11008x4096) at 16..512 tokens and each tile height, us, GB/s, TFLOP/s.
+ *     11008x4096) at 16..512 tokens, each tile height, X as its f16 copy
+ *     (the default) and as f32 (CMF_VK_COOP_XH=0): us, GB/s, TFLOP/s.
  * Usage: build/bench/vk_bench [--device N] [--mib M] [--matvec] [--gemm] (default 0, 4096).
  * Prints one line per figure and a JSON line at the end.
  */
@@ -223,14 +224,15 @@ static void gemm(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double t1
     b->ops->write(b, x, xh, 512 * cols);
     free(xh);
     for (int k = 0; k < 5; k++)
-        for (uint32_t bm = 0; bm <= 128; bm = bm ? bm * 2 : 32) {
-            vk->coop_bm = bm;
+        for (uint32_t v = 0; v < 8; v++) {
+            uint32_t bm = v / 2 == 0 ? 0 : 16u << (v / 2), xh = v % 2 == 0; /* tile 0 (the choice), 32, 64, 128 */
+            vk->coop_bm = bm, vk->coop_xh = xh;
             double us = prod_time(b, &t, x, y, 1, ns[k], 0, 20, t1);
-            printf("gemm %-8s %llux%llu n=%-3u BM=%-3u %8.1f us %6.0f GB/s (%4.1f%% of probe) %6.1f TFLOP/s\n",
-                   cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols, ns[k], bm, us,
+            printf("gemm %-8s %llux%llu n=%-3u BM=%-3u X %s %8.1f us %6.0f GB/s (%4.1f%% of probe) %6.1f TFLOP/s\n",
+                   cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols, ns[k], bm, xh ? "f16" : "f32", us,
                    nb / us / 1e3, bw > 0 ? 100 * nb / us / 1e3 / bw : 0, 2.0 * rows * cols * ns[k] / us / 1e6);
         }
-    vk->coop_bm = 0;
+    vk->coop_bm = 0, vk->coop_xh = true;
     b->ops->release(b, x);
     b->ops->release(b, y);
     free(payload);

@@ -7,7 +7,8 @@
 //   4 copy        y[i][j] = x[i][j]          5 fill     y = s
 //   6 glu         y = act(g)·u (act = c: 0 silu, 1 gelu_tanh, 2 gelu erf)
 //   7 gather_rows y[i] = x[idx[i]]          8 gate_add y[i] += σ(g[i])·x[i]
-// Row strides: ldy for y, ldx for x (and g/u for glu).
+//   9 to_f16      y[i][j] = half(x[i][j]) (y: 16-bit elements)
+// Row strides: ldy for y, ldx for x (and g/u for glu), in elements.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -36,7 +37,7 @@ void main() {
     uint j = gl_LocalInvocationID.x + WG * (gl_WorkGroupID.x + gl_WorkGroupID.y * p.nx);
     uint i = gl_WorkGroupID.z;
     if (j >= p.dim || i >= p.n) return;
-    F32 Y = F32(p.y), X = F32(p.x);
+    F32 Y = F32(p.y), X = F32(p.x); // (op 9 writes y as 16-bit)
     uint yo = uint(i) * p.ldy + j, xo = uint(i) * p.ldx + j;
     switch (p.op) {
     case 0u: Y.v[yo] += p.s * X.v[xo]; break;
@@ -47,6 +48,7 @@ void main() {
     case 5u: Y.v[yo] = p.s; break;
     case 6u: Y.v[yo] = act(X.v[xo], uint(p.c)) * F32(p.aux).v[xo]; break;
     case 7u: Y.v[yo] = X.v[uint(U32(p.aux).v[i]) * p.ldx + j]; break;
+    case 9u: U16(p.y).v[yo] = uint16_t(packHalf2x16(vec2(X.v[xo], 0.0)) & 0xffffu); break;
     case 8u: {
         float g = p.aux != 0 ? 1.0 / (1.0 + exp(-F32(p.aux).v[i])) : 1.0;
         Y.v[yo] += g * X.v[xo];

@@ -45,6 +45,7 @@ layout(push_constant) uniform P {
 } p;
 
 layout(constant_id = 2) const uint BMC = 0;
+layout(constant_id = 3) const uint XH = 0; /* 1: X is f16 (vk_ops.c coop_x16: converted once for every product reading it) */
 const uint BM = BMC == 0 ? 128 : BMC; /* tokens a workgroup: 128, 64 or 32 */
 const uint MI = BM / 32;              /* 16-token A tiles a subgroup */
 const uint BN = BM == 32 ? 32 : 128;  /* weight rows a workgroup */
@@ -144,6 +145,12 @@ uvec4 w_run8(uint r, uint c0) {
 // X[t][c0 .. c0 + 8) as 8 halves, zeros past n or cols.
 uvec4 x_run8(uint t, uint c0) {
     float v[8];
+    if (XH != 0) { /* f16 X: the halves as stored */
+        U16 H = U16(p.x);
+        uint h[8];
+        for (uint i = 0; i < 8; i++) h[i] = t < p.n && c0 + i < p.cols ? uint(H.v[t * p.cols + c0 + i]) : 0u;
+        return uvec4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+    }
     if (t < p.n && c0 + 8 <= p.cols && p.cols % 4 == 0 && (p.x & 15ul) == 0) {
         V4 X4 = V4(p.x);
         uint q = (t * p.cols + c0) / 4;
@@ -199,7 +206,13 @@ void w_run32(uint r, uint c0, out uvec4 o[4]) {
 
 // X[t][c0 .. c0 + 32) as 4 x 8 halves, zeros past n or cols.
 void x_run32(uint t, uint c0, out uvec4 o[4]) {
-    if (t < p.n && c0 + 32 <= p.cols && p.cols % 4 == 0 && (p.x & 15ul) == 0) {
+    if (XH != 0 && t < p.n && c0 + 32 <= p.cols && p.cols % 8 == 0 && (p.x & 15ul) == 0) {
+        U4 X8 = U4(p.x); /* 8 halves a 16-byte load */
+        uint q0 = (t * p.cols + c0) / 8;
+        [[unroll]] for (uint q = 0; q < 4; q++) o[q] = X8.v[q0 + q];
+        return;
+    }
+    if (XH == 0 && t < p.n && c0 + 32 <= p.cols && p.cols % 4 == 0 && (p.x & 15ul) == 0) {
         V4 X4 = V4(p.x);
         uint q0 = (t * p.cols + c0) / 4;
         [[unroll]] for (uint q = 0; q < 4; q++) {

@@ -5,7 +5,7 @@
  * f16 -> f32 shape) against the CPU backend at its reference level, at
  * every matrix dtype, on small and odd shapes: 9, 40, 130 and 257 tokens
  * (partial 32-, 64- and 128-token tiles; 40 tokens also bit for bit alike
- * at every tile height), 290 weight rows from row 5 of 300 (partial
+ * at every tile height and with X read as f32 or from its f16 copy), 290 weight rows from row 5 of 300 (partial
  * 128-row tiles, a row offset), ldy 301 > rows, in = 70 / 72 / 96 / 320
  * (K not a multiple of the 32-wide chunk; the per-element fallback at
  * in % 8 != 0), all rows as prompt (n_dec 0) and mixed with 3 decode rows.
@@ -114,21 +114,22 @@ static void test_gemm(cmf_dtype dt, uint64_t cols) {
         }
         if (n == 40) { /* the same bits at 32, 64 and 128 tokens a workgroup (batch invariance across tiles) */
             vk_ctx *vm = gpu->ctx;
-            float *yb[3];
-            for (int b = 0; b < 3; b++) {
-                vm->coop_bm = 32u << b;
+            float *yb[4];
+            for (int b = 0; b < 4; b++) { /* 32, 64, 128 tokens; 32 again reading X as f32 (no f16 copy) */
+                vm->coop_bm = 32u << (b % 3), vm->coop_xh = b != 3;
                 yb[b] = malloc((size_t)n * ldy * sizeof(float));
                 gpu->ops->fill(gpu, yd, (size_t)n * ldy, 0.0f);
                 gpu->ops->begin(gpu);
                 step(gpu->ops->matmul(gpu, &t, row0, nr, xd, n, 0, yd, ldy, &err), "vk matmul", &err);
                 gpu->ops->read(gpu, yb[b], yd, (size_t)n * ldy);
             }
-            vm->coop_bm = 0;
+            vm->coop_bm = 0, vm->coop_xh = true;
             CHECK(memcmp(yb[0], yb[1], (size_t)n * ldy * sizeof(float)) == 0 &&
-                      memcmp(yb[0], yb[2], (size_t)n * ldy * sizeof(float)) == 0,
-                  "coop %s in=%llu: 40 tokens differ between 32-, 64- and 128-token tiles", cmf_dtype_name(dt),
-                  (unsigned long long)cols);
-            for (int b = 0; b < 3; b++) free(yb[b]);
+                      memcmp(yb[0], yb[2], (size_t)n * ldy * sizeof(float)) == 0 &&
+                      memcmp(yb[0], yb[3], (size_t)n * ldy * sizeof(float)) == 0,
+                  "coop %s in=%llu: 40 tokens differ between 32-, 64- and 128-token tiles or f16 / f32 X",
+                  cmf_dtype_name(dt), (unsigned long long)cols);
+            for (int b = 0; b < 4; b++) free(yb[b]);
         }
         free(x), free(yc), free(bound), free(dbound), free(yg);
         gpu->ops->release(gpu, xd), gpu->ops->release(gpu, yd);

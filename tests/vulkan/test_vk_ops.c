@@ -896,6 +896,20 @@ static void test_bdec(cmf_dtype dt, uint64_t cols) {
         for (uint32_t j = nr; j < ldy; j++) yq[i * ldy + j] = yg[i * ldy + j], g8[i * ldy + j] = yg[i * ldy + j];
     double d = maxdiff(yq, yg, (size_t)n * ldy, sqrt((double)cols));
     CHECK(d < 2e-5, "bdec %s in=%llu: max diff %g", cmf_dtype_name(dt), (unsigned long long)cols, d);
+    if (!(d < 2e-5)) { /* where: the first outputs off, and how many a token block and a row group */
+        uint32_t bad_t[3] = {0}, bad_r[3] = {0}, shown = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < nr; j++) {
+                double e = fabs((double)yq[i * ldy + j] - yg[i * ldy + j]) / sqrt((double)cols);
+                if (e < 2e-5) continue;
+                bad_t[i / 32]++, bad_r[j / 32]++;
+                if (shown++ < 6)
+                    fprintf(stderr, "  bdec %s: token %u row %u: gpu %.7g cpu %.7g\n", cmf_dtype_name(dt), i, j,
+                            (double)yg[i * ldy + j], (double)yq[i * ldy + j]);
+            }
+        fprintf(stderr, "  bdec %s: off by token block %u/%u/%u, by row group %u/%u/%u\n", cmf_dtype_name(dt),
+                bad_t[0], bad_t[1], bad_t[2], bad_r[0], bad_r[1], bad_r[2]);
+    }
     CHECK(memcmp(g8, yg, (size_t)n * ldy * sizeof(float)) == 0, "bdec %s: the batch differs from matmul_dot's",
           cmf_dtype_name(dt));
     for (int i = 0; i < 3; i++)

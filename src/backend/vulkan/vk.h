@@ -57,7 +57,7 @@ typedef enum vk_shader {
 
 /* Element-wise ops of shaders/eltwise.comp. */
 enum { VK_EW_ADD_SCALED, VK_EW_SOFTCAP, VK_EW_SCALE, VK_EW_ADD_ROWS, VK_EW_COPY, VK_EW_FILL, VK_EW_GLU,
-       VK_EW_GATHER, VK_EW_GATE_ADD };
+       VK_EW_GATHER, VK_EW_GATE_ADD, VK_EW_TO_F16 };
 
 typedef struct vk_block {
     VkBuffer buf;
@@ -201,6 +201,7 @@ typedef struct vk_ctx {
      * neither offers a 16x8x16 f16 -> f32 subgroup shape on subgroups of 32
      * (then matmul_tiled.comp); CMF_VK_COOP=0/khr/nv overrides */
     uint8_t coop;
+    bool coop_xh;     /* prompt-class X converted to f16 once for matmul_coop.comp (CMF_VK_COOP_XH=0 off) */
     uint32_t coop_bm; /* matmul_coop.comp's tokens a workgroup, 32/64/128 (CMF_VK_COOP_BM; 0: by the row count) */
     /* attention's prompt-class rows through attention_coop.comp (vk_ops_fa.c):
      * where vk->coop and the shared memory it needs; CMF_VK_FA=0 turns it off
@@ -210,14 +211,16 @@ typedef struct vk_ctx {
     bool no_mid_read;            /* CMF_VK_NO_MID_READ=1: cmf_vk_read_mid fails (tests: MoE stays on the device) */
     uint64_t n_submits;          /* queue submissions so far (tests count them per step) */
     uint64_t n_mid_reads;        /* reads in the middle of a step so far */
-    float *moe_ws;               /* vk_ops_moe.c: scratch of the device-routed MoE (grown on demand) */
+    void *moe_ws;                /* vk_ops_moe.c: scratch of the device-routed MoE (grown on demand) */
     uint64_t moe_ws_bytes;
     bool splitk;                 /* decode-class attention rows through attention_dec.comp (CMF_VK_SPLITK=0: off) */
     bool fuse;                   /* rope_kv_store as one dispatch (CMF_VK_FUSE=0: rope, rope, kv_store) */
     uint32_t att_chunk;          /* keys a split-K workgroup (0: vk_ops.c's choice; tests set small ones) */
     bool attn2;                  /* split-K pass 1 through attention_dec2.comp (default where the device has shuffles; CMF_VK_ATTN2=0 off) */
     uint32_t attn2_nc;           /* its chunks a token at most before a chunk doubles (CMF_VK_ATTN2_NC; 0: default) */
-    float *att_ws;               /* split-K partials (grown on demand) */
+    void *xh_ws;                 /* matmul_coop.comp's f16 copy of X (grown on demand) */
+    uint64_t xh_ws_bytes;
+    void *att_ws;                /* split-K partials (grown on demand) */
     uint64_t att_ws_bytes;
     /* the step's last RoPE cos/sin table in the arena (vk_ops.c rope_cs): every layer of a step rotates
      * the same positions, so the table is computed once a step, not once a layer (64 rows x 64 angles x
@@ -329,6 +332,11 @@ cmf_status cmf_vk_fail(vk_ctx *vk, cmf_status st, const char *fmt, ...);
 /* Device buffer of bytes (zeroed when zero); a host-range pointer, NULL on OOM. */
 void *cmf_vk_alloc(vk_ctx *vk, uint64_t bytes, bool zero);
 void cmf_vk_free(vk_ctx *vk, void *p);
+/* A device scratch *ws of *have bytes grown to at least need (the old one
+ * freed: every dispatch that used it is ordered before the next writer by
+ * the dependency tracking). false, with the context's sticky error set
+ * naming what, when device memory is short. */
+bool cmf_vk_ws_grow(vk_ctx *vk, void **ws, uint64_t *have, uint64_t need, const char *what);
 /* The block and byte offset of a pointer inside an allocation; false for
  * host memory. */
 bool cmf_vk_lookup(const vk_ctx *vk, const void *p, uint32_t *block, uint64_t *off);

@@ -498,6 +498,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->dot_ok = dot_ext && dq.shaderIntegerDotProduct && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     const char *dts = getenv("CMF_VK_DOT");
     vk->dot = vk->dot_ok && (dts && *dts ? strcmp(dts, "0") != 0 : dpp.integerDotProduct4x8BitPackedSignedAccelerated);
+    const char *cxh = getenv("CMF_VK_COOP_XH");
+    vk->coop_xh = !(cxh && strcmp(cxh, "0") == 0);
     const char *cbm = getenv("CMF_VK_COOP_BM");
     vk->coop_bm = cbm && *cbm ? (uint32_t)strtoul(cbm, NULL, 10) : 0;
     const char *dr = getenv("CMF_VK_DOT_R");
@@ -800,6 +802,20 @@ void *cmf_vk_alloc(vk_ctx *vk, uint64_t bytes, bool zero) {
     return (void *)(vk->blocks[bi].va + off);
 }
 
+bool cmf_vk_ws_grow(vk_ctx *vk, void **ws, uint64_t *have, uint64_t need, const char *what) {
+    if (*have >= need && *ws) return true;
+    cmf_vk_free(vk, *ws);
+    *have = 0;
+    *ws = cmf_vk_alloc(vk, need, false);
+    if (!*ws) {
+        cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of device memory for %llu bytes of %s", (unsigned long long)need,
+                    what);
+        return false;
+    }
+    *have = need;
+    return true;
+}
+
 void cmf_vk_free(vk_ctx *vk, void *p) {
     if (!p) return;
     for (uint32_t i = 0; i < vk->n_allocs; i++) {
@@ -962,8 +978,8 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT ? 4
-                      : sh == VK_SH_MATMUL_BDEC || sh == VK_SH_ATTN_DEC2 || sh == VK_SH_MATMUL_COOP ? 3 :
+    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT || sh == VK_SH_MATMUL_COOP ? 4
+                      : sh == VK_SH_MATMUL_BDEC || sh == VK_SH_ATTN_DEC2 ? 3 :
                       sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
                       sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP || sh == VK_SH_ATTN_COMB ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};

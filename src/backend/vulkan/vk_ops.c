@@ -291,20 +291,50 @@ static uint32_t coop_bm(const vk_ctx *vk, uint32_t n, uint64_t rows) {
     return 128;
 }
 
-static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, uint32_t n, uint32_t nv, bool dec) {
+static void ew_to_f16(vk_ctx *vk, VkDeviceAddress y, VkDeviceAddress x, uint64_t n, uint64_t dim);
+
+/* The f16 copy of X's prompt-class rows [nv, n) (cols each) for the
+ * matmul_coop.comp products that read them, 0 where they do not go there
+ * (or vk->coop_xh is off): one conversion serves every part of a
+ * matmul_parts (q/k/v, gate/up). The GEMM re-reads X from L2 once per
+ * 128-row (32-row) block of W: as f16 that traffic halves; the inputs are
+ * rounded to f16 inside the shader anyway (the same packHalf2x16), so the
+ * products have the same bits either way. The copy lives in vk->xh_ws,
+ * reused product after product (the dependency tracking orders a later
+ * conversion after the GEMMs that read the previous one). */
+static VkDeviceAddress coop_x16(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n, uint32_t nv) {
+    if (!vk->coop || !vk->coop_xh || nv >= n || o[0].cols % 8 != 0) return 0;
+    for (uint32_t i = 0; i < np; i++)
+        if (!coop_dtype(o[i].W->dtype) || o[i].cols != o[0].cols) return 0;
+    uint64_t cols = o[0].cols, bytes = (uint64_t)(n - nv) * cols * 2;
+    if (!cmf_vk_ws_grow(vk, &vk->xh_ws, &vk->xh_ws_bytes, bytes, "f16 GEMM input")) return 0;
+    VkDeviceAddress xh = cmf_vk_addr(vk, vk->xh_ws);
+    bool keep = vk->no_barrier; /* the caller's flag is for the product's last dispatch, not this one */
+    vk->no_barrier = false;
+    if (xh) ew_to_f16(vk, xh, x + (uint64_t)nv * cols * 4, n - nv, cols);
+    vk->no_barrier = keep;
+    return xh;
+}
+
+/* xh: coop_x16's copy of rows [nv, n), or 0 (the GEMM reads X as f32). */
+static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, VkDeviceAddress xh, uint32_t n, uint32_t nv,
+                      bool dec) {
     uint64_t cols = o->cols, rows = o->rows, n_rows = o->n_rows, ldy = o->ldy;
     VkDeviceAddress w = o->w, y = o->y;
     bool keep = vk->no_barrier; /* the caller's: applies to this product's last dispatch */
     if (nv < n) {
         uint64_t xo = x + (uint64_t)nv * cols * 4, yo = y + (uint64_t)nv * ldy * 4;
-        mmt_push q = {w, xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
+        bool half = xh && vk->coop && coop_dtype(o->W->dtype);
+        mmt_push q = {w, half ? xh : xo, yo, (uint32_t)o->W->nelem, (uint32_t)rows, (uint32_t)cols, (uint32_t)o->row0,
                       (uint32_t)n_rows, n - nv, (uint32_t)ldy, 0};
         vk->no_barrier = (nv > 0 && dec) || keep; /* the decode rows below are independent of these */
-        acc_rows(vk, xo, n - nv, cols, cols, false);
+        if (half) cmf_vk_acc(vk, xh, (uint64_t)(n - nv) * cols * 2, false);
+        else acc_rows(vk, xo, n - nv, cols, cols, false);
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
         if (vk->coop && coop_dtype(o->W->dtype)) { /* tensor cores (matmul_coop.comp: BM x 128 tiles, f16 inputs, f32 sums) */
             uint32_t bm = coop_bm(vk, n - nv, n_rows), bn = bm == 32 ? 32 : 128; /* the shader's BM and BN */
-            cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype, bm == 128 ? 0 : bm, &q, sizeof q,
+            cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype | (half ? 1u << 16 : 0u), bm == 128 ? 0 : bm,
+                            &q, sizeof q,
                             (uint32_t)((n_rows + bn - 1) / bn), (n - nv + bm - 1) / bm, 1);
         } else
             cmf_vk_dispatch(vk, VK_SH_MATMUL_TILED, 256, (uint32_t)o->W->dtype, 0, &q, sizeof q,
@@ -365,9 +395,10 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
     bool fuse = !st && indep && n_parts > 1 && n_parts <= 3 && nv > 0;
     for (uint32_t i = 0; fuse && i < n_parts; i++)
         fuse = mv_ok(vk, &o[i], x) && o[i].W->dtype == o[0].W->dtype && o[i].cols == o[0].cols;
+    VkDeviceAddress xh = st ? 0 : coop_x16(vk, o, n_parts, x, n, nv);
     for (uint32_t i = 0; i < n_parts && !st; i++) {
         vk->no_barrier = fuse || (indep && i + 1 < n_parts);
-        record_mm(vk, &o[i], x, n, nv, !fuse);
+        record_mm(vk, &o[i], x, xh, n, nv, !fuse);
     }
     vk->no_barrier = false;
     if (fuse && !st) {
@@ -509,7 +540,8 @@ static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *par
         vk_be_rmsnorm(b, xn + (size_t)nv * in, X + (size_t)nv * in, in, n - nv, in, w, add_one, eps);
         if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
         VkDeviceAddress xa = dev(vk, xn, "matmul_parts_norm xn");
-        for (uint32_t i = 0; i < n_parts && xa; i++) record_mm(vk, &o[i], xa, n, nv, false);
+        VkDeviceAddress xh = xa ? coop_x16(vk, o, n_parts, xa, n, nv) : 0;
+        for (uint32_t i = 0; i < n_parts && xa; i++) record_mm(vk, &o[i], xa, xh, n, nv, false);
         cmf_vk_op_end(vk);
     }
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
@@ -547,7 +579,7 @@ static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t
     if (nv < n && ta) { /* prompt-class rows: the GEMM into tmp (rows [nv, n)), then the add below */
         mm_one ot = o;
         ot.y = ta;
-        record_mm(vk, &ot, x, n, nv, false);
+        record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
     }
     fuse_par fp = {0, 0.0f, 0.0f, s, 0};
     VkDeviceAddress fa = cmf_vk_arena_put(vk, &fp, sizeof fp);
@@ -758,17 +790,7 @@ static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push
         return;
     }
     uint64_t bytes = (uint64_t)nd * p->n_head * n_chunk * (p->head_dim + 2) * sizeof(float);
-    if (vk->att_ws_bytes < bytes) {
-        cmf_vk_free(vk, vk->att_ws);
-        vk->att_ws_bytes = 0;
-        vk->att_ws = cmf_vk_alloc(vk, bytes, false);
-        if (!vk->att_ws) {
-            cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan attention: out of device memory for %llu bytes of partials",
-                        (unsigned long long)bytes);
-            return;
-        }
-        vk->att_ws_bytes = bytes;
-    }
+    if (!cmf_vk_ws_grow(vk, &vk->att_ws, &vk->att_ws_bytes, bytes, "split-K attention partials")) return;
     VkDeviceAddress ws = dev(vk, vk->att_ws, "split-K partials");
     if (!ws) return;
     attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
@@ -927,6 +949,20 @@ static void ew_flat(vk_ctx *vk, uint32_t op, VkDeviceAddress y, VkDeviceAddress 
     uint64_t full = count / row, rest = count % row;
     if (full) ew(vk, op, y, x, 0, full, row, row, row, s, c);
     if (rest) ew(vk, op, y + full * row * 4, x ? x + full * row * 4 : 0, 0, 1, rest, rest, rest, s, c);
+}
+
+/* n rows of dim floats at x as halves at y (rows of dim halves). */
+static void ew_to_f16(vk_ctx *vk, VkDeviceAddress y, VkDeviceAddress x, uint64_t n, uint64_t dim) {
+    uint32_t gx, gy;
+    grid(dim, EW_WG, &gx, &gy);
+    for (uint64_t r0 = 0; r0 < n; r0 += 65535) {
+        uint64_t nr = n - r0 < 65535 ? n - r0 : 65535;
+        ew_push p = {y + r0 * dim * 2, x + r0 * dim * 4, 0, VK_EW_TO_F16, (uint32_t)nr, (uint32_t)dim, (uint32_t)dim,
+                     (uint32_t)dim, gx, 0.0f, 0.0f};
+        cmf_vk_acc(vk, p.y, nr * dim * 2, true);
+        acc_rows(vk, p.x, nr, dim, dim, false);
+        cmf_vk_dispatch(vk, VK_SH_ELTWISE, EW_WG, 0, 0, &p, sizeof p, gx, gy, (uint32_t)nr);
+    }
 }
 
 static void vk_be_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up, size_t ld_in,

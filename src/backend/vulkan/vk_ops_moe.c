@@ -154,15 +154,9 @@ cmf_status cmf_vk_op_moe(cmf_backend *b, const cmf_moe_args *a, cmf_error *err) 
     uint64_t o_up = K * ff, o_dn = 2 * K * ff, o_sel = o_dn + K * E, o_selg = o_sel + K, o_ss = o_selg + K,
              o_tok = o_ss + K, o_ns = o_tok + K, o_blk = o_ns + n, o_args = (o_blk + 3 * max_blk + 3) & ~3ull,
              words = o_args + 8;
-    if (vk->moe_ws_bytes < words * 4) { /* every dispatch is ordered after the previous: reuse is safe */
-        cmf_vk_free(vk, vk->moe_ws);
-        vk->moe_ws_bytes = 0;
-        vk->moe_ws = cmf_vk_alloc(vk, words * 4, false);
-        if (!vk->moe_ws)
-            return cmf_error_set(err, CMF_ERR_NOMEM, "vulkan moe: out of device memory for %llu expert rows",
-                                 (unsigned long long)K);
-        vk->moe_ws_bytes = words * 4;
-    }
+    if (!cmf_vk_ws_grow(vk, &vk->moe_ws, &vk->moe_ws_bytes, words * 4, "MoE expert rows")) /* reuse: ordered */
+        return cmf_error_set(err, CMF_ERR_NOMEM, "vulkan moe: out of device memory for %llu expert rows",
+                             (unsigned long long)K);
     float *ws = vk->moe_ws;
     VkDeviceAddress w0 = cmf_vk_addr(vk, ws), sc = cmf_vk_addr(vk, a->scores), x = cmf_vk_addr(vk, a->x),
                     out = cmf_vk_addr(vk, a->out);
