@@ -31,3 +31,20 @@ float ld_f(U8 b, uint o) {
     uint w = uint(b.v[o]) | (uint(b.v[o + 1]) << 8) | (uint(b.v[o + 2]) << 16) | (uint(b.v[o + 3]) << 24);
     return uintBitsToFloat(w);
 }
+
+// n / a rounded to nearest, as IEEE division and the CPU backend round it:
+// Vulkan lets OpFDiv be 2.5 ULP off (NVIDIA's is), and an int8
+// quantization step x·(127/max) that lands on the other side of a .5
+// changes q by one (a 32-group's sum by ~0.2%, seen on the H200). Two
+// Newton-Markstein corrections with fused multiply-adds (precise: each
+// fma one rounding); a reciprocal that overflows (a denormal a) keeps
+// the plain quotient.
+float div_rn(float n, float a) {
+    precise float y = 1.0 / a, q = n * y;
+    if (isinf(y) || isnan(q)) return n / a;
+    precise float r = fma(-q, a, n);
+    q = fma(r, y, q);
+    r = fma(-q, a, n);
+    q = fma(r, y, q);
+    return q;
+}

@@ -33,11 +33,11 @@ void main() {
             if (tid < s) red[tid] = max(red[tid], red[tid + s]);
             barrier();
         }
-        float s = red[0] / 127.0;
+        float s = div_rn(red[0], 127.0);
         I8 Q = I8(base);
         for (uint j = tid; j < p.kv_dim; j += WG) {
             float x = X.v[o + j];
-            float q = s > 0.0 ? clamp(sign(x) * floor(abs(x / s) + 0.5), -127.0, 127.0) : 0.0;
+            float q = s > 0.0 ? clamp(sign(x) * floor(abs(div_rn(x, s)) + 0.5), -127.0, 127.0) : 0.0;
             Q.v[d + j] = int8_t(int(q));
         }
         if (tid == 0) {

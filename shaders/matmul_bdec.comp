@@ -105,7 +105,7 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt) {
         a = max(a, subgroupShuffleXor(a, 1));
         a = max(a, subgroupShuffleXor(a, 2));
         a = max(a, subgroupShuffleXor(a, 4));
-        float id = a > 0.0 ? 127.0 / a : 0.0;
+        float id = a > 0.0 ? div_rn(127.0, a) : 0.0; // rounded as the CPU's 127.0f / a
         bool zero = isinf(a) || isinf(id); // inf/NaN in the group, or an inverse that overflows
         ivec4 q = zero ? ivec4(0) : clamp(ivec4(roundEven(v * id)), ivec4(-127), ivec4(127));
         uint own = pack4(q), word = own;
@@ -121,7 +121,7 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt) {
         if (l < 4) xa[g][l] = word;
         else xb[g][l - 4] = word;
         if (l == 0) {
-            xd[g] = isinf(a) ? uintBitsToFloat(0x7fc00000u) : isinf(id) ? 0.0 : a / 127.0;
+            xd[g] = isinf(a) ? uintBitsToFloat(0x7fc00000u) : isinf(id) ? 0.0 : div_rn(a, 127.0);
             xq[g] = s;
         }
     }

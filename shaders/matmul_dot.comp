@@ -3,8 +3,9 @@
 // W[row0 + j][k] for the decode-class rows of q8_row, q4_block, q4_tiled and
 // q4tp weights at in % 32 == 0 (vk_ops.c record_dot). X is quantized to int8
 // per 32-element group inside each workgroup (d = max|x| / 127, q =
-// round-to-even(x / d) clamped to [-127, 127]: the scheme of the CPU
-// backend's activation quantization, src/backend/cpu/matmul.c group_scale),
+// round-to-even(x · (127 / max|x|)) clamped to [-127, 127], both
+// quotients IEEE-rounded (common.glsl div_rn): the scheme and the bits of
+// the CPU backend's activation quantization, src/backend/cpu/matmul.c),
 // then 4 int8 pairs are multiplied and summed per instruction (OpSDot with
 // the packed 4x8-bit operand, SPV_KHR_integer_dot_product; GLSL reaches it
 // through GL_EXT_spirv_intrinsics since Debian's glslc has no
@@ -181,7 +182,7 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_
         a = max(a, subgroupShuffleXor(a, 1));
         a = max(a, subgroupShuffleXor(a, 2));
         a = max(a, subgroupShuffleXor(a, 4));
-        float id = a > 0.0 ? 127.0 / a : 0.0;
+        float id = a > 0.0 ? div_rn(127.0, a) : 0.0; // rounded as the CPU's 127.0f / a
         bool zero = isinf(a) || isinf(id); // inf/NaN in the group, or an inverse that overflows
         ivec4 q = zero ? ivec4(0) : clamp(ivec4(roundEven(v * id)), ivec4(-127), ivec4(127));
         uint own = pack4(q), word = own;
@@ -197,7 +198,7 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_
         if (l < 4) xa[g][l] = word;
         else xb[g][l - 4] = word;
         if (l == 0) {
-            xd[g] = isinf(a) ? uintBitsToFloat(0x7fc00000u) : isinf(id) ? 0.0 : a / 127.0;
+            xd[g] = isinf(a) ? uintBitsToFloat(0x7fc00000u) : isinf(id) ? 0.0 : div_rn(a, 127.0);
             xq[g] = s;
         }
     }

@@ -75,11 +75,11 @@ void main() {
             if (tid < s) red[tid] = max(red[tid], red[tid + s]);
             barrier();
         }
-        float s = red[0] / 127.0;
+        float s = div_rn(red[0], 127.0);
         I8 Q = I8(base);
         for (uint j = tid; j < kvd; j += WG) {
             float x = isv ? X.v[o + j] : rotated(X, C, i, o + (j / hd) * hd, j % hd);
-            float q = s > 0.0 ? clamp(sign(x) * floor(abs(x / s) + 0.5), -127.0, 127.0) : 0.0;
+            float q = s > 0.0 ? clamp(sign(x) * floor(abs(div_rn(x, s)) + 0.5), -127.0, 127.0) : 0.0;
             Q.v[d + j] = int8_t(int(q));
         }
         if (tid == 0) {

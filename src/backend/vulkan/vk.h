@@ -183,7 +183,7 @@ typedef struct vk_ctx {
      * (1: also where they are not, e.g. lavapipe; tests flip it) */
     bool dot_ok, dot;
     /* decode rows beyond 8 a product through matmul_bdec.comp (32 tokens a weight read, the arithmetic of
-     * matmul_dot.comp a token) where dot is used; CMF_VK_BDEC=1 turns it on (default off until measured) */
+     * matmul_dot.comp a token) where dot is used; CMF_VK_BDEC=1 turns it on (default off: slower than the cooperative-matrix GEMM on the H200) */
     bool bdec;
     /* with bdec, products of rows without row classes (n_dec < 0: the engine's non-exact mode) of at most
      * bdec_max rows (CMF_VK_BDEC_MAX, default 64) run as decode rows too (matmul_bdec.comp instead of the
