@@ -119,6 +119,28 @@ static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, u
     return prod_time(b, t, x, y, np, 1, -1, 50, t1);
 }
 
+#define MV_LINE(label, us)                                                                                            \
+    printf("matvec %-20s %7.1f MiB %-16s %7.1f us %6.0f GB/s (%4.1f%% of probe)\n", name, nb / 1048576.0, label, us, \
+           nb / (us) / 1e3, bw > 0 ? 100 * nb / (us) / 1e3 / bw : 0)
+
+/* The one-token product of t at every (a, g) with a = 1, 2, .. a_max set
+ * into *pa and g = g0, 2·g0, .. 32 into *pg (both 0 again after), a line
+ * each ("WHAT A=a G=g"), the best below *best with its a and g. */
+static void sweep(cmf_backend *b, const cmf_tensor *t, float *x, float *y, double t1, const char *name, double nb,
+                  double bw, const char *what, const char *la, uint32_t *pa, uint32_t a_max, const char *lg,
+                  uint32_t *pg, uint32_t g0, double *best, uint32_t *ba, uint32_t *bg) {
+    for (uint32_t g = g0; g <= 32; g *= 2)
+        for (uint32_t a = 1; a <= a_max; a *= 2) {
+            *pa = a, *pg = g;
+            double u = mv_time(b, t, x, y, 1, t1);
+            char l[32];
+            snprintf(l, sizeof l, "%s %s=%u %s=%u", what, la, a, lg, g);
+            MV_LINE(l, u);
+            if (u < *best) *best = u, *ba = a, *bg = g;
+        }
+    *pa = *pg = 0;
+}
+
 /* The decode mat-vec of W (rows x cols, dtype dt, one token): the previous
  * kernel (a subgroup a row, CMF_VK_MV=0), MV with vk_ops.c's team choice,
  * then MV at every (subgroups a team, subgroups a workgroup) of {1,2,4} x
@@ -133,9 +155,6 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     float *x = b->ops->alloc(b, cols), *y = b->ops->alloc(b, 3 * rows);
     char name[64];
     snprintf(name, sizeof name, "%s %llux%llu", cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols);
-#define MV_LINE(label, us)                                                                                            \
-    printf("matvec %-20s %7.1f MiB %-16s %7.1f us %6.0f GB/s (%4.1f%% of probe)\n", name, nb / 1048576.0, label, us, \
-           nb / (us) / 1e3, bw > 0 ? 100 * nb / (us) / 1e3 / bw : 0)
     bool dot = vk->dot; /* the integer-dot kernel (matmul_dot.comp) is timed apart: off for the rest */
     vk->dot = false;
     vk->mv = false;
@@ -146,16 +165,7 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     MV_LINE("mv", mv);
     double best = mv;
     uint32_t bs = 0, br = 0;
-    for (uint32_t s = 1; s <= 4; s *= 2)
-        for (uint32_t g = 8; g <= 32; g *= 2) {
-            vk->mv_team = s, vk->mv_wg = g;
-            double u = mv_time(b, &t, x, y, 1, t1);
-            char l[32];
-            snprintf(l, sizeof l, "mv S=%u WG=%u", s, g);
-            MV_LINE(l, u);
-            if (u < best) best = u, bs = s, br = g;
-        }
-    vk->mv_team = vk->mv_wg = 0;
+    sweep(b, &t, x, y, t1, name, nb, bw, "mv", "S", &vk->mv_team, 4, "WG", &vk->mv_wg, 8, &best, &bs, &br);
     printf("matvec %-20s best %.1f us (%4.1f%% of probe) at S=%u WG=%u subgroups (0: default); mv %.2fx old\n", name, best,
            bw > 0 ? 100 * nb / best / 1e3 / bw : 0, bs, br, old / mv);
     bool dq = vk->dot_ok && (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
@@ -163,17 +173,8 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
         vk->dot = true;
         double d = mv_time(b, &t, x, y, 1, t1), db = d;
         MV_LINE("dot", d);
-        uint32_t bg = 0, brr = 0;
-        for (uint32_t g = 8; g <= 32; g *= 2)
-            for (uint32_t r = 1; r <= 8; r *= 2) { /* rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
-                vk->mv_wg = g, vk->dot_r = r;
-                double u = mv_time(b, &t, x, y, 1, t1);
-                char l[32];
-                snprintf(l, sizeof l, "dot WG=%u R=%u", g, r);
-                MV_LINE(l, u);
-                if (u < db) db = u, bg = g, brr = r;
-            }
-        vk->mv_wg = 0, vk->dot_r = 0;
+        uint32_t bg = 0, brr = 0; /* R: rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
+        sweep(b, &t, x, y, t1, name, nb, bw, "dot", "R", &vk->dot_r, 1, "WG", &vk->mv_wg, 8, &db, &brr, &bg);
         vk->dot = false;
         printf("matvec %-20s dot %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us at WG=%u R=%u "
                "(0: default)\n",
