@@ -57,8 +57,8 @@ typedef struct cmf_engine_params {
     bool batch_invariant;/* exact mode: see "Batch invariance" above */
     bool device_sampling;/* sample on the model's device when it can (cmf_model_top_k_max)
                             and every sequence of a step allows it (its sampler's
-                            cmf_sampler_top_k > 0; no grammar, want_probs, drafts or
-                            prefill-only turn): a step then reads back each row's best
+                            cmf_sampler_top_k > 0; no grammar, want_probs, want_logits,
+                            drafts or prefill-only turn): a step then reads back each row's best
                             k ids, not its logits, and those tokens' events carry
                             logits = NULL. The tokens are the ones the logits give. */
     /* Speculative decoding (see "Speculation" above): NULL = none. Not
@@ -109,6 +109,9 @@ typedef struct cmf_seq_params {
                                cmf_model_weight_set / cmf_model_weight_set_overlay */
     bool keep;              /* on finishing keep the KV and tokens (cmf_engine_resume) */
     bool want_probs;        /* deliver each token's sampling distribution (costs n_vocab floats) */
+    bool want_logits;       /* each token's event carries its logits row (logprobs): with
+                               device_sampling a step holding such a sequence reads the logits
+                               back (without it, events of device-sampled tokens have none) */
     bool no_draft;          /* do not speculate for this sequence (the engine's drafter is not asked) */
     const cmf_grammar *grammar; /* NULL = none. Constrained sampling (cmf/grammar.h): the grammar,
                                with cmf_grammar_set_vocab done for this model's n_vocab (else

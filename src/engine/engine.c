@@ -61,6 +61,7 @@ typedef struct eseq {
     float *logits;            /* [n_vocab], kept sequences only */
     float *probs;             /* [n_vocab] with want_probs */
     bool want_probs;
+    bool want_logits;         /* its events need the logits: no device sampling in its steps */
     bool greedy;              /* the sampler is argmax (greedy, or temp <= 0) */
     cmf_grammar_matcher *gm;  /* this turn's grammar state, or NULL */
     uint32_t *gbits;          /* [(n_vocab+31)/32] its allowed set, read by smp */
@@ -223,6 +224,7 @@ static cmf_status seq_set_turn(const cmf_engine *e, eseq *s, const cmf_seq_param
     s->n_draft = 0;
     s->held = s->wait = false;
     s->want_probs = sp->want_probs;
+    s->want_logits = sp->want_logits;
     if (s->want_probs && !s->probs && !(s->probs = malloc((size_t)e->n_vocab * sizeof *s->probs)))
         return cmf_error_set(err, CMF_ERR_NOMEM, "engine: out of memory (n_vocab %u)", e->n_vocab);
     s->n_predict = sp->n_predict;
@@ -662,7 +664,7 @@ static uint32_t step_top_k(cmf_engine *e, uint32_t n, uint32_t n_chunks) {
     for (uint32_t c = 0; c < n_chunks; c++) {
         const eseq *s = e->b_owner[c];
         if (!e->b_logits[e->b_off[c] + e->b_len[c] - 1]) continue; /* a prompt chunk before the last */
-        if (s->n_draft || s->gm || s->want_probs || s->dseq || (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict))
+        if (s->n_draft || s->gm || s->want_probs || s->want_logits || s->dseq || (s->n_predict >= 0 && s->n_gen >= (size_t)s->n_predict))
             return 0;
         uint32_t ks = cmf_sampler_top_k(s->smp);
         if (ks == 0) return 0;

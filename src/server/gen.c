@@ -361,6 +361,7 @@ static bool on_event(const cmf_seq_event *ev, void *user) {
     bool stream = r->gen->stream, talk = !r->conn_gone && !r->client_hup;
     if (ev->token >= 0) {
         s->m.gen_tokens++;
+        s->m.device_sampled += !ev->logits;
         c->n_gen = ev->n_generated;
         if (!r->any_token) {
             r->any_token = true;
@@ -466,7 +467,7 @@ unsigned srv_gen_submit(srv_req *r, char *msg, size_t cap) {
                                  .n_predict = g->max_tokens, .eos_ids = g->eos, .n_eos = g->n_eos,
                                  .stop_strings = (const char *const *)g->stops, .n_stop = g->n_stop,
                                  .weight_set = g->weight_set, .grammar = g->grammar, .no_draft = g->no_draft,
-                                 .cb = on_event, .user = c};
+                                 .want_logits = g->logprobs, .cb = on_event, .user = c};
             if (g->sampler.has_seed) sp.sampler.seed = g->sampler.seed + j; /* choice j of n: its own draw */
             cmf_error err = {0};
             c->live = true;

@@ -71,6 +71,8 @@ char *srv_metrics_text(srv *s) {
     put(&b, "cmf_prompt_tokens_total %llu\n", (unsigned long long)m->prompt_tokens);
     put(&b, "# HELP cmf_generation_tokens_total Tokens sampled.\n# TYPE cmf_generation_tokens_total counter\n");
     put(&b, "cmf_generation_tokens_total %llu\n", (unsigned long long)m->gen_tokens);
+    put(&b, "# HELP cmf_device_sampled_tokens_total Tokens sampled on the model's device (its top-k candidates read back, not the logits).\n# TYPE cmf_device_sampled_tokens_total counter\n");
+    put(&b, "cmf_device_sampled_tokens_total %llu\n", (unsigned long long)m->device_sampled);
     put(&b, "# HELP cmf_requests_cancelled_total Requests whose client went away before the end.\n# TYPE cmf_requests_cancelled_total counter\n");
     put(&b, "cmf_requests_cancelled_total %llu\n", (unsigned long long)m->cancelled);
     put(&b, "# HELP cmf_requests_rejected_total Requests answered 429 (queue full).\n# TYPE cmf_requests_rejected_total counter\n");

@@ -149,8 +149,11 @@ cmf_status srv_load(srv *s, cmf_error *err) {
             return st;
         }
     }
+    /* device sampling where the model's device can (a GPU: each step reads back the rows' top-k
+     * candidates, not their logits); requests with logprobs keep the logits (want_logits) */
     cmf_engine_params ep = {.n_ctx = o->n_ctx, .n_seq_max = o->parallel, .n_batch = o->n_batch,
-                            .prefix_cache = o->prefix_cache, .batch_invariant = o->batch_invariant};
+                            .prefix_cache = o->prefix_cache, .batch_invariant = o->batch_invariant,
+                            .device_sampling = true};
     if ((st = srv_load_drafter(s, &ep, err)) != CMF_OK) return st;
     if ((st = cmf_engine_new(s->model, s->tok, &ep, &s->eng, err)) != CMF_OK) return st;
     s->n_seq_ctx = cmf_engine_n_seq_ctx(s->eng);

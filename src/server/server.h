@@ -106,6 +106,7 @@ typedef struct srv_hist {
 typedef struct srv_metrics {
     uint64_t requests[6];   /* by status class: [1]=1xx ... [5]=5xx */
     uint64_t prompt_tokens, gen_tokens;
+    uint64_t device_sampled; /* tokens whose event came without logits: sampled on the model's device */
     uint64_t cancelled, rejected_429;
     srv_hist ttft, itl, e2e;
     uint32_t running, waiting;

@@ -33,6 +33,7 @@ typedef struct spec {
     int32_t n_predict;
     const char *stop;     /* NULL or a stop string */
     int cancel_after;     /* cancel when this many tokens were seen (-1 never) */
+    bool want_logits;     /* cmf_seq_params.want_logits */
 } spec;
 
 typedef struct rec {
@@ -49,6 +50,7 @@ typedef struct rec {
     uint64_t id;
     int cancel_after;
     pthread_mutex_t *mu;  /* non-NULL when other threads read `done` */
+    bool want_logits;     /* its spec's: every token's event must carry logits */
 } rec;
 
 static uint64_t hash_row(const float *x, uint32_t n) {
@@ -59,11 +61,12 @@ static uint64_t hash_row(const float *x, uint32_t n) {
 }
 
 static size_t n_device_sampled; /* events without logits: tokens sampled on the device */
+static size_t n_logits_missing; /* of those, tokens of sequences with want_logits */
 
 static bool on_ev(const cmf_seq_event *ev, void *user) {
     rec *r = user;
     if (r->mu) pthread_mutex_lock(r->mu);
-    if (ev->token >= 0 && !ev->logits && !r->mu) n_device_sampled++;
+    if (ev->token >= 0 && !ev->logits && !r->mu) n_device_sampled++, n_logits_missing += r->want_logits;
     if (ev->token >= 0 && r->n < 128) {
         r->tok[r->n] = ev->token;
         r->lh[r->n] = ev->logits ? hash_row(ev->logits, ev->n_vocab) : 0;
@@ -116,7 +119,8 @@ static void make_specs(spec *sp, int n, uint32_t n_vocab) {
 
 static cmf_seq_params seq_params(const spec *s, rec *r) {
     cmf_seq_params p = {.prompt = s->prompt, .n_prompt = s->n_prompt, .sampler = s->smp,
-                        .n_predict = s->n_predict, .cb = on_ev, .user = r};
+                        .n_predict = s->n_predict, .want_logits = s->want_logits, .cb = on_ev, .user = r};
+    r->want_logits = s->want_logits;
     if (s->stop) {
         p.stop_strings = &s->stop;
         p.n_stop = 1;
@@ -498,7 +502,11 @@ int main(void) {
         rec *wf = calloc((size_t)n, sizeof *wf);
         int nf = 0;
         for (int i = 0; sf && wf && i < n; i++)
-            if (sp[i].smp.repeat_penalty == 1.0f) sf[nf] = sp[i], wf[nf++] = want[i];
+            if (sp[i].smp.repeat_penalty == 1.0f) {
+                sf[nf] = sp[i], wf[nf] = want[i];
+                sf[nf].want_logits = nf == 1; /* one keeps its logits (logprobs): its steps read them */
+                nf++;
+            }
         cmf_engine_params ds = {.n_ctx = 2048, .n_seq_max = 8, .n_batch = 64, .batch_invariant = true,
                                 .device_sampling = true};
         uint32_t pre_e = 0;
@@ -506,6 +514,8 @@ int main(void) {
         run_batched(m, tok, sf, nf, wf, &ds, "device-sampling", &pre_e);
         fprintf(stderr, "device-sampling: %zu tokens sampled on the device\n", n_device_sampled);
         CHECK(n_device_sampled > 0, "device sampling: no token was sampled on the device");
+        CHECK(n_logits_missing == 0, "device sampling: %zu tokens of want_logits sequences came without logits",
+              n_logits_missing);
         free(sf);
         free(wf);
     }

@@ -118,5 +118,50 @@ else
     echo "FAIL: the fit message suggests no --gpu-layers: $(cat "$tmp/fit.err")"; fail=1
 fi
 
+# `cmf serve` on the device samples there (the engine's device_sampling):
+# a seeded top-k request gives the same text with and without logprobs
+# (logprobs keep the logits path), greedy too, and logprobs come back
+$py - "$cmf" "$demo" <<'PY' || { echo "FAIL: serve --device vulkan"; fail=1; }
+import json, re, subprocess, sys, time, urllib.request
+cmf, demo = sys.argv[1], sys.argv[2]
+p = subprocess.Popen([cmf, "serve", demo, "--device", "vulkan", "--port", "0", "--parallel", "2"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+port, log, t0 = None, "", time.time()
+while port is None and time.time() - t0 < 120:
+    line = p.stderr.readline()
+    if not line:
+        break
+    log += line
+    m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log)
+    if m and "ready:" in log:
+        port = int(m.group(1))
+ok = port is not None
+def post(body):
+    r = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, json.dumps(body).encode(),
+                               {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(r, timeout=120))
+try:
+    if ok:
+        for base in ({"temperature": 0}, {"temperature": 0.8, "top_k": 40, "seed": 7}):
+            q = dict(base, prompt="Once upon a time", max_tokens=24)
+            a = post(q)["choices"][0]
+            b = post(dict(q, logprobs=2))["choices"][0]
+            lp = b.get("logprobs") or {}
+            n = len(lp.get("tokens") or [])
+            print("serve vulkan %s: %r | logprobs tokens %d" % (base, a["text"][:40], n), file=sys.stderr)
+            ok = ok and a["text"] == b["text"] and len(a["text"]) > 0 and n > 0
+        met = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=30).read().decode()
+        m = re.search(r"^cmf_device_sampled_tokens_total (\d+)$", met, re.M)
+        ds = int(m.group(1)) if m else -1
+        print("serve vulkan: %d tokens sampled on the device (of 2 x 24 without logprobs)" % ds, file=sys.stderr)
+        ok = ok and ds >= 24  # the requests without logprobs
+    else:
+        print("serve did not start: " + log, file=sys.stderr)
+finally:
+    p.terminate()
+    p.wait(timeout=30)
+sys.exit(0 if ok else 1)
+PY
+
 [ $fail = 0 ] && echo "PASS" && rm -rf "$tmp"
 exit $fail
