@@ -18,6 +18,7 @@
  */
 #include "backend/vulkan/vk.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -803,6 +804,7 @@ void *cmf_vk_alloc(vk_ctx *vk, uint64_t bytes, bool zero) {
 }
 
 bool cmf_vk_ws_grow(vk_ctx *vk, void **ws, uint64_t *have, uint64_t need, const char *what) {
+    assert(need > 0 && (*ws != NULL || *have == 0)); /* a size without a buffer would skip the allocation */
     if (*have >= need && *ws) return true;
     cmf_vk_free(vk, *ws);
     *have = 0;

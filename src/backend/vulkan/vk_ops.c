@@ -226,6 +226,7 @@ static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddres
 static uint32_t dot_rows(const vk_ctx *vk, uint64_t rows, uint32_t nsg) {
     uint32_t r = 1;
     while (r < 8 && vk->n_cu && rows / ((uint64_t)nsg * r * 2) * 8 >= (uint64_t)vk->n_cu * 5) r *= 2;
+    assert(r >= 1 && r <= 8 && (r & (r - 1)) == 0);
     return r;
 }
 
@@ -288,7 +289,7 @@ static uint32_t coop_bm(const vk_ctx *vk, uint32_t n, uint64_t rows) {
     if ((vk->coop_bm == 32 && narrow) || vk->coop_bm == 64 || vk->coop_bm == 128) return vk->coop_bm;
     if (n <= 32 && narrow) return 32;
     if (n <= 64) return narrow && vk->n_cu && (rows + 127) / 128 * 2 < vk->n_cu ? 32 : 64;
-    return 128;
+    return 128; /* (the shader has no other BM: record_mm's grid assumes 32, 64 or 128) */
 }
 
 static void ew_to_f16(vk_ctx *vk, VkDeviceAddress y, VkDeviceAddress x, uint64_t n, uint64_t dim);
@@ -307,6 +308,7 @@ static VkDeviceAddress coop_x16(vk_ctx *vk, const mm_one *o, uint32_t np, VkDevi
     for (uint32_t i = 0; i < np; i++)
         if (!coop_dtype(o[i].W->dtype) || o[i].cols != o[0].cols) return 0;
     uint64_t cols = o[0].cols, bytes = (uint64_t)(n - nv) * cols * 2;
+    assert(bytes > 0 && cols % 8 == 0); /* rows of 16-byte multiples: x_run32's 16-byte loads stay aligned */
     if (!cmf_vk_ws_grow(vk, &vk->xh_ws, &vk->xh_ws_bytes, bytes, "f16 GEMM input")) return 0;
     VkDeviceAddress xh = cmf_vk_addr(vk, vk->xh_ws);
     bool keep = vk->no_barrier; /* the caller's flag is for the product's last dispatch, not this one */
@@ -333,6 +335,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, VkDeviceAd
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
         if (vk->coop && coop_dtype(o->W->dtype)) { /* tensor cores (matmul_coop.comp: BM x 128 tiles, f16 inputs, f32 sums) */
             uint32_t bm = coop_bm(vk, n - nv, n_rows), bn = bm == 32 ? 32 : 128; /* the shader's BM and BN */
+            assert(bm == 32 || bm == 64 || bm == 128);
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype | (half ? 1u << 16 : 0u), bm == 128 ? 0 : bm,
                             &q, sizeof q,
                             (uint32_t)((n_rows + bn - 1) / bn), (n - nv + bm - 1) / bm, 1);

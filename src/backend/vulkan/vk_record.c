@@ -36,6 +36,7 @@
 #include "backend/vulkan/vk.h"
 
 #include <stdio.h>
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -109,6 +110,7 @@ static void order(vk_ctx *vk, const vk_acc *acc, uint32_t n, bool indep_of_next)
         memcpy(vk->pend + vk->n_pend, acc, n * sizeof *acc);
         vk->n_pend += n;
     }
+    assert(vk->n_pend <= VK_PEND_MAX && vk->prev_pend <= vk->n_pend); /* pend holds what it counts */
     vk->last_indep = indep_of_next;
 }
 
