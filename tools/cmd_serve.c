@@ -103,7 +103,7 @@ static bool lora_name(const char *cmd, const char *flag, const char *v, char **n
 static bool read_keys(const char *path, char ***keys, size_t *n) {
     char *buf = NULL;
     size_t len = 0;
-    if (cli_read_input("serve", path, &buf, &len) != CLI_EXIT_OK) return false;
+    if (cli_read_input("serve: --api-key-file", path, &buf, &len) != CLI_EXIT_OK) return false; /* names the flag */
     for (char *line = strtok(buf, "\r\n"); line; line = strtok(NULL, "\r\n")) {
         while (*line == ' ' || *line == '\t') line++;
         size_t l = strlen(line);

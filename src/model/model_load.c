@@ -428,11 +428,9 @@ cmf_status cmf_model_load_layer(cmf_model *m, uint32_t il, const cJSON *layer_ty
 cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf_model **out,
                           cmf_error *err) {
     *out = NULL;
+    /* a private non-default device: any spec cmf_device_open takes ("cpu:t=N", "vulkan[:N]"), checked there */
     bool dev_spec = params && !params->device && params->backend && *params->backend &&
-                    strcmp(params->backend, "cpu") != 0; /* a private non-default device */
-    if (dev_spec && strncmp(params->backend, "vulkan", 6) != 0)
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "backend \"%s\" not available (have: cpu, vulkan[:N])",
-                             params->backend);
+                    strcmp(params->backend, "cpu") != 0;
     const cJSON *hdr = cmf_file_header(f);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(hdr, "arch");
     if (!cJSON_IsObject(arch))

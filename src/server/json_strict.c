@@ -2,8 +2,10 @@
  * json_strict.c — the server's request JSON is parsed strictly with
  * cJSON (the project's one JSON library): the body must be valid UTF-8
  * (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF)
- * without NUL bytes, hold exactly one JSON value (cJSON_ParseWithOpts with
- * require_null_terminated: trailing garbage is refused), and no object may
+ * without NUL bytes or escapes of U+0000 (cJSON's strings end at a NUL:
+ * the rest of the string would be dropped silently), hold exactly one
+ * JSON value (cJSON_ParseWithOpts with require_null_terminated: trailing
+ * garbage is refused), and no object may
  * repeat a key (RFC 8259 leaves duplicates undefined; cJSON would keep
  * both, and a validator and the sampler could read different ones). Also
  * the OpenAI error body every 4xx/5xx answer carries.
@@ -47,12 +49,31 @@ static const char *dup_key(const cJSON *n, bool *oom) {
     return NULL;
 }
 
+/* Offset of the first escape of U+0000 (backslash, u, 0000) in valid JSON
+ * text (a backslash is only ever inside a string there, and starts an
+ * escape when an even number of backslashes precede it), or len. cJSON
+ * decodes it into a NUL byte, and the string would be cut there. */
+static size_t escaped_nul(const char *b, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (b[i] != '\\') continue;
+        if (memcmp(b + i + 1, "u0000", 5) == 0) return i;
+        i++; /* the escaped character: never the start of another escape */
+    }
+    return len;
+}
+
 cJSON *srv_json_parse(const char *body, size_t len, char *msg, size_t cap) {
     if (!body || len == 0) {
         snprintf(msg, cap, "the request body is empty; send a JSON object");
         return NULL;
     }
-    if (memchr(body, 0, len) || !cmf_utf8_valid(body, len)) {
+    const char *nul = memchr(body, 0, len);
+    if (nul) {
+        snprintf(msg, cap, "the request body holds a NUL byte (at byte %zu), which JSON does not allow",
+                 (size_t)(nul - body));
+        return NULL;
+    }
+    if (!cmf_utf8_valid(body, len)) {
         snprintf(msg, cap, "the request body is not valid UTF-8");
         return NULL;
     }
@@ -61,6 +82,13 @@ cJSON *srv_json_parse(const char *body, size_t len, char *msg, size_t cap) {
     if (!j) {
         size_t off = end && end >= body ? (size_t)(end - body) : 0;
         snprintf(msg, cap, "the request body is not valid JSON (at byte %zu)", off);
+        return NULL;
+    }
+    size_t at = escaped_nul(body, len);
+    if (at < len) {
+        snprintf(msg, cap, "a string in the request holds \\u0000 (at byte %zu): cmf's text and stop strings cannot "
+                 "carry a NUL character", at);
+        cJSON_Delete(j);
         return NULL;
     }
     bool oom = false;
@@ -88,7 +116,8 @@ const char *srv_error_type(unsigned status) {
 char *srv_error_json(unsigned status, const char *param, const char *msg) {
     cJSON *root = cJSON_CreateObject(), *e = cJSON_CreateObject();
     char *t = NULL;
-    const char *code = status == 404 ? "model_not_found" : status == 401 ? "invalid_api_key"
+    bool model = param && strcmp(param, "model") == 0; /* a 404 elsewhere is a route, not a model */
+    const char *code = status == 404 && model ? "model_not_found" : status == 401 ? "invalid_api_key"
                      : status == 429 ? "rate_limit_exceeded" : status == 413 ? "request_too_large" : NULL;
     if (root && e && cJSON_AddItemToObject(root, "error", e)) {
         e = cJSON_GetObjectItemCaseSensitive(root, "error");

@@ -364,6 +364,13 @@ static unsigned chat_prompt(srv *s, const cJSON *msgs, const char *tools_json, i
             *w = 0;
             owned[2 * i] = buf;
             cm[i].content = buf;
+        } else if ((!content || cJSON_IsNull(content)) && strcmp(role->valuestring, "assistant") != 0 &&
+                   !cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+            snprintf(msg, cap, "messages[%zu] (role '%.40s') needs 'content' (only an assistant turn with tool calls may "
+                     "leave it out)", i, role->valuestring);
+            *param = "messages";
+            st = 400;
+            break;
         } else if (!content || cJSON_IsNull(content)) {
             cm[i].content = ""; /* an assistant turn with only tool calls */
         } else {

@@ -5,7 +5,8 @@
 # or the directory, and each problem is reported once (a truncated file, a
 # directory); a non-zero envelope flags word fails; signatures are written
 # and checked; compact round-trips; a shard set opens from any shard name
-# and from the stem given to the writer; usage errors exit 2. Args: <cmf> <source dir> <build dir>.
+# and from the stem given to the writer; usage errors exit 2; `run
+# --device cpu:t=N` (the demo model). Args: <cmf> <source dir> <build dir>.
 set -u
 CMF=$1
 BUILD=$3
@@ -148,6 +149,18 @@ expect 2 "$CMF" compact "$T/m.cmf"
 expect 2 "$CMF" keygen
 expect 1 "$CMF" info "$T/missing.cmf"; contains "missing.cmf"
 expect 1 "$CMF" verify "$T/missing.cmf"
+
+# --device on a model command takes what `cmf serve --device` takes: cpu:t=N
+# runs (the text of -t N), a bad t or an unknown device is named
+DEMO=$2/models/demo/demo-base.cmf
+if [ -f "$DEMO" ]; then
+    "$CMF" run "$DEMO" --greedy -n 8 -p "Once upon a time" -t 2 >"$T/t2" 2>/dev/null || fail "run -t 2"
+    "$CMF" run "$DEMO" --greedy -n 8 -p "Once upon a time" --device cpu:t=2 >"$T/d2" 2>"$T/out" ||
+        { fail "run --device cpu:t=2"; sed 's/^/    /' "$T/out"; }
+    [ -s "$T/t2" ] && cmp -s "$T/t2" "$T/d2" || fail "--device cpu:t=2 text differs from -t 2's"
+    expect 1 "$CMF" run "$DEMO" -n 2 -p hi --device cpu:t=0; contains 'cpu:t=0'
+    expect 1 "$CMF" run "$DEMO" -n 2 -p hi --device tpu; contains 'device "tpu"'
+fi
 
 [ $fails = 0 ] && echo "all CLI checks passed" && exit 0
 echo "$fails failure(s)"; exit 1

@@ -143,7 +143,8 @@ async function rawTests(port) {
     check(isErr(await req(port, m, p, { key: null, body: m === "POST" ? "{}" : undefined }), 401), `401 without a key on ${p}`);
     check(isErr(await req(port, m, p, { key: "wrong", body: m === "POST" ? "{}" : undefined }), 401), `401 with a wrong key on ${p}`);
   }
-  check(isErr(await req(port, "GET", "/no/such/route"), 404), "404 for an unknown route with the key");
+  const nr = await req(port, "GET", "/no/such/route");
+  check(isErr(nr, 404) && json(nr).error.code === null, "404 for an unknown route with the key, code null: " + nr.body);
   const basic = "Basic " + Buffer.from("user:" + KEY).toString("base64");
   eq((await req(port, "GET", "/v1/models", { key: null, headers: { Authorization: basic } })).status, 200, "Basic auth with the key");
   // Host check and CORS
@@ -171,6 +172,8 @@ async function rawTests(port) {
     ['{"messages": [], "messages": [{"role":"user","content":"hi"}]}', "duplicate key"],
     ['{"messages": [{"role":"user","content":"a","role":"system"}]}', "nested duplicate key"],
     ["[1,2]", "not an object"], ["", "empty body"], ["{", "truncated"],
+    ['{"messages": [{"role":"user","content":"Tell\\u0000 me a story"}]}', "an escaped NUL (cJSON would cut the string)"],
+    [Buffer.from('{"messages": [{"role":"user","content":"a\u0000b"}]}'), "a raw NUL byte"],
   ];
   for (const [b, what] of bad) check(isErr(await req(port, "POST", "/v1/chat/completions", { body: b }), 400), "400 for " + what);
   const badFields = [
@@ -180,13 +183,20 @@ async function rawTests(port) {
     [{ logprobs: true, top_logprobs: 21 }, "top_logprobs"], [{ top_logprobs: 2 }, "top_logprobs"], [{ seed: 1.5 }, "seed"],
     [{ stream_options: { include_usage: true } }, "stream_options"], [{ messages: "hi" }, "messages"],
     [{ messages: [{ content: "hi" }] }, "messages"], [{ messages: [{ role: "user", content: 5 }] }, "messages"],
+    [{ messages: [{ role: "user" }] }, "messages"], [{ messages: [{ role: "system", content: null }, { role: "user", content: "hi" }] }, "messages"],
     [{ top_p: -1 }, "top_p"], [{ presence_penalty: 9 }, "presence_penalty"], [{ stream: "yes" }, "stream"],
   ];
   for (const [f, p] of badFields) {
     const r = await req(port, "POST", "/v1/chat/completions", { body: { ...chatBody("hi"), ...f } });
     check(isErr(r, 400) && json(r).error.param === p, `400 naming '${p}' for ${JSON.stringify(f)}: ${r.status} ${r.body}`);
   }
-  check(isErr(await req(port, "POST", "/v1/chat/completions", { body: chatBody("hi", { model: "gpt-4" }) }), 404), "404 for an unknown model");
+  const um = await req(port, "POST", "/v1/chat/completions", { body: chatBody("hi", { model: "gpt-4" }) });
+  check(isErr(um, 404) && json(um).error.code === "model_not_found", "404 model_not_found for an unknown model");
+  // an escaped NUL in a stop string or a /tokenize content: 400 too, not a shorter string
+  check(isErr(await req(port, "POST", "/v1/completions", { body: '{"prompt": "Once upon", "stop": ["a\\u0000b"]}' }), 400), "400 for \\u0000 in a stop string");
+  check(isErr(await req(port, "POST", "/tokenize", { body: '{"content": "h\\u0000 world"}' }), 400), "400 for \\u0000 in /tokenize");
+  // a backslash before the u is escaped itself: the text \u0000 (six characters), a valid prompt
+  eq((await req(port, "POST", "/v1/completions", { body: '{"prompt": "x \\\\u0000 y", "max_tokens": 1}' })).status, 200, "an escaped backslash before u0000 is text");
   check(isErr(await req(port, "POST", "/v1/completions", { body: { model: "demo-base" } }), 400), "400 without prompt");
   check(isErr(await req(port, "POST", "/v1/completions", { body: { prompt: [1, 99999] } }), 400), "400 for a token id outside the vocabulary");
   // unknown fields are ignored
