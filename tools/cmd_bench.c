@@ -448,6 +448,9 @@ int cmd_bench(int argc, char **argv) {
         free(ts);
         goto fail;
     }
+    bool on_dev = device && strcmp(device, "cpu") != 0;
+    /* layers on the device: all of them, or the first gpu_layers (-ngl: the rest and the head on the CPU) */
+    uint32_t dev_layers = !on_dev ? 0 : gpu_layers && gpu_layers < info.n_layer ? gpu_layers : info.n_layer;
     bool first = true;
     for (int k = 0; k < 2; k++) {
         int np = tests[k].p, ng = tests[k].g;
@@ -467,16 +470,20 @@ int cmd_bench(int argc, char **argv) {
             printf(", \"arch\": ");
             put_json_str(info.arch_name);
             printf(", \"weight_bytes\": %llu, \"n_params\": %llu, "
-                   "\"device\": \"%s\", \"threads\": %d, \"cpu\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+                   "\"device\": \"%s\", \"gpu_layers\": %u, \"n_layer\": %u, \"threads\": %d, \"cpu\": \"%s\", "
+                   "\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                    "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
-                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, device ? device : "cpu", nt,
+                   (unsigned long long)info.weight_bytes, (unsigned long long)info.n_params, device ? device : "cpu",
+                   dev_layers, info.n_layer, nt,
                    cmf_cpu_level_name(cmf_cpu_level_detect()), name, np, ng, mean, sd);
             for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
             printf("], \"load_s\": %.3f, \"bytes_per_token\": %.0f, \"flops_per_token\": %.0f}",
                    t_load, bpt, fpt);
         } else {
             char be[64];
-            if (device && strcmp(device, "cpu") != 0) snprintf(be, sizeof be, "%s", device);
+            if (on_dev && dev_layers < info.n_layer)
+                snprintf(be, sizeof be, "%s %u/%u layers", device, dev_layers, info.n_layer);
+            else if (on_dev) snprintf(be, sizeof be, "%s", device);
             else snprintf(be, sizeof be, "cpu %s", cmf_cpu_level_name(cmf_cpu_level_detect()));
             printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f |\n",
                    info.arch_name ? info.arch_name : "?", (double)info.weight_bytes / (1 << 30),

@@ -21,7 +21,7 @@ int cmd_devices(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) { fputs(devices_help, stdout); return CLI_EXIT_OK; }
         if (strcmp(argv[i], "--json") == 0) json = true;
-        else return cli_usage_error(cmd, "unexpected argument %s (see --help)", argv[i]);
+        else return cli_usage_error(cmd, "unexpected argument %s", argv[i]);
     }
     cmf_device_info d[17];
     size_t n = 0;

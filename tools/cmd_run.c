@@ -148,12 +148,12 @@ int cmd_logits(int argc, char **argv) {
         else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (!v || !cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return missing ? cli_usage_error(cmd, "-t needs a value") : CLI_EXIT_USAGE;
         } else if (strcmp(argv[i], "--kv-f32") == 0) kv_f32 = true;
-        else if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", argv[i]);
+        else if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option %s", argv[i]);
         else if (!file) file = argv[i];
         else return cli_usage_error(cmd, "unexpected argument %s", argv[i]);
         if (missing) return cli_usage_error(cmd, "%s needs a value", argv[i]);
     }
-    if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o (see --help)"); }
+    if (!file || !toks || !outp) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE, --tokens and -o"); }
     if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (!cli_check_output(cmd, outp, &file, 1)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
@@ -290,12 +290,12 @@ int cmd_ppl(int argc, char **argv) {
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (v && !cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return CLI_EXIT_USAGE;
         } else if (strcmp(flag, "--kv-f32") == 0) kv_f32 = true;
-        else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", flag);
+        else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s", flag);
         else if (!file) file = flag;
         else return cli_usage_error(cmd, "unexpected argument %s", flag);
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
-    if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT (see --help)"); }
+    if (!file || !text) { cli_lora_free(&lo); return cli_usage_error(cmd, "need FILE and --file TEXT"); }
     if (!cli_gpu_layers_apply(cmd, ngl, &device, &gpu_layers)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
     cmf_error err = {0};
@@ -549,12 +549,12 @@ int cmd_run(int argc, char **argv) {
         else if (strcmp(flag, "-e") == 0 || strcmp(flag, "--escape") == 0) escape = true;
         else if (strcmp(flag, "--no-escape") == 0) escape = false;
         else if (strcmp(flag, "--ignore-eos") == 0) ignore_eos = true;
-        else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s (see --help)", flag);
+        else if (flag[0] == '-') return cli_usage_error(cmd, "unknown option %s", flag);
         else if (!file) file = flag;
         else return cli_usage_error(cmd, "unexpected argument %s", flag);
         if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
     }
-    if (!file || n_prompts == 0) return cli_usage_error(cmd, "need FILE and -p TEXT, -f FILE or -p - (see --help)");
+    if (!file || n_prompts == 0) return cli_usage_error(cmd, "need FILE and -p TEXT, -f FILE or -p -");
     if (n_prompts > 1) return cli_usage_error(cmd, "give the prompt once: -p TEXT, -f FILE or -p - (stdin)");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
     if (cli_skill_check(cmd, &so, lo.n) != CLI_EXIT_OK) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }

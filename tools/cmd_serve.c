@@ -228,12 +228,12 @@ int cmd_serve(int argc, char **argv) {
         else if (cli_flag_value(argc, argv, &i, "-md", &v, &missing) || cli_flag_value(argc, argv, &i, "--draft", &v, &missing) ||
                  cli_flag_value(argc, argv, &i, "--model-draft", &v, &missing)) o.draft_path = v;
         else if (cli_flag_value(argc, argv, &i, "--drafter", &v, &missing)) o.drafter_path = v;
-        else if (flag[0] == '-') { cli_usage_error(cmd, "unknown option %s (see --help)", flag); goto out; }
+        else if (flag[0] == '-') { cli_usage_error(cmd, "unknown option %s", flag); goto out; }
         else if (!o.model_path) o.model_path = flag;
         else { cli_usage_error(cmd, "unexpected argument %s", flag); goto out; }
         if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
     }
-    if (!o.model_path) { cli_usage_error(cmd, "need FILE (see --help)"); goto out; }
+    if (!o.model_path) { cli_usage_error(cmd, "need FILE"); goto out; }
     if ((o.draft_path != NULL) + (o.drafter_path != NULL) + (o.lookup != 0) > 1) {
         cli_usage_error(cmd, "--draft, --drafter and --lookup: choose one drafter");
         goto out;

@@ -62,6 +62,24 @@ static size_t escaped_nul(const char *b, size_t len) {
     return len;
 }
 
+/* How deep arrays and objects are open at byte off of b (strings skipped):
+ * cJSON refuses nesting past CJSON_NESTING_LIMIT, which the error should
+ * say rather than "not valid JSON". */
+static long depth_at(const char *b, size_t off) {
+    long d = 0;
+    bool str = false;
+    for (size_t i = 0; i < off && b[i]; i++) {
+        char c = b[i];
+        if (str) {
+            if (c == '\\') i++;
+            else if (c == '"') str = false;
+        } else if (c == '"') str = true;
+        else if (c == '[' || c == '{') d++;
+        else if (c == ']' || c == '}') d--;
+    }
+    return d;
+}
+
 cJSON *srv_json_parse(const char *body, size_t len, char *msg, size_t cap) {
     if (!body || len == 0) {
         snprintf(msg, cap, "the request body is empty; send a JSON object");
@@ -81,7 +99,10 @@ cJSON *srv_json_parse(const char *body, size_t len, char *msg, size_t cap) {
     cJSON *j = cJSON_ParseWithOpts(body, &end, true); /* body is NUL-terminated at len */
     if (!j) {
         size_t off = end && end >= body ? (size_t)(end - body) : 0;
-        snprintf(msg, cap, "the request body is not valid JSON (at byte %zu)", off);
+        if (depth_at(body, off) >= CJSON_NESTING_LIMIT)
+            snprintf(msg, cap, "the request body nests arrays and objects deeper than %d levels (at byte %zu)",
+                     CJSON_NESTING_LIMIT, off);
+        else snprintf(msg, cap, "the request body is not valid JSON (at byte %zu)", off);
         return NULL;
     }
     size_t at = escaped_nul(body, len);

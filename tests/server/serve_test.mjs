@@ -174,8 +174,11 @@ async function rawTests(port) {
     ["[1,2]", "not an object"], ["", "empty body"], ["{", "truncated"],
     ['{"messages": [{"role":"user","content":"Tell\\u0000 me a story"}]}', "an escaped NUL (cJSON would cut the string)"],
     [Buffer.from('{"messages": [{"role":"user","content":"a\u0000b"}]}'), "a raw NUL byte"],
+    ['{"messages": ' + "[".repeat(5000), "nesting past cJSON's limit"],
   ];
   for (const [b, what] of bad) check(isErr(await req(port, "POST", "/v1/chat/completions", { body: b }), 400), "400 for " + what);
+  const deep = await req(port, "POST", "/v1/chat/completions", { body: '{"a": ' + "[".repeat(5000) });
+  check(/deeper than 1000 levels/.test(json(deep).error.message), "the nesting limit is named: " + deep.body);
   const badFields = [
     [{ temperature: "hot" }, "temperature"], [{ temperature: 3 }, "temperature"], [{ n: 0 }, "n"], [{ n: 1000 }, "n"],
     [{ max_tokens: -1 }, "max_tokens"], [{ max_tokens: 0 }, "max_tokens"], [{ max_completion_tokens: 0 }, "max_completion_tokens"], [{ max_tokens: 1.5 }, "max_tokens"], [{ stop: 5 }, "stop"], [{ stop: [""] }, "stop"],
