@@ -23,7 +23,8 @@ extern "C" {
 
 typedef struct cmf_device cmf_device;
 
-/* Open a device. Errors: CMF_ERR_ARG (malformed spec, naming it),
+/* Open a device: spec "cpu" (NULL too), "cpu:t=N" (N threads, 1..256),
+ * "vulkan", "vulkan:N". Errors: CMF_ERR_ARG (a malformed or empty spec, naming it),
  * CMF_ERR_UNSUPPORTED (a backend this build lacks), CMF_ERR_NOMEM. */
 cmf_status cmf_device_open(const char *spec, cmf_device **out, cmf_error *err);
 void cmf_device_free(cmf_device *d);

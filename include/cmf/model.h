@@ -38,9 +38,10 @@ typedef struct cmf_kv_cache cmf_kv_cache;
 
 typedef struct cmf_model_params {
     int n_threads;        /* 0 = number of physical cores (ignored with a device) */
-    const char *backend;  /* a device spec (cmf/device.h: "cpu", "vulkan", "vulkan:N";
-                             default "cpu" when NULL; ignored with a device): the
-                             model opens a private device of it ("cpu" uses n_threads) */
+    const char *backend;  /* a device spec (cmf/device.h: "cpu", "cpu:t=N", "vulkan",
+                             "vulkan:N"; default "cpu" when NULL, "" is an error;
+                             ignored with a device): the model opens a private device
+                             of it ("cpu" uses n_threads) */
     cmf_device *device;   /* run on this shared device (cmf/device.h); NULL = a
                              private CPU device of n_threads. It must outlive the model. */
     uint32_t n_ctx;       /* context (tokens) the model will run with; 0 = min(4096,

@@ -79,7 +79,8 @@ cmf_status cmf_device_list(cmf_device_info *out, size_t cap, size_t *n, cmf_erro
 cmf_status cmf_device_open(const char *spec, cmf_device **out, cmf_error *err) {
     if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_device_open: out is NULL");
     *out = NULL;
-    if (!spec || !*spec) spec = "cpu";
+    if (!spec) spec = "cpu";
+    if (!*spec) return cmf_error_set(err, CMF_ERR_ARG, "device \"\": an empty spec (have: " HAVE_SPECS ")");
     int threads = 0;
     if (strncmp(spec, "vulkan", 6) == 0) return open_vulkan(spec, out, err);
     if (strncmp(spec, "cpu", 3) != 0 || (spec[3] != 0 && spec[3] != ':'))

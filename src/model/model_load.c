@@ -429,8 +429,7 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
                           cmf_error *err) {
     *out = NULL;
     /* a private non-default device: any spec cmf_device_open takes ("cpu:t=N", "vulkan[:N]"), checked there */
-    bool dev_spec = params && !params->device && params->backend && *params->backend &&
-                    strcmp(params->backend, "cpu") != 0;
+    bool dev_spec = params && !params->device && params->backend && strcmp(params->backend, "cpu") != 0;
     const cJSON *hdr = cmf_file_header(f);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(hdr, "arch");
     if (!cJSON_IsObject(arch))

@@ -23,7 +23,7 @@ static int logits_of(cmf_model *m, const int32_t *tok, uint32_t n, float *out) {
 int main(void) {
     cmf_error err;
     cmf_device *d = NULL;
-    const char *bad[] = {"gpu", "cpu:t=0", "cpu:t=abc", "cpu:x=2", "cpu:t=3x", "cpux"};
+    const char *bad[] = {"gpu", "cpu:t=0", "cpu:t=abc", "cpu:x=2", "cpu:t=3x", "cpux", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cmf_status st = cmf_device_open(bad[i], &d, &err);
         CHECK(st != CMF_OK && d == NULL && strstr(err.msg, bad[i]), "spec '%s' accepted or not named: %s", bad[i],
