@@ -11,7 +11,8 @@
 // kernel streams weights: BN = 32 there, so that a 4096-row matrix has 128
 // workgroups rather than 32, else BN = 128). K in chunks of BK (64; 256
 // at BM = 32):
-// the X chunk (f32 -> f16) and the W chunk (decoded from its CMF dtype;
+// the X chunk (f32 -> f16, or read as f16 with XH: vk_ops.c coop_x16
+// converts a product's X once) and the W chunk (decoded from its CMF dtype;
 // dequant.glsl's w_at for the odd cases) are staged in shared memory as
 // f16 (a thread stages one 32-k run of one token and of one weight row:
 // one scale and one 16-byte load for a q4 group), so every weight is
@@ -20,7 +21,7 @@
 // to f16 (11-bit significand), products accumulate in f32. Each output's
 // k order is fixed by the tile (the same 16 x 8 x 16 products in the same
 // order at every BM), independent of n: rows of one class stay batch
-// invariant. Grid: x over 128-row blocks of W, y over BM-token blocks.
+// invariant. Grid: x over BN-row blocks of W, y over BM-token blocks.
 //
 // Written against GL_NV_cooperative_matrix (what Debian 12's glslc
 // compiles); the build rewrites the SPIR-V to SPV_KHR_cooperative_matrix
@@ -54,7 +55,7 @@ const uint NJ = BN / 32;              /* 8-row B tiles a subgroup */
  * the workgroups of a 128-row tile, a run of X and of W a thread; 37 KiB
  * of shared memory), else 64 */
 const uint BK = BM == 32 ? 256 : 64;
-const uint LDS = BK + 8;   /* row stride in halves (144 / 272 bytes): rows stay 16-byte aligned */
+const uint LDS = BK + 8;   /* row stride in halves (144 / 528 bytes): rows stay 16-byte aligned */
 const uint RPR = BK / 32;  /* 32-k runs a row of a chunk */
 const uint WRN = BN * RPR / 256; /* W runs a thread */
 // f16 tiles, 8 halves an element (one 16-byte shared store a run); the
