@@ -219,7 +219,7 @@ static bool record_bdec(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddres
 /* Rows a subgroup for matmul_dot.comp: streaming rows through a
  * workgroup (the next row's loads in flight during a row's sums, X staged
  * once for them all) beats more workgroups as long as about 5/8 of the
- * compute units still get one; on the H200 (132 SMs, 3 Dec 2026,
+ * compute units still get one; on the H200 (132 SMs, 4 Dec 2026,
  * vk_bench --matvec, q8_row) 11008x4096 took 19.8 -> 16.9 us at 4 rows
  * (86 workgroups), 32000x4096 47.0 -> 38.4 at 8, while 4096x11008 went
  * 15.1 -> 20.0 at 2 (64 workgroups). 1 where n_cu is unknown. */
@@ -333,7 +333,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, VkDeviceAd
         if (half) cmf_vk_acc(vk, xh, (uint64_t)(n - nv) * cols * 2, false);
         else acc_rows(vk, xo, n - nv, cols, cols, false);
         acc_rows(vk, yo, n - nv, ldy, n_rows, true);
-        if (vk->coop && coop_dtype(o->W->dtype)) { /* tensor cores (matmul_coop.comp: BM x 128 tiles, f16 inputs, f32 sums) */
+        if (vk->coop && coop_dtype(o->W->dtype)) { /* tensor cores (matmul_coop.comp: BM x BN tiles, f16 inputs, f32 sums) */
             uint32_t bm = coop_bm(vk, n - nv, n_rows), bn = bm == 32 ? 32 : 128; /* the shader's BM and BN */
             assert(bm == 32 || bm == 64 || bm == 128);
             cmf_vk_dispatch(vk, VK_SH_MATMUL_COOP, 256, (uint32_t)o->W->dtype | (half ? 1u << 16 : 0u), bm == 128 ? 0 : bm,
