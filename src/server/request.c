@@ -547,6 +547,12 @@ unsigned srv_gen_parse(srv *s, const cJSON *b, bool chat, srv_gen *g, char *msg,
         if (st) return st;
         if (!add_prompt(g, ids, n)) { free(ids); FAIL(500, NULL, "out of memory"); }
     } else {
+        /* OpenAI completions fields cmf does not implement: refused, not ignored (the answer would differ) */
+        const cJSON *ec = field(b, "echo"), *bo = field(b, "best_of"), *sx = field(b, "suffix");
+        if (ec && !cJSON_IsNull(ec) && !cJSON_IsFalse(ec)) FAIL(400, "echo", "'echo' is not supported");
+        if (bo && !cJSON_IsNull(bo) && !(cJSON_IsNumber(bo) && bo->valuedouble == 1))
+            FAIL(400, "best_of", "'best_of' other than 1 is not supported (use n)");
+        if (sx && !cJSON_IsNull(sx)) FAIL(400, "suffix", "'suffix' (insertion) is not supported");
         const cJSON *p = field(b, "prompt");
         if (!p) FAIL(400, "prompt", "'prompt' is required");
         bool list = cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 &&

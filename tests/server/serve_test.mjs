@@ -201,6 +201,11 @@ async function rawTests(port) {
   // a backslash before the u is escaped itself: the text \u0000 (six characters), a valid prompt
   eq((await req(port, "POST", "/v1/completions", { body: '{"prompt": "x \\\\u0000 y", "max_tokens": 1}' })).status, 200, "an escaped backslash before u0000 is text");
   check(isErr(await req(port, "POST", "/v1/completions", { body: { model: "demo-base" } }), 400), "400 without prompt");
+  for (const [f, p] of [[{ echo: true }, "echo"], [{ best_of: 3 }, "best_of"], [{ suffix: "end" }, "suffix"]]) {
+    const r = await req(port, "POST", "/v1/completions", { body: { prompt: "Once", max_tokens: 1, ...f } });
+    check(isErr(r, 400) && json(r).error.param === p, `400 naming '${p}' (not implemented, not ignored): ${r.status} ${r.body}`);
+  }
+  eq((await req(port, "POST", "/v1/completions", { body: { prompt: "Once", max_tokens: 1, echo: false, best_of: 1, suffix: null } })).status, 200, "echo false, best_of 1, suffix null accepted");
   check(isErr(await req(port, "POST", "/v1/completions", { body: { prompt: [1, 99999] } }), 400), "400 for a token id outside the vocabulary");
   // unknown fields are ignored
   eq((await req(port, "POST", "/v1/chat/completions", { body: chatBody("hi", { frobnicate: 1, max_tokens: 2 }) })).status, 200, "unknown fields ignored");
