@@ -10,13 +10,16 @@
  *     uvec4 loads, best of 5 (GB/s) — the decode roofline;
  *   with --matvec: the decode mat-vec (matmul, one token) at Llama-2-7B
  *     shapes (4096x4096, 11008x4096, 4096x11008, 32000x4096) for q4tp,
- *     q4_block, q8_row and f16, 50 dependent products in one step, us each and GB/s of weight
+ *     q4_block, q8_row and f16, 50 dependent products in one step over
+ *     copies of W filling 256 MiB (cold weights, as in a model's step; the
+ *     "hot" line reads one copy), us each and GB/s of weight
  *     bytes as a fraction of the probe, with matmul.comp's previous
  *     kernel (CMF_VK_MV=0) and the MV path at each team shape in the same
  *     process; q/k/v-like triples as one fused dispatch vs three; where the
  *     device has integer dot products, the integer-dot kernel
- *     (matmul_dot.comp, CMF_VK_DOT) at 8, 16 and 32 subgroups a workgroup x 1..8 rows a subgroup
- *     against MV (the 4- and 8-bit dtypes).
+ *     (matmul_dot.comp, CMF_VK_DOT) unpipelined and pipelined (CMF_VK_DOT_PIPE)
+ *     at 4..32 subgroups a workgroup x 1..8 rows a subgroup against MV (the
+ *     4- and 8-bit dtypes).
  *   with --gemm: the prompt-class GEMM (q4tp, q8_row, f16 at 4096x4096 and
  *     11008x4096) at 16..512 tokens, each tile height, X as its f16 copy
  *     (the default) and as f32 (CMF_VK_COOP_XH=0): us, GB/s, TFLOP/s.
@@ -86,22 +89,25 @@ static cmf_tensor random_w(int dt, uint64_t rows, uint64_t cols) {
  * (n_dec as matmul_parts'; each reads the same X and writes Y; the
  * backend's barrier between), best of 3 after a first run that uploads W,
  * minus the one-dispatch step cost t1. np > 1: each product is
- * matmul_parts of np copies of W into np outputs (Y: np x rows a token). */
-static double prod_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, uint32_t n, int32_t n_dec,
-                        int count, double t1) {
+ * matmul_parts of np copies of W into np outputs (Y: np x rows a token).
+ * Product i reads t[i % nw]: nw copies of W (nw x its bytes over the GPU's
+ * last-level cache) give cold weights, as a model's decode step reads them. */
+static double prod_time_w(cmf_backend *b, const cmf_tensor *t, uint32_t nw, float *x, float *y, uint32_t np, uint32_t n,
+                          int32_t n_dec, int count, double t1) {
     uint64_t rows = t->shape[0];
     cmf_error err = {0};
     cmf_mm_part parts[3];
-    for (uint32_t k = 0; k < np; k++) parts[k] = (cmf_mm_part){t, 0, rows, y + k * rows * n, rows};
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
         double t0 = now_s();
         b->ops->begin(b);
-        for (int i = 0; i < count; i++)
+        for (int i = 0; i < count; i++) {
+            for (uint32_t k = 0; k < np; k++) parts[k] = (cmf_mm_part){&t[i % nw], 0, rows, y + k * rows * n, rows};
             if (b->ops->matmul_parts(b, parts, np, x, n, n_dec, &err) != CMF_OK) {
                 fprintf(stderr, "vk_bench: matmul: %s\n", err.msg);
                 exit(1);
             }
+        }
         if (b->ops->submit(b, &err) != CMF_OK) {
             fprintf(stderr, "vk_bench: %s\n", err.msg);
             exit(1);
@@ -114,9 +120,14 @@ static double prod_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y,
     return best * 1e6;
 }
 
-/* One token, 50 products a step (the decode mat-vec). */
-static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, double t1) {
-    return prod_time(b, t, x, y, np, 1, -1, 50, t1);
+static double prod_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, uint32_t np, uint32_t n, int32_t n_dec,
+                        int count, double t1) {
+    return prod_time_w(b, t, 1, x, y, np, n, n_dec, count, t1);
+}
+
+/* One token, 50 products a step (the decode mat-vec), over the nw copies of W. */
+static double mv_time(cmf_backend *b, const cmf_tensor *t, uint32_t nw, float *x, float *y, uint32_t np, double t1) {
+    return prod_time_w(b, t, nw, x, y, np, 1, -1, 50, t1);
 }
 
 #define MV_LINE(label, us)                                                                                            \
@@ -126,13 +137,13 @@ static double mv_time(cmf_backend *b, const cmf_tensor *t, float *x, float *y, u
 /* The one-token product of t at every (a, g) with a = 1, 2, .. a_max set
  * into *pa and g = g0, 2·g0, .. 32 into *pg (both 0 again after), a line
  * each ("WHAT A=a G=g"), the best below *best with its a and g. */
-static void sweep(cmf_backend *b, const cmf_tensor *t, float *x, float *y, double t1, const char *name, double nb,
+static void sweep(cmf_backend *b, const cmf_tensor *t, uint32_t nw, float *x, float *y, double t1, const char *name, double nb,
                   double bw, const char *what, const char *la, uint32_t *pa, uint32_t a_max, const char *lg,
                   uint32_t *pg, uint32_t g0, double *best, uint32_t *ba, uint32_t *bg) {
     for (uint32_t g = g0; g <= 32; g *= 2)
         for (uint32_t a = 1; a <= a_max; a *= 2) {
             *pa = a, *pg = g;
-            double u = mv_time(b, t, x, y, 1, t1);
+            double u = mv_time(b, t, nw, x, y, 1, t1);
             char l[32];
             snprintf(l, sizeof l, "%s %s=%u %s=%u", what, la, a, lg, g);
             MV_LINE(l, u);
@@ -140,6 +151,8 @@ static void sweep(cmf_backend *b, const cmf_tensor *t, float *x, float *y, doubl
         }
     *pa = *pg = 0;
 }
+
+#define MV_COPIES 50 /* a step's products */
 
 /* The decode mat-vec of W (rows x cols, dtype dt, one token): the previous
  * kernel (a subgroup a row, CMF_VK_MV=0), MV with vk_ops.c's team choice,
@@ -152,59 +165,83 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     cmf_tensor t = random_w(dt, rows, cols);
     void *payload = (void *)t.data;
     uint64_t nb = t.nbytes;
+    /* cold weights: copies of W filling 256 MiB (5x the H200's L2), product i reads copy i mod nw */
+    cmf_tensor tw[MV_COPIES];
+    uint32_t nw = (uint32_t)((256ull << 20) / nb + 1);
+    if (nw > MV_COPIES) nw = MV_COPIES;
+    tw[0] = t;
+    for (uint32_t k = 1; k < nw; k++) {
+        void *c = malloc(nb);
+        if (!c) { fprintf(stderr, "vk_bench: out of memory\n"); exit(1); }
+        memcpy(c, payload, nb);
+        tw[k] = t, tw[k].data = c;
+    }
     float *x = b->ops->alloc(b, cols), *y = b->ops->alloc(b, 3 * rows);
     char name[64];
     snprintf(name, sizeof name, "%s %llux%llu", cmf_dtype_name(dt), (unsigned long long)rows, (unsigned long long)cols);
     bool dot = vk->dot; /* the integer-dot kernel (matmul_dot.comp) is timed apart: off for the rest */
     vk->dot = false;
     vk->mv = false;
-    double old = mv_time(b, &t, x, y, 1, t1);
+    double old = mv_time(b, tw, nw, x, y, 1, t1);
     MV_LINE("old (MV=0)", old);
     vk->mv = true;
-    double mv = mv_time(b, &t, x, y, 1, t1);
+    double mv = mv_time(b, tw, nw, x, y, 1, t1);
     MV_LINE("mv", mv);
     double best = mv;
     uint32_t bs = 0, br = 0;
-    sweep(b, &t, x, y, t1, name, nb, bw, "mv", "S", &vk->mv_team, 4, "WG", &vk->mv_wg, 8, &best, &bs, &br);
+    sweep(b, tw, nw, x, y, t1, name, nb, bw, "mv", "S", &vk->mv_team, 4, "WG", &vk->mv_wg, 8, &best, &bs, &br);
     printf("matvec %-20s best %.1f us (%4.1f%% of probe) at S=%u WG=%u subgroups (0: default); mv %.2fx old\n", name, best,
            bw > 0 ? 100 * nb / best / 1e3 / bw : 0, bs, br, old / mv);
     bool dq = vk->dot_ok && (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
     if (dq) {
         vk->dot = true;
-        double d = mv_time(b, &t, x, y, 1, t1), db = d;
-        MV_LINE("dot", d);
-        uint32_t bg = 0, brr = 0; /* R: rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
-        sweep(b, &t, x, y, t1, name, nb, bw, "dot", "R", &vk->dot_r, 1, "WG", &vk->mv_wg, 8, &db, &brr, &bg);
+        bool pipe = vk->dot_pipe;
+        for (int pi = 0; pi < 2; pi++) { /* the unpipelined streamed rows, then the pipelined ones (CMF_VK_DOT_PIPE) */
+            vk->dot_pipe = pi == 1;
+            double d = mv_time(b, tw, nw, x, y, 1, t1), db = d;
+            MV_LINE(pi ? "dot pipe" : "dot nopipe", d);
+            uint32_t bg = 0, brr = 0; /* R: rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
+            sweep(b, tw, nw, x, y, t1, name, nb, bw, pi ? "dot pipe" : "dot nopipe", "R", &vk->dot_r, 8, "WG",
+                  &vk->mv_wg, 4, &db, &brr, &bg);
+            printf("matvec %-20s dot pipe=%d %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us "
+                   "(%4.1f%%) at WG=%u R=%u (0: default)\n",
+                   name, pi, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db,
+                   bw > 0 ? 100 * nb / db / 1e3 / bw : 0, bg, brr);
+        }
+        vk->dot_pipe = pipe;
         vk->dot = false;
-        printf("matvec %-20s dot %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us at WG=%u R=%u "
-               "(0: default)\n",
-               name, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db, bg, brr);
     }
     if (fuse) {
         vk->mv = true;
-        double f3 = mv_time(b, &t, x, y, 3, t1);
+        double f3 = mv_time(b, tw, nw, x, y, 3, t1);
         vk->mv = false;
-        double o3 = mv_time(b, &t, x, y, 3, t1);
+        double o3 = mv_time(b, tw, nw, x, y, 3, t1);
         vk->mv = true;
         printf("matvec %-20s x3 sharing X: one MV dispatch %.1f us (%.0f GB/s) | old, 3 dispatches %.1f us\n", name, f3,
                3 * nb / f3 / 1e3, o3);
         if (dq) {
             vk->dot = true;
-            double d3 = mv_time(b, &t, x, y, 3, t1);
+            double d3 = mv_time(b, tw, nw, x, y, 3, t1);
             printf("matvec %-20s x3 sharing X: one dot dispatch %.1f us (%.0f GB/s): %.2fx MV\n", name, d3,
                    3 * nb / d3 / 1e3, f3 / d3);
             for (uint32_t r = 1; r <= 8; r *= 2) {
                 vk->dot_r = r;
-                double u = mv_time(b, &t, x, y, 3, t1);
+                double u = mv_time(b, tw, nw, x, y, 3, t1);
                 printf("matvec %-20s x3 sharing X: dot R=%u %.1f us (%.0f GB/s)\n", name, r, u, 3 * nb / u / 1e3);
             }
             vk->dot_r = 0;
             vk->dot = false;
         }
     }
+    if (dq) { /* the same weights every product (L2-resident where they fit): the kernel without DRAM */
+        vk->dot = true;
+        double h = mv_time(b, tw, 1, x, y, 1, t1);
+        MV_LINE("dot hot (1 copy)", h);
+    }
     vk->dot = dot;
     b->ops->release(b, x);
     b->ops->release(b, y);
+    for (uint32_t k = 1; k < nw; k++) free((void *)tw[k].data);
     free(payload);
 }
 

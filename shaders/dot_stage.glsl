@@ -4,7 +4,8 @@
 // the staged X (xa, xb, xd, xq per token and 32-group), the weight chunk
 // loads, X's quantization while it is staged, and a chunk's dot product.
 // The including shader declares NT (tokens a workgroup) and FUSE
-// (matmul_dot.comp's fused-norm bits; 0 in matmul_bdec.comp) first.
+// (matmul_dot.comp's fusion bits; 0 in matmul_bdec.comp) and includes
+// act.glsl first.
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4 { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
@@ -65,14 +66,22 @@ uint pack4(ivec4 q) { return uint(q.x & 255) | uint(q.y & 255) << 8 | uint(q.z &
 // invocation, 8 consecutive lanes a 32-group (the subgroup size is a
 // multiple of 8 and kl of 32, so the 8 lanes of a group are active
 // together in every iteration and the shuffles stay inside the group).
-void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_one) {
+// FUSE bit 0: each value times (nw[k] + add_one) (the RMSNorm's weight);
+// bit 3: X is the GLU's gate and up its up (the same index): the value is
+// act(gate) · up as eltwise.comp's glu computes it.
+void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_one, uint64_t up, uint ga) {
     uint lane = gl_SubgroupInvocationID;
     uint ii = gl_SubgroupID * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize;
     uint q4 = kl / 4, cols = p.cols;
     V4 X = V4(p.x);
     for (uint i = ii; i < nt * q4; i += nthr) {
         uint t = i / q4, e4 = i % q4, l = e4 % 8, g = t * gpt + e4 / 8;
-        vec4 v = X.v[((t0 + t) * cols + k0) / 4 + e4];
+        uint xi = ((t0 + t) * cols + k0) / 4 + e4;
+        vec4 v = X.v[xi];
+        if ((FUSE & 8u) != 0) {
+            vec4 u = V4(up).v[xi];
+            v = vec4(act(v.x, ga) * u.x, act(v.y, ga) * u.y, act(v.z, ga) * u.z, act(v.w, ga) * u.w);
+        }
         if ((FUSE & 1u) != 0) { // u = x · (w + add_one), quantized; r is applied to the token's sum
             if (nw != 0) {
                 F32 NW = F32(nw);

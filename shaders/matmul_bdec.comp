@@ -32,6 +32,7 @@
 #extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
 #include "dequant.glsl"
+#include "act.glsl"
 layout(constant_id = 2) const uint NT = 32;
 const uint FUSE = 0; // (matmul_dot.comp's fused variants have no many-token twin)
 #include "dot_stage.glsl"
@@ -72,7 +73,7 @@ void main() {
             }
             if (staged != k0) {
                 barrier();
-                stage(t0, nt, k0, kl, gpt, 0, 0.0);
+                stage(t0, nt, k0, kl, gpt, 0, 0.0, 0, 0u);
                 barrier();
                 staged = k0;
             }

@@ -192,6 +192,18 @@ typedef struct cmf_backend_ops {
      * [n][n_rows], tmp a scratch backend buffer. Errors as matmul. */
     cmf_status (*matmul_add)(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
                              int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err);
+    /* Optional (NULL: glu of G and U into G, then matmul_add of G): a gated
+     * MLP's down projection and its residual add, Y[i][j] += s·P[i][j] for
+     * i < n, j < n_rows, P = H·W[0, n_rows)ᵀ with H[i][k] = act(G[i][k]) ·
+     * U[i][k] (glu's act; Shazeer 2020, "GLU Variants Improve
+     * Transformer"); G, U contiguous [n][in], Y and tmp contiguous
+     * [n][n_rows]. A device may form H while its decode kernel stages X, so
+     * the result equals the unfused ops' within float rounding (row classes
+     * and batch invariance as matmul_add). G's contents are unspecified
+     * after (the op may write H there); tmp is a scratch backend buffer.
+     * Errors as matmul. */
+    cmf_status (*glu_matmul_add)(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, float *G, const float *U,
+                                 uint32_t n, int32_t n_dec, cmf_act act, float s, float *Y, float *tmp, cmf_error *err);
     /* The low-rank updates of a batch's row segments, after the base
      * product into Y: for each segment in order, for its rows i and j <
      * n_out,  Y[i][j] += scale · Σ_k Bt[k][b_row0 + j] · (Σ_c A[k][c]·X[i][c]).

@@ -286,6 +286,9 @@ static cmf_status glu_mlp(cmf_model *m, const cmf_tensor *wg, const cmf_tensor *
     if (lora && ((st = lora_add(m, b, il, CMF_PROJ_GATE, x, E, b->gate, ff, ff, n, err)) ||
                  (st = lora_add(m, b, il, CMF_PROJ_UP, x, E, b->up, ff, ff, n, err))))
         return st;
+    if (add_y && !lora && be->ops->glu_matmul_add) /* the GLU folded into the down product's staging */
+        return be->ops->glu_matmul_add(be, wd, E, b->gate, b->up, n, n_dec, m->hp.act, m->hp.resid_mult, add_y, out,
+                                       err);
     be->ops->glu(be, b->gate, ff, b->gate, b->up, ff, n, ff, m->hp.act);
     if (add_y) return be->ops->matmul_add(be, wd, E, b->gate, n, n_dec, m->hp.resid_mult, add_y, out, err);
     if ((st = be->ops->matmul(be, wd, 0, E, b->gate, n, n_dec, out, E, err))) return st;

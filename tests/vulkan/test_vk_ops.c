@@ -740,10 +740,20 @@ static void test_dot(cmf_dtype dt, uint64_t cols) {
     step_begin();
     gpu->ops->matmul(gpu, &t, 2, 40, xd, 1, 1, y1, ldy, &err);
     step_end("dot alone");
-    vk->dot_r = 0;
     float *a = down(yd, ldy), *b1 = down(y1, ldy);
     CHECK(memcmp(a, b1, 40 * sizeof(float)) == 0, "dot %s: a row alone differs from its row in a batch",
           cmf_dtype_name(dt));
+    /* the pipelined streamed rows (FUSE bit 2, the default at one token) against the unpipelined ones */
+    bool pipe = vk->dot_pipe;
+    vk->dot_pipe = !pipe;
+    step_begin();
+    gpu->ops->matmul(gpu, &t, 2, 40, xd, 1, 1, y1, ldy, &err);
+    step_end("dot alone, other pipe");
+    vk->dot_pipe = pipe, vk->dot_r = 0;
+    float *b2 = down(y1, ldy);
+    CHECK(memcmp(b2, b1, 40 * sizeof(float)) == 0, "dot %s: the pipelined rows differ from the unpipelined ones",
+          cmf_dtype_name(dt));
+    free(b2);
     /* three parts, one dispatch */
     float *y2 = gpu->ops->alloc(gpu, (size_t)n * 7), *y3 = gpu->ops->alloc(gpu, (size_t)n * 30);
     cmf_mm_part parts[3] = {{&t, 0, 5, yd, ldy}, {&t, 38, 7, y2, 7}, {&t, 9, 30, y3, 30}};
@@ -967,7 +977,7 @@ static void test_bdec(cmf_dtype dt, uint64_t cols) {
  * dot (the unfused ops: 2e-5 to the CPU). */
 static void test_fuse2(cmf_dtype dt, uint64_t cols) {
     vk_ctx *vk = gpu->ctx;
-    if (!gpu->ops->matmul_parts_norm || !gpu->ops->matmul_add) {
+    if (!gpu->ops->matmul_parts_norm || !gpu->ops->matmul_add || !gpu->ops->glu_matmul_add) {
         CHECK(0, "fuse2: the ops table lacks the fused ops (CMF_VK_FUSE2=1 not seen)");
         return;
     }
@@ -1065,6 +1075,36 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
               d);
         free(ga), free(gb);
     }
+    /* the GLU in the staging (glu_matmul_add): Y += s·((act(G)·U)·Wᵀ) against glu then matmul_add, each
+     * activation, all-decode and mixed rows; the staged values are the glu op's (act.glsl), so the sums
+     * agree up to a quantization step where an act value rounds otherwise */
+    double wg = 0;
+    int same = 0, runs = 0;
+    {
+        float *g0 = rnd(n * cols), *u0 = rnd(n * cols);
+        for (uint64_t i = 0; i < n * cols; i++) g0[i] *= 8.0f; /* the activations' curved range */
+        float *gf = up(g0, n * cols), *gr = up(g0, n * cols), *ud = up(u0, n * cols);
+        for (int a = 0; a < 3; a++)
+            for (int32_t nd = (int32_t)n; nd >= 4; nd -= 5) {
+                gpu->ops->write(gpu, ya, y0, n * rows), gpu->ops->write(gpu, yb, y0, n * rows);
+                gpu->ops->write(gpu, gf, g0, n * cols), gpu->ops->write(gpu, gr, g0, n * cols);
+                step_begin();
+                CHECK(gpu->ops->glu_matmul_add(gpu, &t, rows, gf, ud, n, nd, (cmf_act)a, 0.7f, ya, tmp, &err) == CMF_OK,
+                      "fuse2 glu: %s", err.msg);
+                gpu->ops->glu(gpu, gr, cols, gr, ud, cols, n, (uint32_t)cols, (cmf_act)a);
+                CHECK(gpu->ops->matmul_add(gpu, &t, rows, gr, n, nd, 0.7f, yb, xr, &err) == CMF_OK, "fuse2 glu ref: %s",
+                      err.msg);
+                step_end("fuse2 glu");
+                float *ga = down(ya, n * rows), *gb = down(yb, n * rows);
+                double d = maxdiff(ga, gb, n * rows, 4.0 * sqrt((double)cols)); /* |act(g)·u·w| <= ~4 · 0.25 · 0.5 */
+                wg = d > wg ? d : wg, runs++;
+                same += memcmp(ga, gb, n * rows * sizeof(float)) == 0;
+                CHECK(d < 5e-3, "fuse2 glu %s act %d n_dec=%d: max diff %g", cmf_dtype_name(dt), a, nd, d);
+                free(ga), free(gb);
+            }
+        free(g0), free(u0);
+        gpu->ops->release(gpu, gf), gpu->ops->release(gpu, gr), gpu->ops->release(gpu, ud);
+    }
     /* without integer dot: the unfused ops, against the CPU's float reference */
     vk->dot = false;
     float *xc = malloc(n * cols * sizeof *xc), *yc = calloc((size_t)n * 41, sizeof(float));
@@ -1082,7 +1122,8 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
     double df = maxdiff(g, yc, n * 41, sc / sqrt((double)cols));
     CHECK(df < 2e-5, "fuse2 fallback %s: max diff %g", cmf_dtype_name(dt), df);
     fprintf(stderr, "fuse2  %-8s in=%llu n=1,9 n_dec=all,4, 3 parts, 3 norm variants, WG=4,32 (diff %.2g), add (%.2g), "
-                    "fallback (%.2g)\n", cmf_dtype_name(dt), (unsigned long long)cols, worst, wa, df);
+                    "glu x3 acts (%.2g, %d/%d bit for bit), fallback (%.2g)\n", cmf_dtype_name(dt),
+            (unsigned long long)cols, worst, wa, wg, same, runs, df);
     vk->dot = was;
     free(g), free(xc), free(yc), free(y0), free(x), free(w), free(nw), free(payload);
     gpu->ops->release(gpu, xd), gpu->ops->release(gpu, xn), gpu->ops->release(gpu, xr), gpu->ops->release(gpu, y1);

@@ -505,6 +505,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->coop_bm = cbm && *cbm ? (uint32_t)strtoul(cbm, NULL, 10) : 0;
     const char *dr = getenv("CMF_VK_DOT_R");
     vk->dot_r = dr && *dr ? (uint32_t)strtoul(dr, NULL, 10) : 0;
+    const char *dpi = getenv("CMF_VK_DOT_PIPE");
+    vk->dot_pipe = !(dpi && strcmp(dpi, "0") == 0);
     const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off: slower than the GEMM on the H200 */
     vk->bdec = bds && *bds && strcmp(bds, "0") != 0;
     const char *bdm = getenv("CMF_VK_BDEC_MAX");
@@ -996,11 +998,18 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     return p;
 }
 
+static void pipeline_fail(vk_ctx *vk, vk_shader sh) {
+    if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0])
+        cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: shader %d needs a pipeline beyond the table's %u", (int)sh,
+                    vk->n_pipes);
+    else cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+}
+
 void cmf_vk_dispatch(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt, const void *push,
                      uint32_t push_size, uint32_t gx, uint32_t gy, uint32_t gz) {
     VkPipeline p = gx == 0 || gy == 0 || gz == 0 ? VK_NULL_HANDLE : pipeline(vk, sh, wg, dt, nt);
     if (p && vk->recording) cmf_vk_log_dispatch(vk, p, sh, push, push_size, gx, gy, gz, !vk->no_barrier);
-    if (!p && gx && gy && gz) cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+    if (!p && gx && gy && gz) pipeline_fail(vk, sh);
     if (p) vk->no_barrier = false;
     vk->n_acc_next = 0, vk->acc_over = false; /* the declarations were this dispatch's */
 }
@@ -1015,7 +1024,7 @@ void cmf_vk_dispatch_indirect(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt
     }
     VkPipeline p = pipeline(vk, sh, wg, dt, nt);
     if (!p) {
-        cmf_vk_fail(vk, CMF_ERR_UNSUPPORTED, "vulkan: cannot create the pipeline of shader %d", (int)sh);
+        pipeline_fail(vk, sh);
         return;
     }
     if (!vk->recording) return;

@@ -251,7 +251,9 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     grid(groups, 1, &gx, &gy);
     mm_push p = mm_push_parts(o, np, x, n, gx, rpw, 0);
     if (fuse) p.nelem = (uint32_t)fp, p.team = (uint32_t)(fp >> 32); /* unused by the shader otherwise */
-    /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
+    /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant); FUSE bit 2:
+     * the pipelined streamed rows (K staged once) */
+    if (n == 1 && vk->dot_pipe) fuse |= 4u;
     cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy,
                     (n + nt - 1) / nt);
 }
@@ -503,15 +505,17 @@ static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s,
  * integer dot, mixed dtypes) runs the unfused ops for every row: the choice
  * depends on the weights and the device only, never on the batch, so a
  * decode row gets the same bits alone or in a batch. Only in the ops table
- * by default (vk_ops_fuse2 below; CMF_VK_FUSE2=0 selects vk_ops). */
+ * by default (vk_ops_fuse3 below, with glu_matmul_add; CMF_VK_FUSE2=0
+ * selects vk_ops, CMF_VK_FUSE_GLU=0 vk_ops_fuse2 without the GLU). */
 
-/* matmul_dot.comp's FP block (24 bytes, in the step's arena). */
+/* matmul_dot.comp's FP block (32 bytes, in the step's arena). */
 typedef struct {
-    uint64_t nw;          /* norm weight (0: none) */
+    uint64_t nw;           /* norm weight (0: none) */
     float eps, add_one, s; /* rmsnorm's; the epilogue's scale */
-    uint32_t pad;
+    uint32_t act;          /* FUSE bit 3: the GLU's cmf_act */
+    uint64_t up;           /* FUSE bit 3: the up rows ([n][in], X the gate rows) */
 } fuse_par;
-_Static_assert(sizeof(fuse_par) == 24, "fuse_par without padding");
+_Static_assert(sizeof(fuse_par) == 32, "fuse_par without padding");
 
 static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
                                           uint32_t n, int32_t n_dec, const float *w, float add_one, float eps,
@@ -548,7 +552,7 @@ static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *par
         cmf_vk_op_end(vk);
     }
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
-    fuse_par fp = {cmf_vk_vec(vk, w, in), eps, add_one, 0.0f, 0};
+    fuse_par fp = {cmf_vk_vec(vk, w, in), eps, add_one, 0.0f, 0, 0};
     VkDeviceAddress fa = (fp.nw || !w) ? cmf_vk_arena_put(vk, &fp, sizeof fp) : 0;
     if (fa) record_dot(vk, o, n_parts, x, nv, fa, 1u);
     cmf_vk_op_end(vk);
@@ -584,9 +588,62 @@ static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t
         ot.y = ta;
         record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
     }
-    fuse_par fp = {0, 0.0f, 0.0f, s, 0};
+    fuse_par fp = {0, 0.0f, 0.0f, s, 0, 0};
     VkDeviceAddress fa = cmf_vk_arena_put(vk, &fp, sizeof fp);
     if (fa) record_dot(vk, &o, 1, x, nv, fa, 2u);
+    cmf_vk_op_end(vk);
+    if (nv < n)
+        vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);
+    return CMF_OK;
+}
+
+static void vk_be_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up, size_t ld_in,
+                      uint32_t n, uint32_t dim, cmf_act act);
+
+/* glu_matmul_add (backend.h): the decode-class rows run one matmul_dot.comp
+ * dispatch with FUSE bits 3 (act(gate) · up formed while X is staged) and 1
+ * (the residual add); the prompt-class rows the glu op in place in G, then
+ * matmul_add's prompt path. Where the integer-dot kernel does not take W,
+ * glu then matmul_add for every row (a choice by weights and device only:
+ * batch invariant). */
+static cmf_status vk_be_glu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, float *G, const float *U,
+                                       uint32_t n, int32_t n_dec, cmf_act act, float s, float *Y, float *tmp,
+                                       cmf_error *err) {
+    vk_ctx *vk = ctx_of(b);
+    if (n == 0) return CMF_OK;
+    if (W->ndim < 1) return cmf_error_set(err, CMF_ERR_ARG, "vulkan glu_matmul_add: tensor '%s' has no shape", W->name);
+    uint64_t in = W->shape[W->ndim - 1];
+    uint32_t nv = decode_rows(vk, n, n_dec);
+    bool fz = vk->dot && nv > 0 && Y != G && tmp != G && tmp != Y && (const float *)Y != U && (const float *)tmp != U;
+    mm_one o;
+    cmf_status st = CMF_OK;
+    VkDeviceAddress ua = 0;
+    if (fz) {
+        if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+        VkDeviceAddress x = dev(vk, G, "glu gate");
+        ua = dev(vk, U, "glu up");
+        cmf_mm_part pt = {W, 0, n_rows, Y, n_rows};
+        st = mm_resolve(vk, &pt, x, &o, err);
+        fz = !st && ua && ua % 16 == 0 && dot_ok(vk, &o, x);
+        cmf_vk_op_end(vk);
+        if (st) return st;
+    }
+    if (!fz) { /* the two ops for every row */
+        vk_be_glu(b, G, in, G, U, in, n, (uint32_t)in, act);
+        return vk_be_matmul_add(b, W, n_rows, G, n, n_dec, s, Y, tmp, err);
+    }
+    if (nv < n) /* prompt-class rows: H in place of their gate rows */
+        vk_be_glu(b, G + nv * in, in, G + nv * in, U + nv * in, in, n - nv, (uint32_t)in, act);
+    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
+    VkDeviceAddress x = dev(vk, G, "glu gate"), ta = dev(vk, tmp, "glu_matmul_add tmp");
+    if (nv < n && ta) { /* their GEMM into tmp (rows [nv, n)), then the add below */
+        mm_one ot = o;
+        ot.y = ta;
+        record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
+    }
+    fuse_par fp = {0, 0.0f, 0.0f, s, (uint32_t)act, ua};
+    VkDeviceAddress fa = cmf_vk_arena_put(vk, &fp, sizeof fp);
+    if (fa) record_dot(vk, &o, 1, x, nv, fa, 2u | 8u);
     cmf_vk_op_end(vk);
     if (nv < n)
         vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);
@@ -1136,6 +1193,8 @@ static void vk_be_free(cmf_backend *b) {
 static const cmf_backend_ops vk_ops = {VK_OPS_COMMON};
 static const cmf_backend_ops vk_ops_fuse2 = {VK_OPS_COMMON .matmul_parts_norm = vk_be_matmul_parts_norm,
                                              .matmul_add = vk_be_matmul_add};
+static const cmf_backend_ops vk_ops_fuse3 = {VK_OPS_COMMON .matmul_parts_norm = vk_be_matmul_parts_norm,
+                                             .matmul_add = vk_be_matmul_add, .glu_matmul_add = vk_be_glu_matmul_add};
 
 cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) {
     *out = NULL;
@@ -1148,8 +1207,8 @@ cmf_status cmf_backend_vulkan_new(int index, cmf_backend **out, cmf_error *err) 
         return st;
     }
     /* the fused norm / residual mat-vecs (H200: tg128 q4tp 170 -> 191 tok/s); CMF_VK_FUSE2=0 for A/B */
-    const char *f2 = getenv("CMF_VK_FUSE2");
-    b->ops = f2 && strcmp(f2, "0") == 0 ? &vk_ops : &vk_ops_fuse2;
+    const char *f2 = getenv("CMF_VK_FUSE2"), *fg = getenv("CMF_VK_FUSE_GLU"); /* and the GLU into down's staging */
+    b->ops = f2 && strcmp(f2, "0") == 0 ? &vk_ops : fg && strcmp(fg, "0") == 0 ? &vk_ops_fuse2 : &vk_ops_fuse3;
     b->ctx = vk;
     b->n_threads = 1;
     const char *smp = getenv("CMF_VK_SAMPLE"); /* device sampling (topk); 0 = off, for A/B */
