@@ -29,6 +29,13 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return CLI_EXIT_USAGE;
 }
 
+bool cli_device_spec(const char *cmd, const char *spec) {
+    cmf_error err = {0};
+    if (cmf_device_spec_check(spec, &err) == CMF_OK) return true;
+    cli_usage_error(cmd, "--device: %s", err.msg);
+    return false;
+}
+
 int cli_fail(const char *cmd, const cmf_error *err) {
     fprintf(stderr, "cmf %s: %s\n", cmd, err && err->msg[0] ? err->msg : "failed");
     return CLI_EXIT_FAIL;

@@ -47,6 +47,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* --device's value checked at parse time (cmf_device_spec_check): true
+ * when it is a spec cmf_device_open reads, else the usage error printed. */
+bool cli_device_spec(const char *cmd, const char *spec);
 /* Print a library error "cmf <cmd>: msg" on stderr; returns CLI_EXIT_FAIL. */
 int cli_fail(const char *cmd, const cmf_error *err);
 

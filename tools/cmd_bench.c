@@ -255,6 +255,7 @@ int cmd_bench(int argc, char **argv) {
             if (!cli_parse_double(cmd, "--draft-p-min", v, 0, 1, &draft_p_min)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "--device needs a value");
+            if (!cli_device_spec(cmd, v)) return CLI_EXIT_USAGE;
             device = v;
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "-t needs a value");

@@ -266,6 +266,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         } else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing) || cli_flag_value(argc, argv, &i, "--ctx-size", &v, &missing)) {
             if (!missing && !cli_parse_long(cmd, "-c", v, 0, 1 << 24, &o->n_ctx)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (!missing && !cli_device_spec(cmd, v)) return CLI_EXIT_USAGE;
             if (!missing) o->device = v;
         } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing) || cli_flag_value(argc, argv, &i, "--threads", &v, &missing)) {
             if (!missing && !cli_parse_long(cmd, "-t", v, 0, 1024, &o->threads)) return CLI_EXIT_USAGE;

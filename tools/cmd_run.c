@@ -144,8 +144,10 @@ int cmd_logits(int argc, char **argv) {
         }
         if (cli_flag_value(argc, argv, &i, "--tokens", &v, &missing)) toks = v;
         else if (cli_flag_value(argc, argv, &i, "-o", &v, &missing)) outp = v;
-        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
-        else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
+        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (v && !cli_device_spec(cmd, v)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            device = v;
+        } else if (cli_flag_value(argc, argv, &i, "-t", &v, &missing)) {
             if (!v || !cli_parse_long(cmd, "-t", v, 1, 256, &threads)) return missing ? cli_usage_error(cmd, "-t needs a value") : CLI_EXIT_USAGE;
         } else if (strcmp(argv[i], "--kv-f32") == 0) kv_f32 = true;
         else if (argv[i][0] == '-') return cli_usage_error(cmd, "unknown option %s", argv[i]);
@@ -282,8 +284,10 @@ int cmd_ppl(int argc, char **argv) {
         }
         const char *flag = argv[i];
         if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
-        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) device = v;
-        else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
+        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (v && !cli_device_spec(cmd, v)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
+            device = v;
+        } else if (cli_flag_value(argc, argv, &i, "-c", &v, &missing)) {
             if (v && !cli_parse_long(cmd, "-c", v, 2, 1 << 24, &ctx)) return CLI_EXIT_USAGE;
         } else if (cli_flag_value(argc, argv, &i, "-b", &v, &missing)) {
             if (v && !cli_parse_long(cmd, "-b", v, 1, 1 << 16, &nb)) return CLI_EXIT_USAGE;
@@ -519,6 +523,7 @@ int cmd_run(int argc, char **argv) {
 #undef NUMFLAG
         if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
             if (missing) return cli_usage_error(cmd, "%s needs a value", flag);
+            if (!cli_device_spec(cmd, v)) return CLI_EXIT_USAGE;
             device = v;
             continue;
         }

@@ -211,7 +211,10 @@ int cmd_serve(int argc, char **argv) {
             if (v && !*v) { cli_usage_error(cmd, "--cors: the origin is empty (give ORIGIN, e.g. http://localhost:3000, or *)"); goto out; }
             o.cors_origin = v;
         }
-        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) o.device = v;
+        else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
+            if (v && !cli_device_spec(cmd, v)) goto out;
+            o.device = v;
+        }
         else if (cli_flag_value(argc, argv, &i, "-a", &v, &missing) || cli_flag_value(argc, argv, &i, "--alias", &v, &missing)) o.alias = v;
         else if (cli_flag_value(argc, argv, &i, "--api-key", &v, &missing)) {
             if (v && !*v) { cli_usage_error(cmd, "--api-key: the key is empty"); goto out; }

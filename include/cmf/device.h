@@ -3,7 +3,7 @@
  * shared by every model placed on it (a draft and its target share one
  * thread pool; two pools on the same cores would fight over them).
  *
- * Specs: "cpu" (threads = physical cores; also NULL or ""), "cpu:t=N" (N
+ * Specs: "cpu" (threads = physical cores; also NULL), "cpu:t=N" (N
  * threads, 1..256), "vulkan" or "vulkan:N" (the N-th Vulkan physical device
  * of cmf_device_list, builds with CMF_VULKAN; docs/VULKAN.md). The CPU kernel level (and the
  * CMF_CPU override) is read when the device is opened.
@@ -24,9 +24,13 @@ extern "C" {
 typedef struct cmf_device cmf_device;
 
 /* Open a device: spec "cpu" (NULL too), "cpu:t=N" (N threads, 1..256),
- * "vulkan", "vulkan:N". Errors: CMF_ERR_ARG (a malformed or empty spec, naming it),
+ * "vulkan", "vulkan:N". Errors: CMF_ERR_ARG (a malformed, unknown or empty spec, naming it),
  * CMF_ERR_UNSUPPORTED (a backend this build lacks), CMF_ERR_NOMEM. */
 cmf_status cmf_device_open(const char *spec, cmf_device **out, cmf_error *err);
+/* Whether spec is one cmf_device_open reads (the syntax only: nothing is
+ * opened; a CLI checks its --device at parse time with it). Errors:
+ * CMF_ERR_ARG as cmf_device_open's, naming the spec. Thread-safe. */
+cmf_status cmf_device_spec_check(const char *spec, cmf_error *err);
 void cmf_device_free(cmf_device *d);
 /* "cpu" and the kernel level in use, e.g. "cpu (avx512vnni, 8 threads)". */
 const char *cmf_device_description(const cmf_device *d);

@@ -28,17 +28,43 @@ const char *cmf_backend_vulkan_name(cmf_backend *b);
 #define HAVE_SPECS "cpu, cpu:t=N"
 #endif
 
-/* "vulkan" or "vulkan:N" */
-static cmf_status open_vulkan(const char *spec, cmf_device **out, cmf_error *err) {
-    long idx = 0;
-    if (spec[6] == ':') {
+/* The one reading of a spec: *kind 0 = cpu (*n threads, 0 = physical cores), 1 = vulkan (*n the index).
+ * Errors: CMF_ERR_ARG naming the spec. */
+static cmf_status parse_spec(const char *spec, int *kind, long *n, cmf_error *err) {
+    *kind = 0, *n = 0;
+    if (!spec) return CMF_OK;
+    if (!*spec) return cmf_error_set(err, CMF_ERR_ARG, "device \"\": an empty spec (have: " HAVE_SPECS ")");
+    const char *opt;
+    if (strncmp(spec, "vulkan", 6) == 0 && (spec[6] == 0 || spec[6] == ':')) {
+        *kind = 1;
+        if (spec[6] == 0) return CMF_OK;
         char *end = NULL;
-        idx = strtol(spec + 7, &end, 10);
-        if (end == spec + 7 || *end || idx < 0 || idx > 64)
+        *n = strtol(spec + 7, &end, 10);
+        if (end == spec + 7 || *end || *n < 0 || *n > 64)
             return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": N of vulkan:N must be an integer in [0, 64]", spec);
-    } else if (spec[6] != 0) {
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": not available (have: " HAVE_SPECS ")", spec);
+        return CMF_OK;
     }
+    if (strncmp(spec, "cpu", 3) != 0 || (spec[3] != 0 && spec[3] != ':'))
+        return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": not available (have: " HAVE_SPECS ")", spec);
+    if (spec[3] == 0) return CMF_OK;
+    opt = spec + 4;
+    if (strncmp(opt, "t=", 2) != 0)
+        return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": unknown option (cpu takes t=N)", spec);
+    char *end = NULL;
+    *n = strtol(opt + 2, &end, 10);
+    if (end == opt + 2 || *end || *n < 1 || *n > 256)
+        return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": t must be an integer in [1, 256]", spec);
+    return CMF_OK;
+}
+
+cmf_status cmf_device_spec_check(const char *spec, cmf_error *err) {
+    int kind;
+    long n;
+    return parse_spec(spec, &kind, &n, err);
+}
+
+/* Vulkan device idx of cmf_device_list ("vulkan" or "vulkan:N") */
+static cmf_status open_vulkan(const char *spec, long idx, cmf_device **out, cmf_error *err) {
 #ifdef CMF_HAVE_VULKAN
     cmf_device *d = calloc(1, sizeof *d);
     if (!d) return cmf_error_set(err, CMF_ERR_NOMEM, "device: out of memory");
@@ -51,7 +77,7 @@ static cmf_status open_vulkan(const char *spec, cmf_device **out, cmf_error *err
     *out = d;
     return CMF_OK;
 #else
-    (void)out;
+    (void)out, (void)idx;
     return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": this build has no Vulkan backend (CMF_VULKAN=OFF)",
                          spec);
 #endif
@@ -79,22 +105,13 @@ cmf_status cmf_device_list(cmf_device_info *out, size_t cap, size_t *n, cmf_erro
 cmf_status cmf_device_open(const char *spec, cmf_device **out, cmf_error *err) {
     if (!out) return cmf_error_set(err, CMF_ERR_ARG, "cmf_device_open: out is NULL");
     *out = NULL;
+    int kind;
+    long n;
+    cmf_status ps = parse_spec(spec, &kind, &n, err);
+    if (ps) return ps;
     if (!spec) spec = "cpu";
-    if (!*spec) return cmf_error_set(err, CMF_ERR_ARG, "device \"\": an empty spec (have: " HAVE_SPECS ")");
-    int threads = 0;
-    if (strncmp(spec, "vulkan", 6) == 0) return open_vulkan(spec, out, err);
-    if (strncmp(spec, "cpu", 3) != 0 || (spec[3] != 0 && spec[3] != ':'))
-        return cmf_error_set(err, CMF_ERR_UNSUPPORTED, "device \"%s\": not available (have: " HAVE_SPECS ")", spec);
-    if (spec[3] == ':') {
-        const char *opt = spec + 4;
-        char *end = NULL;
-        if (strncmp(opt, "t=", 2) != 0)
-            return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": unknown option (cpu takes t=N)", spec);
-        long t = strtol(opt + 2, &end, 10);
-        if (end == opt + 2 || *end || t < 1 || t > 256)
-            return cmf_error_set(err, CMF_ERR_ARG, "device \"%s\": t must be an integer in [1, 256]", spec);
-        threads = (int)t;
-    }
+    if (kind == 1) return open_vulkan(spec, n, out, err);
+    int threads = (int)n;
     cmf_device *d = calloc(1, sizeof *d);
     if (!d) return cmf_error_set(err, CMF_ERR_NOMEM, "device: out of memory");
     cmf_status st = cmf_backend_cpu_new(threads, &d->be, err);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_model_cli.sh — exit codes and messages of `cmf run`, `cmf logits` and
-# `cmf ppl`: --help (0), usage errors (2), failures with a message naming the
+# `cmf ppl`: --help (0), usage errors (2; a malformed --device on every
+# model command too), failures with a message naming the
 # problem (1): a file without a tokenizer, a token id out of range, a
 # missing file; `cmf run` with a context smaller than prompt + output stops
 # cleanly and says so; a fixed seed reproduces the same text; no temporary
@@ -26,6 +27,11 @@ expect 2 "need FILE" -- "$cmf" run
 expect 2 "unknown option" -- "$cmf" run "$up" -p hi --bogus
 expect 2 "needs a value" -- "$cmf" run "$up" -p
 expect 2 "" -- "$cmf" run "$up" -p hi -n notanumber
+for c in run logits ppl bench chat serve; do # a --device that no build reads: a usage error naming it, before any file is read
+    expect 2 'device "gpu0": not available' -- "$cmf" $c "$tmp/nonexistent.cmf" --device gpu0
+done
+expect 2 "vulkan:N" -- "$cmf" run "$up" -p hi --device vulkan:x
+expect 2 "t must be" -- "$cmf" run "$up" -p hi --device cpu:t=0
 expect 2 "tokens" -- "$cmf" logits "$up" --tokens 1,x,3 -o "$tmp/a.npy"
 expect 1 "no tokenizer" -- "$cmf" run "$up" -p hi
 echo "some text" >"$tmp/text.txt"
