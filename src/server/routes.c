@@ -157,6 +157,9 @@ cmf_status srv_load(srv *s, cmf_error *err) {
     if ((st = srv_load_drafter(s, &ep, err)) != CMF_OK) return st;
     if ((st = cmf_engine_new(s->model, s->tok, &ep, &s->eng, err)) != CMF_OK) return st;
     s->n_seq_ctx = cmf_engine_n_seq_ctx(s->eng);
+    pthread_mutex_lock(&s->mu); /* /v1/status shows the KV cache's shape before the first step */
+    cmf_kv_get_stats(cmf_engine_kv(s->eng), &s->m.kv);
+    pthread_mutex_unlock(&s->mu);
     int32_t eos[CMF_MODEL_EOS_MAX];
     size_t n_eos = cmf_model_eos_ids(s->file, s->tok, true, eos, CMF_MODEL_EOS_MAX);
     if (n_eos > CMF_MODEL_EOS_MAX) n_eos = CMF_MODEL_EOS_MAX;
