@@ -17,9 +17,8 @@
  *     kernel (CMF_VK_MV=0) and the MV path at each team shape in the same
  *     process; q/k/v-like triples as one fused dispatch vs three; where the
  *     device has integer dot products, the integer-dot kernel
- *     (matmul_dot.comp, CMF_VK_DOT) unpipelined and pipelined (CMF_VK_DOT_PIPE)
- *     at 4..32 subgroups a workgroup x 1..8 rows a subgroup against MV (the
- *     4- and 8-bit dtypes).
+ *     (matmul_dot.comp, CMF_VK_DOT) at 4..32 subgroups a workgroup x 1..8
+ *     rows a subgroup against MV (the 4- and 8-bit dtypes).
  *   with --gemm: the prompt-class GEMM (q4tp, q8_row, f16 at 4096x4096 and
  *     11008x4096) at 16..512 tokens, each tile height, X as its f16 copy
  *     (the default) and as f32 (CMF_VK_COOP_XH=0): us, GB/s, TFLOP/s.
@@ -195,20 +194,14 @@ static void matvec(cmf_backend *b, int dt, uint64_t rows, uint64_t cols, double 
     bool dq = vk->dot_ok && (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q4_BLOCK || dt == CMF_DT_Q4_TILED || dt == CMF_DT_Q4TP);
     if (dq) {
         vk->dot = true;
-        bool pipe = vk->dot_pipe;
-        for (int pi = 0; pi < 2; pi++) { /* the unpipelined streamed rows, then the pipelined ones (CMF_VK_DOT_PIPE) */
-            vk->dot_pipe = pi == 1;
-            double d = mv_time(b, tw, nw, x, y, 1, t1), db = d;
-            MV_LINE(pi ? "dot pipe" : "dot nopipe", d);
-            uint32_t bg = 0, brr = 0; /* R: rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
-            sweep(b, tw, nw, x, y, t1, name, nb, bw, pi ? "dot pipe" : "dot nopipe", "R", &vk->dot_r, 8, "WG",
-                  &vk->mv_wg, 4, &db, &brr, &bg);
-            printf("matvec %-20s dot pipe=%d %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us "
-                   "(%4.1f%%) at WG=%u R=%u (0: default)\n",
-                   name, pi, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db,
-                   bw > 0 ? 100 * nb / db / 1e3 / bw : 0, bg, brr);
-        }
-        vk->dot_pipe = pipe;
+        double d = mv_time(b, tw, nw, x, y, 1, t1), db = d;
+        MV_LINE("dot", d);
+        uint32_t bg = 0, brr = 0; /* R: rows a subgroup (vk_ops.c record_dot, CMF_VK_DOT_R) */
+        sweep(b, tw, nw, x, y, t1, name, nb, bw, "dot", "R", &vk->dot_r, 8, "WG", &vk->mv_wg, 4, &db, &brr, &bg);
+        printf("matvec %-20s dot %.1f us (%4.1f%% of probe): %.2fx mv, %.2fx old; best dot %.1f us (%4.1f%%) at WG=%u "
+               "R=%u (0: default)\n",
+               name, d, bw > 0 ? 100 * nb / d / 1e3 / bw : 0, mv / d, old / d, db, bw > 0 ? 100 * nb / db / 1e3 / bw : 0,
+               bg, brr);
         vk->dot = false;
     }
     if (fuse) {

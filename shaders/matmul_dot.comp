@@ -56,12 +56,7 @@
 // arithmetic for NT = 1 and 8, batch invariant), published by the
 // staging's own barrier: no extra barrier, one extra read of X (in L1/L2)
 // while the first weight loads are in flight. Bit 1 — the epilogue adds: Y = Y + s·(the product), the residual
-// add of the o and down projections. Bit 2 — at one token with K staged
-// once, the rows are pipelined: a subgroup's steps (MV_U chunks a lane of
-// one row) alternate between two register sets, the next step's loads
-// issued before this step's sums, so the loads stay in flight across
-// batches and rows (the same sums in the same order: the same bits).
-// Bit 3 — X is a GLU's gate and FP.up its up (the down projection of
+// add of the o and down projections. Bit 3 — X is a GLU's gate and FP.up its up (the down projection of
 // backend.h glu_matmul_add): X's values are act(gate) · up as staged.
 // nelem and team (unused here) carry the address of the parameter block
 // FP (low, high 32 bits).
@@ -131,47 +126,6 @@ void store_row(float acc[NT], bool live, uint64_t w, uint rows, uint row0, uint 
     }
 }
 
-// FUSE bit 2 (the pipelined streamed rows): step s of a subgroup is batch
-// s % nb of its row s / nb (nb batches a row, MV_U chunks a lane each);
-// the row j of the part and whether it exists (uniform over the subgroup).
-uint step_row(uint s, uint nb, uint g, uint sg, uint n_rows, out bool live) {
-    uint rr = s / nb * gl_NumSubgroups + sg, j = g * p.rpw + rr;
-    live = rr < p.rpw && j < n_rows;
-    return j;
-}
-
-// Issue step s's weight loads into r, sc (lane l: chunks l + (b·MV_U + u)·ssz).
-void load_batch(inout uvec4 r[MV_U], inout float sc[MV_U], uint s, uint nb, uint g, uint sg, uint64_t w, uint rows,
-                uint row0, uint n_rows, uint c1) {
-    bool live;
-    uint j = step_row(s, nb, g, sg, n_rows, live), ssz = gl_SubgroupSize;
-    uint c = gl_SubgroupInvocationID + (s % nb) * MV_U * ssz;
-    for (uint u = 0; u < MV_U; u++)
-        if (live && c + u * ssz < c1) r[u] = raw_chunk(w, rows, row0 + j, c + u * ssz, sc[u]);
-}
-
-// Step s's sums into acc, in the lane's chunk order (the same arithmetic
-// as the other paths: batch invariant); at its row's last batch the row is
-// stored and acc cleared.
-void use_batch(uvec4 r[MV_U], float sc[MV_U], inout precise float acc[NT], uint s, uint nb, uint g, uint sg, uint64_t w,
-               uint rows, uint row0, uint n_rows, uint c1, uint t0, uint nt, uint64_t y, uint ldy) {
-    bool live;
-    uint j = step_row(s, nb, g, sg, n_rows, live), ssz = gl_SubgroupSize, gpt = DOT_GB / nt;
-    uint c = gl_SubgroupInvocationID + (s % nb) * MV_U * ssz;
-    for (uint u = 0; u < MV_U; u++) {
-        uint cu = c + u * ssz;
-        if (!live || cu >= c1) break;
-        for (uint t = 0; t < NT; t++) {
-            if (t >= nt) break;
-            acc[t] += group_dot(r[u], sc[u], t * gpt + (Q8 ? cu / 2 : cu), cu);
-        }
-    }
-    if (s % nb == nb - 1) {
-        store_row(acc, live, w, rows, row0, j, t0, nt, y, ldy);
-        for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-    }
-}
-
 void main() {
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, ssz = gl_SubgroupSize, nsg = gl_NumSubgroups;
     uint t0 = gl_WorkGroupID.z * NT, nt = min(NT, p.n - t0);
@@ -196,25 +150,6 @@ void main() {
         up = f.up, ga = f.act;
     }
     bool normed = (FUSE & 1u) == 0; // nred written at the first staging, after the first weight loads are issued
-    if (cols <= kc && (FUSE & 4u) != 0) { // K staged once, loads of the next batch in flight during this one's sums
-        uint c1 = cols / E, nb = (c1 + MV_U * ssz - 1) / (MV_U * ssz), ns = (rpw + nsg - 1) / nsg * nb;
-        uvec4 ra[MV_U], rb[MV_U];
-        float sa[MV_U], sb[MV_U];
-        precise float acc[NT];
-        for (uint t = 0; t < NT; t++) acc[t] = 0.0;
-        load_batch(ra, sa, 0, nb, g, sg, w, rows, row0, n_rows, c1);
-        if (!normed) norm_partial(t0, nt);
-        stage(t0, nt, 0, cols, gpt, nw, add_one, up, ga);
-        barrier();
-        for (uint s = 0; s < ns; s += 2) { // ra holds batch s, rb batch s + 1 (register arrays indexed by constants only)
-            if (s + 1 < ns) load_batch(rb, sb, s + 1, nb, g, sg, w, rows, row0, n_rows, c1);
-            use_batch(ra, sa, acc, s, nb, g, sg, w, rows, row0, n_rows, c1, t0, nt, y, ldy);
-            if (s + 1 >= ns) break;
-            if (s + 2 < ns) load_batch(ra, sa, s + 2, nb, g, sg, w, rows, row0, n_rows, c1);
-            use_batch(rb, sb, acc, s + 1, nb, g, sg, w, rows, row0, n_rows, c1, t0, nt, y, ldy);
-        }
-        return;
-    }
     if (cols <= kc) { // K staged once: rows stream through the subgroup, the next row's loads issued before this row's sums
         uint c1 = cols / E;
         uint j = g * rpw + sg;

@@ -194,7 +194,6 @@ typedef struct vk_ctx {
      * during this row's sums (K staged once: cols <= 16384 at one token; CMF_VK_DOT_R, 0: vk_ops.c's
      * choice from n_cu; vk_bench sweeps it) */
     uint32_t dot_r;
-    bool dot_pipe; /* matmul_dot.comp's pipelined streamed rows at one token (FUSE bit 2; CMF_VK_DOT_PIPE=0 off) */
     uint32_t mv_team, mv_rb, mv_wg; /* MV: subgroups a team, rows a team, subgroups a workgroup (0: vk_ops.c's
                                        choice; vk_bench and test_vk_ops sweep them) */
     /* prompt-class rows through matmul_coop.comp (tensor cores): 1 with

@@ -505,8 +505,6 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->coop_bm = cbm && *cbm ? (uint32_t)strtoul(cbm, NULL, 10) : 0;
     const char *dr = getenv("CMF_VK_DOT_R");
     vk->dot_r = dr && *dr ? (uint32_t)strtoul(dr, NULL, 10) : 0;
-    const char *dpi = getenv("CMF_VK_DOT_PIPE");
-    vk->dot_pipe = !(dpi && strcmp(dpi, "0") == 0);
     const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off: slower than the GEMM on the H200 */
     vk->bdec = bds && *bds && strcmp(bds, "0") != 0;
     const char *bdm = getenv("CMF_VK_BDEC_MAX");

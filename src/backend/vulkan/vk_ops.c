@@ -251,9 +251,7 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     grid(groups, 1, &gx, &gy);
     mm_push p = mm_push_parts(o, np, x, n, gx, rpw, 0);
     if (fuse) p.nelem = (uint32_t)fp, p.team = (uint32_t)(fp >> 32); /* unused by the shader otherwise */
-    /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant); FUSE bit 2:
-     * the pipelined streamed rows (K staged once) */
-    if (n == 1 && vk->dot_pipe) fuse |= 4u;
+    /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
     cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy,
                     (n + nt - 1) / nt);
 }
