@@ -9,6 +9,15 @@
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4 { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer V4C { vec4 v[]; };
+
+// Element i (a vec4) of X-like input a: past the L1 cache when FUSE bit 2
+// (a chained dispatch reads what the one before it wrote without a
+// pipeline barrier between them).
+vec4 ld_x(uint64_t a, uint i) {
+    if ((FUSE & 4u) != 0) return V4C(a).v[i];
+    return V4(a).v[i];
+}
 
 // matmul.comp's push constants (vk_ops.c mm_push); matmul_dot.comp's
 // nelem and team: the FP block's address when FUSE != 0.
@@ -73,13 +82,12 @@ void stage(uint t0, uint nt, uint k0, uint kl, uint gpt, uint64_t nw, float add_
     uint lane = gl_SubgroupInvocationID;
     uint ii = gl_SubgroupID * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize;
     uint q4 = kl / 4, cols = p.cols;
-    V4 X = V4(p.x);
     for (uint i = ii; i < nt * q4; i += nthr) {
         uint t = i / q4, e4 = i % q4, l = e4 % 8, g = t * gpt + e4 / 8;
         uint xi = ((t0 + t) * cols + k0) / 4 + e4;
-        vec4 v = X.v[xi];
+        vec4 v = ld_x(p.x, xi);
         if ((FUSE & 8u) != 0) {
-            vec4 u = V4(up).v[xi];
+            vec4 u = ld_x(up, xi);
             v = vec4(act(v.x, ga) * u.x, act(v.y, ga) * u.y, act(v.z, ga) * u.z, act(v.w, ga) * u.w);
         }
         if ((FUSE & 1u) != 0) { // u = x · (w + add_one), quantized; r is applied to the token's sum

@@ -74,8 +74,16 @@ layout(constant_id = 3) const uint FUSE = 0;
 
 // FUSE's parameters (vk_ops.c fuse_par): the norm weight (0: none), eps,
 // add_one, the epilogue's scale s.
-// FUSE bit 3: the GLU's activation (cmf_act) and the up rows' address.
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer FP { uint64_t nw; float eps, add_one, s; uint act; uint64_t up; };
+// FUSE bit 3: the GLU's activation (cmf_act) and the up rows' address;
+// bit 2: the counters, the give-up flag, this dispatch's counter, the one
+// it waits on and the count to wait for (0: none). vk_ops.c fuse_par.
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer FP {
+    uint64_t nw; float eps, add_one, s; uint act; uint64_t up;
+    uint64_t chain, flag; uint sig, wait, wait_n, pad;
+};
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CNT { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32C { float v[]; };
+const uint CHAIN_SPIN = 16384; // polls of the counter before giving up (~10 ms; a real wait is tens of us)
 
 const uint MV_U = NT == 1 ? 4 : 2;    // chunks a lane loads before using them
 const uint NSG_MAX = 128; // subgroups a workgroup at most: 1024 invocations of subgroups >= 8 (vk_device.c refuses smaller)
@@ -88,12 +96,11 @@ FP fpar() { return FP(uint64_t(p.team) << 32 | uint64_t(p.nelem)); }
 void norm_partial(uint t0, uint nt) {
     uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     uint ii = sg * gl_SubgroupSize + lane, nthr = gl_NumSubgroups * gl_SubgroupSize, q4 = p.cols / 4;
-    V4 X = V4(p.x);
     for (uint t = 0; t < NT; t++) {
         if (t >= nt) break;
         precise float ss = 0.0;
         for (uint i = ii; i < q4; i += nthr) {
-            vec4 v = X.v[(t0 + t) * q4 + i];
+            vec4 v = ld_x(p.x, (t0 + t) * q4 + i);
             ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
         ss = subgroupAdd(ss);
@@ -120,13 +127,55 @@ void store_row(float acc[NT], bool live, uint64_t w, uint rows, uint row0, uint 
             precise float v = Q8 ? s * rs : s;
             if ((FUSE & 1u) != 0) v *= norm_r(t);
             uint yi = (t0 + t) * ldy + j;
-            if ((FUSE & 2u) != 0) v = F32(y).v[yi] + fpar().s * v; // add_scaled's y + s·x
+            if ((FUSE & 2u) != 0) // add_scaled's y + s·x (chained: y written by an earlier dispatch, read past L1)
+                v = ((FUSE & 4u) != 0 ? F32C(y).v[yi] : F32(y).v[yi]) + fpar().s * v;
             F32(y).v[yi] = v;
         }
     }
 }
 
+// FUSE bit 2, a dispatch chained after another (vk_ops.c record_dot):
+// wait until the previous one's workgroups have all finished (their
+// counter reaches wait_n), then make their writes visible to this
+// workgroup's loads (which read X, up and Y coherently). Uniform control
+// flow. A wait past CHAIN_SPIN polls sets the flag the host checks after
+// the step and goes on.
+void chain_wait() {
+    if ((FUSE & 4u) == 0) return;
+    FP f = fpar();
+    if (f.wait_n == 0) return; // uniform: one block for the workgroup
+    if (gl_LocalInvocationIndex == 0) {
+        CNT C = CNT(f.chain);
+        for (uint it = 0; atomicAdd(C.v[f.wait], 0u) < f.wait_n; it++)
+            if (it == CHAIN_SPIN) {
+                atomicOr(CNT(f.flag).v[0], 1u);
+                break;
+            }
+    }
+    memoryBarrierBuffer();
+    barrier();
+}
+
+// FUSE bit 2: this workgroup's stores done, its counter + 1 (every
+// workgroup of the grid, those without rows too).
+void chain_signal() {
+    if ((FUSE & 4u) == 0) return;
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationIndex == 0) {
+        FP f = fpar();
+        atomicAdd(CNT(f.chain).v[f.sig], 1u);
+    }
+}
+
+void run();
+
 void main() {
+    run();
+    chain_signal();
+}
+
+void run() {
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, ssz = gl_SubgroupSize, nsg = gl_NumSubgroups;
     uint t0 = gl_WorkGroupID.z * NT, nt = min(NT, p.n - t0);
     uint g = gl_WorkGroupID.x + gl_WorkGroupID.y * p.nx, rpw = p.rpw;
@@ -158,6 +207,7 @@ void main() {
         float sc[MV_U];
         for (uint u = 0; u < MV_U; u++)
             if (live && lane + u * ssz < c1) raw[u] = raw_chunk(w, rows, row0 + j, lane + u * ssz, sc[u]);
+        chain_wait(); // the weight loads above are in flight meanwhile
         if (!normed) norm_partial(t0, nt);
         stage(t0, nt, 0, cols, gpt, nw, add_one, up, ga);
         barrier();
@@ -186,6 +236,7 @@ void main() {
         }
         return;
     }
+    chain_wait();
     for (uint rb0 = 0; rb0 < rpw; rb0 += nsg) { // once when the driver's subgroups match the host's
         uint j = g * rpw + rb0 + sg;            // this subgroup's row (in the part)
         bool live = rb0 + sg < rpw && j < n_rows;

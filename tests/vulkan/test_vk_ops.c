@@ -1121,6 +1121,95 @@ static void test_fuse2(cmf_dtype dt, uint64_t cols) {
     for (int k = 0; k < 3; k++) gpu->ops->release(gpu, yf[k]), gpu->ops->release(gpu, yr[k]);
 }
 
+/* Chained mat-vecs (vk->chain; vk_ops.c record_dot): a layer's fused
+ * decode tail in one step — o with the residual add, gate/up with the
+ * norm, down with the GLU and the add, then q/k/v with the norm — once with
+ * pipeline barriers and once with each product after the first waiting on
+ * the one before it (3 waits, 3 barriers fewer), at 1 and 5 tokens, 4 and
+ * 32 subgroups a workgroup: the outputs bit for bit alike (the same
+ * kernels; only the synchronisation differs). */
+static void test_chain(cmf_dtype dt, uint64_t E, uint64_t F) {
+    vk_ctx *vk = gpu->ctx;
+    if (!vk->dot_ok || !gpu->ops->glu_matmul_add) {
+        fprintf(stderr, "SKIP chain %s: the device has no integer dot product (chained kernels untested)\n",
+                cmf_dtype_name(dt));
+        return;
+    }
+    bool was = vk->dot, wc = vk->chain;
+    vk->dot = true;
+    cmf_error err = {0};
+    uint64_t sh_o[2] = {E, E}, sh_gu[2] = {2 * F, E}, sh_d[2] = {E, F}, sh_q[2] = {3 * E, E};
+    const uint64_t *shapes[4] = {sh_o, sh_gu, sh_d, sh_q};
+    cmf_tensor t[4];
+    void *pay[4];
+    for (int k = 0; k < 4; k++) {
+        float *w = rnd(shapes[k][0] * shapes[k][1]);
+        uint64_t nb = 0;
+        CHECK(cmf_tensor_encode(dt, 2, shapes[k], w, &pay[k], &nb, &err) == CMF_OK, "encode: %s", err.msg);
+        t[k] = (cmf_tensor){.name = "w", .dtype = dt, .ndim = 2, .shape = {shapes[k][0], shapes[k][1]},
+                            .nelem = shapes[k][0] * shapes[k][1], .data = pay[k], .nbytes = nb};
+        free(w);
+    }
+    uint32_t n = 5;
+    float *att = rnd(n * E), *x0 = rnd(n * E), *nw = rnd(E);
+    float *attd = up(att, n * E), *xd = gpu->ops->alloc(gpu, n * E), *tmp = gpu->ops->alloc(gpu, n * 3 * E);
+    float *xn = gpu->ops->alloc(gpu, n * E), *gd = gpu->ops->alloc(gpu, n * F), *ud = gpu->ops->alloc(gpu, n * F);
+    float *qd = gpu->ops->alloc(gpu, n * 3 * E);
+    float *res[2][2][2] = {{{NULL}}};
+    uint64_t chained[2] = {0, 0}, bars[2] = {0, 0};
+    for (int c = 0; c < 2; c++)
+        for (int wgi = 0; wgi < 2; wgi++)
+            for (int ni = 0; ni < 2; ni++) {
+                uint32_t nn = ni ? n : 1;
+                vk->chain = c == 1, vk->mv_wg = wgi ? 32 : 4;
+                gpu->ops->write(gpu, xd, x0, n * E);
+                uint64_t ch0 = vk->n_chained, b0 = vk->n_barriers;
+                step_begin();
+                CHECK(gpu->ops->matmul_add(gpu, &t[0], E, attd, nn, (int32_t)nn, 0.5f, xd, tmp, &err) == CMF_OK,
+                      "chain o: %s", err.msg);
+                cmf_mm_part gu[2] = {{&t[1], 0, F, gd, F}, {&t[1], F, F, ud, F}};
+                CHECK(gpu->ops->matmul_parts_norm(gpu, gu, 2, xd, nn, (int32_t)nn, nw, 0.0f, 1e-5f, xn, &err) == CMF_OK,
+                      "chain gate/up: %s", err.msg);
+                CHECK(gpu->ops->glu_matmul_add(gpu, &t[2], E, gd, ud, nn, (int32_t)nn, CMF_ACT_SILU, 0.5f, xd, tmp,
+                                               &err) == CMF_OK,
+                      "chain down: %s", err.msg);
+                cmf_mm_part qkv[3] = {{&t[3], 0, E, qd, E}, {&t[3], E, E, qd + n * E, E},
+                                      {&t[3], 2 * E, E, qd + 2 * n * E, E}};
+                CHECK(gpu->ops->matmul_parts_norm(gpu, qkv, 3, xd, nn, (int32_t)nn, nw, 0.0f, 1e-5f, xn, &err) == CMF_OK,
+                      "chain qkv: %s", err.msg);
+                step_end("chain");
+                /* the written rows: q, k, v of the nn tokens, then the residual stream */
+                float *r = res[c][wgi][ni] = calloc(4 * n * E, sizeof(float));
+                for (int k = 0; k < 3; k++) {
+                    float *g = down(qd + k * n * E, nn * E);
+                    memcpy(r + k * n * E, g, nn * E * sizeof(float));
+                    free(g);
+                }
+                float *xs = down(xd, nn * E);
+                memcpy(r + 3 * n * E, xs, nn * E * sizeof(float));
+                free(xs);
+                chained[c] += vk->n_chained - ch0, bars[c] += vk->n_barriers - b0; /* the step ran at the reads */
+            }
+    for (int wgi = 0; wgi < 2; wgi++)
+        for (int ni = 0; ni < 2; ni++)
+            CHECK(memcmp(res[0][wgi][ni], res[1][wgi][ni], 4 * n * E * sizeof(float)) == 0,
+                  "chain %s WG=%d n=%u: chained products differ from barriered ones", cmf_dtype_name(dt),
+                  wgi ? 32 : 4, ni ? n : 1);
+    CHECK(chained[0] == 0 && chained[1] == 12, "chain %s: %llu waits (want 12) and %llu with chaining off",
+          cmf_dtype_name(dt), (unsigned long long)chained[1], (unsigned long long)chained[0]);
+    fprintf(stderr, "chain  %-8s E=%llu F=%llu n=1,5 WG=4,32: %llu waits, barriers %llu -> %llu, bit for bit\n",
+            cmf_dtype_name(dt), (unsigned long long)E, (unsigned long long)F, (unsigned long long)chained[1],
+            (unsigned long long)bars[0], (unsigned long long)bars[1]);
+    vk->dot = was, vk->chain = wc, vk->mv_wg = 0;
+    for (int c = 0; c < 2; c++)
+        for (int wgi = 0; wgi < 2; wgi++)
+            for (int ni = 0; ni < 2; ni++) free(res[c][wgi][ni]);
+    for (int k = 0; k < 4; k++) free(pay[k]);
+    free(att), free(x0), free(nw);
+    gpu->ops->release(gpu, attd), gpu->ops->release(gpu, xd), gpu->ops->release(gpu, tmp), gpu->ops->release(gpu, xn);
+    gpu->ops->release(gpu, gd), gpu->ops->release(gpu, ud), gpu->ops->release(gpu, qd);
+}
+
 int main(void) {
     setenv("CMF_VK_TILED", "1", 1); /* the tiled prompt kernel too, also on CPU devices */
     setenv("CMF_VK_FUSE2", "1", 1); /* the ops table with the fused mat-vecs (test_fuse2) */
@@ -1157,6 +1246,7 @@ int main(void) {
     test_dot(CMF_DT_Q8_ROW, 2080), test_dot(CMF_DT_Q4TP, 2080);
     for (size_t i = 0; i < 4; i++) test_fuse2(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_fuse2(CMF_DT_Q8_ROW, 2080), test_fuse2(CMF_DT_Q4TP, 2080);
+    test_chain(CMF_DT_Q4TP, 256, 704), test_chain(CMF_DT_Q8_ROW, 160, 320);
     for (size_t i = 0; i < 4; i++) test_bdec(dots[i], dots[i] == CMF_DT_Q8_ROW ? 800 : 224);
     test_bdec(CMF_DT_Q4TP, 2080); /* K staged in chunks (512 inputs a token at 32 tokens) */
     test_attention_nocls();

@@ -259,6 +259,24 @@ typedef struct vk_ctx {
                                     copy and runs it (one queue submission a step); any other
                                     op, begin or free runs it first */
     bool no_barrier;             /* the next dispatch is independent of the one after it */
+    /* chained mat-vecs (vk_ops.c record_dot, docs/VULKAN.md "Chained
+     * mat-vecs"): a fused integer-dot mat-vec logged right after another
+     * waits on that one's counter (its workgroups add 1 each when done)
+     * instead of a pipeline barrier, its first weight loads issued before
+     * the wait. chain_cnt: VK_CHAIN_MAX counters (device-local), zeroed by
+     * a fill logged before a step's first chained dispatch; chain_flag: a
+     * host-visible word a wait that gave up sets (the step then fails and
+     * chaining stays off). CMF_VK_CHAIN=0/1 (default: on for NVIDIA). */
+    bool chain, chain_filled, chain_nobar;
+    VkBuffer chain_buf, chain_fbuf;
+    VkDeviceMemory chain_mem, chain_fmem;
+    VkDeviceAddress chain_cnt, chain_flag_addr;
+    volatile uint32_t *chain_flag;
+    uint32_t n_chain;            /* counters taken in this step's log */
+    uint32_t chain_last;         /* the counter the last logged entry signals (UINT32_MAX: none) */
+    uint32_t chain_last_wg;      /* its workgroups */
+    uint32_t chain_last_log;     /* its log index */
+    uint64_t n_chained;          /* dispatches logged waiting on a counter, not a barrier (tests) */
     uint32_t n_dispatch;         /* dispatches recorded in this step */
     cmf_status err_st;           /* first error of the recorded work */
     char err_msg[256];
@@ -316,6 +334,9 @@ void cmf_vk_acc(vk_ctx *vk, VkDeviceAddress a, uint64_t bytes, bool w);
 void cmf_vk_acc_alloc(vk_ctx *vk, const void *p, bool w);
 void cmf_vk_log_copy(vk_ctx *vk, VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t bytes);
 void cmf_vk_log_fill(vk_ctx *vk, VkBuffer dst, uint64_t off, uint64_t bytes);
+#define VK_CHAIN_MAX 1024 /* chained dispatches a step at most (the rest take barriers) */
+/* The chain's buffers (vk->chain_buf, chain_fbuf), made once; false (chaining off) when they cannot be. */
+bool cmf_vk_chain_buffers(vk_ctx *vk);
 cmf_status cmf_vk_log_run(vk_ctx *vk);
 void cmf_vk_replay_drop(vk_ctx *vk);
 void cmf_vk_replay_free(vk_ctx *vk);

@@ -591,6 +591,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
                 vk->props.limits.maxComputeSharedMemorySize >= 26u * 1024;
     const char *a2n = getenv("CMF_VK_ATTN2_NC");
     vk->attn2_nc = a2n ? (uint32_t)strtoul(a2n, NULL, 10) : 0;
+    const char *chs = getenv("CMF_VK_CHAIN"); /* in-order dispatch start is the driver's, not the spec's: NVIDIA */
+    vk->chain = vk->dot_ok && (chs && *chs ? strcmp(chs, "0") != 0 : vk->props.vendorID == 0x10de);
     const char *dps = getenv("CMF_VK_DEPS");
     vk->dep_barriers = !(dps && strcmp(dps, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
@@ -694,6 +696,10 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         if (vk->stage_buf) {
             vkDestroyBuffer(vk->dev, vk->stage_buf, NULL);
             vkFreeMemory(vk->dev, vk->stage_mem, NULL);
+        }
+        if (vk->chain_buf) {
+            vkDestroyBuffer(vk->dev, vk->chain_buf, NULL), vkFreeMemory(vk->dev, vk->chain_mem, NULL);
+            vkDestroyBuffer(vk->dev, vk->chain_fbuf, NULL), vkFreeMemory(vk->dev, vk->chain_fmem, NULL);
         }
         if (vk->layout) vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
         if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
@@ -884,6 +890,20 @@ VkDeviceAddress cmf_vk_arena_put(vk_ctx *vk, const void *data, uint64_t bytes) {
     void *p = cmf_vk_arena_get(vk, bytes, &a);
     if (p && bytes) memcpy(p, data, bytes);
     return p ? a : 0;
+}
+
+bool cmf_vk_chain_buffers(vk_ctx *vk) {
+    if (vk->chain_buf) return true;
+    void *map = NULL;
+    if (make_buffer(vk, VK_CHAIN_MAX * 4, false, &vk->chain_buf, &vk->chain_mem, &vk->chain_cnt, NULL) != CMF_OK ||
+        make_buffer(vk, 256, true, &vk->chain_fbuf, &vk->chain_fmem, &vk->chain_flag_addr, &map) != CMF_OK) {
+        if (vk->chain_buf) vkDestroyBuffer(vk->dev, vk->chain_buf, NULL), vkFreeMemory(vk->dev, vk->chain_mem, NULL);
+        vk->chain_buf = VK_NULL_HANDLE;
+        return false;
+    }
+    vk->chain_flag = map;
+    *vk->chain_flag = 0;
+    return true;
 }
 
 static bool stage_reserve(vk_ctx *vk, uint64_t bytes) {

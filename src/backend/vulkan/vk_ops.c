@@ -230,11 +230,38 @@ static uint32_t dot_rows(const vk_ctx *vk, uint64_t rows, uint32_t nsg) {
     return r;
 }
 
-/* fp, fuse: the fused variants (0, 0 otherwise): the FP parameter block
- * (fuse_par) and matmul_dot.comp's FUSE bits; they never take
- * matmul_bdec.comp (it has no fused variant: the NT = 8 pipeline serves
- * every row count, batch invariant). */
-static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n, VkDeviceAddress fp,
+/* matmul_dot.comp's FP block (64 bytes, in the step's arena; record_dot
+ * fills the chain fields). */
+typedef struct {
+    uint64_t nw;           /* norm weight (0: none) */
+    float eps, add_one, s; /* rmsnorm's; the epilogue's scale */
+    uint32_t act;          /* FUSE bit 3: the GLU's cmf_act */
+    uint64_t up;           /* FUSE bit 3: the up rows ([n][in], X the gate rows) */
+    uint64_t chain, flag;  /* FUSE bit 2: the counters (vk->chain_cnt), the give-up flag (host-visible) */
+    uint32_t sig, wait, wait_n; /* the counter this dispatch's workgroups add 1 to; the one it waits on until it
+                                   reaches wait_n (0: no wait) */
+    uint32_t pad;
+} fuse_par;
+_Static_assert(sizeof(fuse_par) == 64, "fuse_par without padding");
+
+/* fp, fuse: the fused variants (NULL, 0 otherwise): the FP parameter block
+ * (fuse_par, put in the arena here) and matmul_dot.comp's FUSE bits; they
+ * never take matmul_bdec.comp (it has no fused variant: the NT = 8
+ * pipeline serves every row count, batch invariant).
+ *
+ * Chained (vk->chain, in a step's log): a fused dispatch signals a counter
+ * (each workgroup adds 1 when its stores are done), and one logged right
+ * after another chained dispatch waits on that counter instead of the
+ * pipeline barrier between them (FUSE bit 2; docs/VULKAN.md "Chained
+ * mat-vecs"): its first weight loads are issued before it waits, so they
+ * overlap the previous product's tail, and the dispatch boundary (3.8 us
+ * on the H200) goes. The barrier's memory effects are the shader's: the
+ * producer's stores, a device-scope memory barrier, then the add; the
+ * consumer reads what others wrote through coherent loads. Deadlock-free
+ * only where a dispatch's workgroups all start before the next one's
+ * (NVIDIA; not the Vulkan spec's guarantee): a wait gives up after a bound
+ * and the step then fails (vk_record.c). */
+static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress x, uint32_t n, fuse_par *fp,
                        uint32_t fuse) {
     if (!fuse && vk->bdec && n > MM_NT && record_bdec(vk, o, np, x, n)) return;
     uint32_t ssz = vk->subgroup, nsg = vk->mv_wg ? vk->mv_wg : 32, nt = n == 1 ? 1 : MM_NT;
@@ -247,13 +274,40 @@ static void record_dot(vk_ctx *vk, const mm_one *o, uint32_t np, VkDeviceAddress
     uint32_t r = vk->dot_r ? (vk->dot_r > 64 ? 64 : vk->dot_r) : dot_rows(vk, rows, nsg), rpw = nsg * r;
     uint64_t groups = 0;
     for (uint32_t i = 0; i < np; i++) groups += (o[i].n_rows + rpw - 1) / rpw;
-    uint32_t gx, gy;
+    uint32_t gx, gy, gz = (n + nt - 1) / nt;
     grid(groups, 1, &gx, &gy);
     mm_push p = mm_push_parts(o, np, x, n, gx, rpw, 0);
-    if (fuse) p.nelem = (uint32_t)fp, p.team = (uint32_t)(fp >> 32); /* unused by the shader otherwise */
+    bool chain = fp && vk->chain && vk->recording && !vk->immediate && vk->n_chain < VK_CHAIN_MAX;
+    if (chain && !cmf_vk_chain_buffers(vk)) chain = vk->chain = false;
+    if (chain) {
+        if (!vk->chain_filled) { /* the step's counters start at 0 (a fill, then a barrier) */
+            cmf_vk_log_fill(vk, vk->chain_buf, 0, VK_CHAIN_MAX * 4);
+            vk->chain_filled = true;
+        }
+        fp->chain = vk->chain_cnt, fp->flag = vk->chain_flag_addr, fp->sig = vk->n_chain++, fp->wait = 0, fp->wait_n = 0;
+        if (vk->chain_last != UINT32_MAX && vk->chain_last_log + 1 == vk->n_log) { /* right after a chained one */
+            fp->wait = vk->chain_last, fp->wait_n = vk->chain_last_wg;
+            vk->chain_nobar = true;
+            vk->n_chained++;
+        }
+        fuse |= 4u;
+    }
+    VkDeviceAddress fa = fp ? cmf_vk_arena_put(vk, fp, sizeof *fp) : 0;
+    if (fp && !fa) { /* out of arena memory: recorded, reported at submit */
+        vk->chain_nobar = false;
+        return;
+    }
+    if (fp) p.nelem = (uint32_t)fa, p.team = (uint32_t)(fa >> 32); /* unused by the shader otherwise */
+    uint32_t before = vk->n_log;
     /* one token: a pipeline with fewer registers (the same arithmetic a token: batch invariant) */
-    cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy,
-                    (n + nt - 1) / nt);
+    cmf_vk_dispatch(vk, VK_SH_MATMUL_DOT, nsg * ssz, (uint32_t)o[0].W->dtype | fuse << 16, nt, &p, sizeof p, gx, gy, gz);
+    vk->chain_nobar = false;
+    if (chain && vk->n_log == before + 1) { /* logged: the next chained dispatch may wait on it */
+        vk->chain_last = fp->sig, vk->chain_last_wg = gx * gy * gz, vk->chain_last_log = before;
+        assert(vk->log[before].kind == VK_LOG_DISPATCH);
+    } else {
+        vk->chain_last = UINT32_MAX;
+    }
 }
 
 /* Rows [0, n_dec) as decode (matmul.comp: MV, or a subgroup per weight
@@ -347,7 +401,7 @@ static void record_mm(vk_ctx *vk, const mm_one *o, VkDeviceAddress x, VkDeviceAd
     if (nv == 0 || !dec) return;
     n = nv;
     if (dot_ok(vk, o, x)) {
-        record_dot(vk, o, 1, x, n, 0, 0);
+        record_dot(vk, o, 1, x, n, NULL, 0);
         return;
     }
     if (mv_ok(vk, o, x)) {
@@ -405,7 +459,7 @@ static cmf_status vk_be_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, u
     }
     vk->no_barrier = false;
     if (fuse && !st) {
-        if (dot_ok(vk, &o[0], x)) record_dot(vk, o, n_parts, x, nv, 0, 0); /* one dtype: all parts or none */
+        if (dot_ok(vk, &o[0], x)) record_dot(vk, o, n_parts, x, nv, NULL, 0); /* one dtype: all parts or none */
         else record_mv(vk, o, n_parts, x, nv);
     }
     cmf_vk_op_end(vk);
@@ -506,14 +560,7 @@ static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s,
  * by default (vk_ops_fuse3 below, with glu_matmul_add; CMF_VK_FUSE2=0
  * selects vk_ops, CMF_VK_FUSE_GLU=0 vk_ops_fuse2 without the GLU). */
 
-/* matmul_dot.comp's FP block (32 bytes, in the step's arena). */
-typedef struct {
-    uint64_t nw;           /* norm weight (0: none) */
-    float eps, add_one, s; /* rmsnorm's; the epilogue's scale */
-    uint32_t act;          /* FUSE bit 3: the GLU's cmf_act */
-    uint64_t up;           /* FUSE bit 3: the up rows ([n][in], X the gate rows) */
-} fuse_par;
-_Static_assert(sizeof(fuse_par) == 32, "fuse_par without padding");
+
 
 static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
                                           uint32_t n, int32_t n_dec, const float *w, float add_one, float eps,
@@ -550,9 +597,8 @@ static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *par
         cmf_vk_op_end(vk);
     }
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
-    fuse_par fp = {cmf_vk_vec(vk, w, in), eps, add_one, 0.0f, 0, 0};
-    VkDeviceAddress fa = (fp.nw || !w) ? cmf_vk_arena_put(vk, &fp, sizeof fp) : 0;
-    if (fa) record_dot(vk, o, n_parts, x, nv, fa, 1u);
+    fuse_par fp = {.nw = cmf_vk_vec(vk, w, in), .eps = eps, .add_one = add_one};
+    if (fp.nw || !w) record_dot(vk, o, n_parts, x, nv, &fp, 1u);
     cmf_vk_op_end(vk);
     return CMF_OK; /* an arena or upload failure is sticky: reported at submit */
 }
@@ -586,9 +632,8 @@ static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t
         ot.y = ta;
         record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
     }
-    fuse_par fp = {0, 0.0f, 0.0f, s, 0, 0};
-    VkDeviceAddress fa = cmf_vk_arena_put(vk, &fp, sizeof fp);
-    if (fa) record_dot(vk, &o, 1, x, nv, fa, 2u);
+    fuse_par fp = {.s = s};
+    record_dot(vk, &o, 1, x, nv, &fp, 2u);
     cmf_vk_op_end(vk);
     if (nv < n)
         vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);
@@ -639,9 +684,8 @@ static cmf_status vk_be_glu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint
         ot.y = ta;
         record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
     }
-    fuse_par fp = {0, 0.0f, 0.0f, s, (uint32_t)act, ua};
-    VkDeviceAddress fa = cmf_vk_arena_put(vk, &fp, sizeof fp);
-    if (fa) record_dot(vk, &o, 1, x, nv, fa, 2u | 8u);
+    fuse_par fp = {.s = s, .act = (uint32_t)act, .up = ua};
+    record_dot(vk, &o, 1, x, nv, &fp, 2u | 8u);
     cmf_vk_op_end(vk);
     if (nv < n)
         vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);

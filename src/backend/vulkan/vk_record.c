@@ -54,6 +54,7 @@ bool cmf_vk_log_open(vk_ctx *vk) {
     vk->n_pend = 0, vk->pend_unknown = false, vk->last_indep = false;
     vk->prev_pend = 0, vk->prev_unknown = false;
     vk->n_acc_next = 0, vk->acc_over = false;
+    vk->chain_filled = false, vk->chain_nobar = false, vk->n_chain = 0, vk->chain_last = UINT32_MAX;
     return true;
 }
 
@@ -101,6 +102,10 @@ static void order(vk_ctx *vk, const vk_acc *acc, uint32_t n, bool indep_of_next)
     else if (vk->last_indep) /* independent of prev itself, not of the entries before it */
         need = vk->prev_unknown || (vk->prev_pend > 0 && (n == 0 || conflict(vk, acc, n, vk->prev_pend)));
     else need = vk->pend_unknown || n == 0 || conflict(vk, acc, n, vk->n_pend);
+    if (vk->chain_nobar) { /* a chained mat-vec: it waits on prev's counter instead (vk_ops.c record_dot) */
+        assert(prev && prev->kind == VK_LOG_DISPATCH && !prev->barrier);
+        need = false, vk->chain_nobar = false;
+    }
     if (prev && !prev->barrier && need) prev->barrier = 1;
     if (!prev || prev->barrier) vk->n_pend = 0, vk->pend_unknown = false;
     vk->prev_pend = vk->n_pend, vk->prev_unknown = vk->pend_unknown; /* what was pending before this entry */
@@ -297,6 +302,15 @@ cmf_status cmf_vk_log_run(vk_ctx *vk) {
     if (r != VK_SUCCESS)
         return cmf_vk_fail(vk, r == VK_ERROR_DEVICE_LOST ? CMF_ERR_IO : CMF_ERR_NOMEM,
                            "vulkan: the step failed on %s (VkResult %d)", vk->name, (int)r);
+    if (vk->chain_flag && *vk->chain_flag) { /* a chained wait gave up: its results are not to be trusted */
+        *vk->chain_flag = 0;
+        vk->chain = false;
+        cmf_vk_replay_drop(vk); /* the recordings hold chained dispatches */
+        return cmf_vk_fail(vk, CMF_ERR_IO,
+                           "vulkan: a chained mat-vec on %s waited past its bound for the dispatch before it (the "
+                           "device does not start dispatches in order without a barrier); chaining is now off "
+                           "(CMF_VK_CHAIN=0 keeps it off)", vk->name);
+    }
     if (vk->profile && vk->n_q) { /* per-shader GPU time of the finished command buffer */
         uint64_t ts[4096];
         if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q + 1, sizeof ts, ts, sizeof ts[0],
