@@ -266,7 +266,8 @@ typedef struct vk_ctx {
      * the wait. chain_cnt: VK_CHAIN_MAX counters (device-local), zeroed by
      * a fill logged before a step's first chained dispatch; chain_flag: a
      * host-visible word a wait that gave up sets (the step then fails and
-     * chaining stays off). CMF_VK_CHAIN=0/1 (default: on for NVIDIA). */
+     * chaining stays off). CMF_VK_CHAIN=1 turns it on (default off: not
+     * yet measured on the H200). */
     bool chain, chain_filled, chain_nobar;
     VkBuffer chain_buf, chain_fbuf;
     VkDeviceMemory chain_mem, chain_fmem;

@@ -350,9 +350,9 @@ void cmf_vk_stats_print(const vk_ctx *vk) {
     fprintf(stderr,
             "vulkan steps (%s): %llu (%llu replayed, %llu recorded for replay, %llu recorded once); host: ops "
             "%.1f us/step, record %.1f us/recorded step (%.1f commands), replay lookup %.2f us/replayed step; "
-            "submit+wait %.1f us/step\n",
+            "submit+wait %.1f us/step; %llu chained mat-vecs logged\n",
             vk->name, (unsigned long long)s->steps, (unsigned long long)s->replayed, (unsigned long long)s->recorded,
             (unsigned long long)s->uncached, s->us_host / (double)s->steps, rec ? s->us_record / (double)rec : 0.0,
             rec ? (double)s->cmds_recorded / (double)rec : 0.0, s->replayed ? s->us_match / (double)s->replayed : 0.0,
-            s->us_wait / (double)s->steps);
+            s->us_wait / (double)s->steps, (unsigned long long)vk->n_chained);
 }
