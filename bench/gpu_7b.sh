@@ -8,7 +8,7 @@
 # it directly on this machine, one encoded matrix per shape reused by every
 # layer) and `cmf bench --device "$dev"`: pp512 and tg128 (best of REPS),
 # tg128 with CMF_VK_MV=0 (the previous mat-vec kernel, same binary, A/B),
-# a CMF_VK_PROFILE=1 decode (GPU time per shader), and for PARQ the
+# a CMF_VK_PROFILE=1 decode (GPU time per shader and dispatch group), and for PARQ the
 # aggregate decode at PAR sequences (`cmf bench --parallel`). Every figure
 # is printed as a ratio to the probe: decode against the roofline (probe
 # bandwidth / weight bytes read per token), prefill as TFLOP/s.

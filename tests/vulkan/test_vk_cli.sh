@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_vk_cli.sh — the Vulkan device through the CLI: `cmf devices` lists
-# it (plain and --json); the demo model's greedy text on vulkan equals the
+# it (plain and --json); CMF_VK_PROFILE=1 prints GPU time per shader and
+# per dispatch group; the demo model's greedy text on vulkan equals the
 # CPU's; bad specs fail with a message naming them; a model larger than
 # the device (CMF_VK_HEAP_MIB) fails saying how many layers would fit
 # (stories260K on vulkan:
@@ -17,6 +18,13 @@ fail=0
 grep -q '^vulkan:0 ' "$tmp/dev.txt" || { echo "SKIP: no Vulkan device:"; cat "$tmp/dev.txt"; exit 77; }
 "$cmf" devices --json | $py -c 'import json,sys; d=json.load(sys.stdin); assert d[0]["device"]=="cpu" and d[1]["device"]=="vulkan:0" and d[1]["subgroup"]>0, d' \
     || { echo "FAIL: cmf devices --json"; fail=1; }
+
+# CMF_VK_PROFILE=1: GPU time per shader and per dispatch group (the fused int8 mat-vecs' call sites apart)
+CMF_VK_PROFILE=1 CMF_VK_DOT=1 "$cmf" bench "$src/models/demo/demo-base.cmf" --device vulkan -p 0 -n 2 -r 1 \
+    >"$tmp/prof.out" 2>"$tmp/prof.err" || { echo "FAIL: profiled bench: $(tail -3 "$tmp/prof.err")"; fail=1; }
+grep -q '^vulkan profile (' "$tmp/prof.err" && grep -q '^vulkan profile by dispatch group' "$tmp/prof.err" &&
+    [ "$(grep -c '^  matmul_dot .*+norm' "$tmp/prof.err")" -ge 2 ] && grep -q '^  matmul_dot .*+glu +add' "$tmp/prof.err" \
+    || { echo "FAIL: CMF_VK_PROFILE=1 lacks the per-group table:"; cat "$tmp/prof.err"; fail=1; }
 
 # bad specs: a clear error, non-zero exit
 demo=$src/models/demo/demo-base.cmf

@@ -131,6 +131,17 @@ typedef struct vk_acc {
 #define VK_ACC_MAX 8   /* ranges one dispatch may declare (more: unknown) */
 #define VK_PEND_MAX 64 /* ranges since the last barrier (more: the next entry gets one) */
 
+/* CMF_VK_PROFILE's dispatch groups: dispatches of one pipeline (shader and
+ * specialization constants) and one grid size, so the call sites of one
+ * shader (q/k/v, o, gate/up, down) come apart; their GPU time and count. */
+#define VK_PROF_GROUPS 256
+typedef struct vk_prof_group {
+    VkPipeline pipe;
+    uint32_t sh, wg, dt, nt, groups;
+    double ns;
+    uint64_t n;
+} vk_prof_group;
+
 /* A recorded step: its command buffer and the log it was recorded from. */
 #define VK_REPLAY_SLOTS 8
 typedef struct vk_replay_slot {
@@ -312,9 +323,10 @@ typedef struct vk_ctx {
     bool profile;
     VkQueryPool qpool;
     uint32_t n_q;
-    uint8_t q_sh[4096];
-    double prof_ns[VK_SH_COUNT];
-    uint64_t prof_n[VK_SH_COUNT], prof_steps;
+    uint16_t q_grp[4096];        /* the dispatch group of each timestamp's dispatch */
+    vk_prof_group prof_g[VK_PROF_GROUPS];
+    uint32_t n_prof_g;
+    uint64_t prof_steps;
     float ts_period;             /* ns per timestamp tick */
 } vk_ctx;
 
@@ -345,6 +357,8 @@ double cmf_vk_now_us(void);
 /* The step counters so far (vk_step_stats). */
 void cmf_vk_stats(const vk_ctx *vk, vk_step_stats *out);
 void cmf_vk_stats_print(const vk_ctx *vk);
+/* CMF_VK_PROFILE's table on stderr: GPU time per shader, then per dispatch group (vk_prof_group). */
+void cmf_vk_profile_print(const vk_ctx *vk);
 
 /* vk_device.c */
 cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err);

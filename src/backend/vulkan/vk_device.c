@@ -661,21 +661,7 @@ void cmf_vk_ctx_free(vk_ctx *vk) {
         flush_pending(vk);
         vkDeviceWaitIdle(vk->dev);
         if (vk->profile) {
-            static const char *const names[VK_SH_COUNT] = {"matmul", "get_rows", "rmsnorm", "rope", "kv_store",
-                                                           "attention", "eltwise", "probe", "matmul_tiled",
-                                                           "moe_combine", "lora", "topk", "matmul_coop",
-                                                           "moe_route", "moe_mm", "attn_coop", "matmul_dot",
-                                                           "attn_dec", "attn_comb", "rope_kv", "matmul_bdec",
-                                                           "attn_dec2"};
-            double total = 0;
-            for (int i = 0; i < VK_SH_COUNT; i++) total += vk->prof_ns[i];
-            fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
-                    (unsigned long long)vk->prof_steps, total / 1e6);
-            for (int i = 0; i < VK_SH_COUNT; i++)
-                if (vk->prof_n[i])
-                    fprintf(stderr, "  %-10s %8llu dispatches %10.3f ms %8.2f us each %5.1f%%\n", names[i],
-                            (unsigned long long)vk->prof_n[i], vk->prof_ns[i] / 1e6,
-                            vk->prof_ns[i] / 1e3 / (double)vk->prof_n[i], 100.0 * vk->prof_ns[i] / (total > 0 ? total : 1));
+            cmf_vk_profile_print(vk);
             vkDestroyQueryPool(vk->dev, vk->qpool, NULL);
         }
         if (vk->print_stats) cmf_vk_stats_print(vk);

@@ -173,6 +173,20 @@ static void barrier(VkCommandBuffer cb) {
     vkCmdPipelineBarrier(cb, stages, stages | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+/* The profile's dispatch group of entry e (added on first sight; the last
+ * group takes what does not fit). */
+static uint16_t prof_group(vk_ctx *vk, const vk_log_ent *e) {
+    uint32_t groups = e->g[0] * e->g[1] * e->g[2];
+    for (uint32_t i = 0; i < vk->n_prof_g; i++)
+        if (vk->prof_g[i].pipe == e->pipe && vk->prof_g[i].groups == groups) return (uint16_t)i;
+    if (vk->n_prof_g == VK_PROF_GROUPS) return VK_PROF_GROUPS - 1;
+    vk_prof_group *g = &vk->prof_g[vk->n_prof_g];
+    *g = (vk_prof_group){.pipe = e->pipe, .sh = e->sh, .groups = groups};
+    for (uint32_t i = 0; i < vk->n_pipes; i++)
+        if (vk->pipes[i].p == e->pipe) g->wg = vk->pipes[i].spec[0], g->dt = vk->pipes[i].spec[1], g->nt = vk->pipes[i].spec[2];
+    return (uint16_t)vk->n_prof_g++;
+}
+
 /* The log's commands into cb (begun with flags); profile timestamps after
  * every dispatch when CMF_VK_PROFILE is on. */
 static bool record(vk_ctx *vk, VkCommandBuffer cb, VkCommandBufferUsageFlags flags) {
@@ -207,7 +221,7 @@ static bool record(vk_ctx *vk, VkCommandBuffer cb, VkCommandBufferUsageFlags fla
         if (e->barrier) barrier(cb), vk->n_barriers++;
         if (prof && e->kind == VK_LOG_DISPATCH && vk->n_q + 1 < 4096) {
             vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vk->qpool, ++vk->n_q);
-            vk->q_sh[vk->n_q] = (uint8_t)e->sh;
+            vk->q_grp[vk->n_q] = prof_group(vk, e);
         }
     }
     bool ok = vkEndCommandBuffer(cb) == VK_SUCCESS;
@@ -316,8 +330,8 @@ cmf_status cmf_vk_log_run(vk_ctx *vk) {
         if (vkGetQueryPoolResults(vk->dev, vk->qpool, 0, vk->n_q + 1, sizeof ts, ts, sizeof ts[0],
                                   VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
             for (uint32_t i = 1; i <= vk->n_q; i++) {
-                vk->prof_ns[vk->q_sh[i]] += (double)(ts[i] - ts[i - 1]) * vk->ts_period;
-                vk->prof_n[vk->q_sh[i]]++;
+                vk->prof_g[vk->q_grp[i]].ns += (double)(ts[i] - ts[i - 1]) * vk->ts_period;
+                vk->prof_g[vk->q_grp[i]].n++;
             }
             vk->prof_steps++;
         }
@@ -355,4 +369,58 @@ void cmf_vk_stats_print(const vk_ctx *vk) {
             (unsigned long long)s->uncached, s->us_host / (double)s->steps, rec ? s->us_record / (double)rec : 0.0,
             rec ? (double)s->cmds_recorded / (double)rec : 0.0, s->replayed ? s->us_match / (double)s->replayed : 0.0,
             s->us_wait / (double)s->steps, (unsigned long long)vk->n_chained);
+}
+
+static const char *const sh_names[VK_SH_COUNT] = {
+    "matmul", "get_rows", "rmsnorm", "rope", "kv_store", "attention", "eltwise", "probe", "matmul_tiled",
+    "moe_combine", "lora", "topk", "matmul_coop", "moe_route", "moe_mm", "attn_coop", "matmul_dot", "attn_dec",
+    "attn_comb", "rope_kv", "matmul_bdec", "attn_dec2"};
+
+/* What a group's specialization constants say, for the matrix shaders: the
+ * weight dtype, matmul_dot's fusion bits, the tokens a workgroup. */
+static void group_desc(const vk_prof_group *g, char *out, size_t cap) {
+    bool mm = g->sh == VK_SH_MATMUL || g->sh == VK_SH_MATMUL_DOT || g->sh == VK_SH_MATMUL_COOP ||
+              g->sh == VK_SH_MATMUL_BDEC || g->sh == VK_SH_MATMUL_TILED;
+    if (!mm) {
+        snprintf(out, cap, "wg %u, spec %u/%u", g->wg, g->dt, g->nt);
+        return;
+    }
+    uint32_t f = g->dt >> 16;
+    bool dot = g->sh == VK_SH_MATMUL_DOT;
+    snprintf(out, cap, "%s%s%s%s%s, %u tok/wg", cmf_dtype_name((cmf_dtype)(g->dt & 0xffffu)),
+             dot && (f & 1u) ? " +norm" : "", dot && (f & 8u) ? " +glu" : "", dot && (f & 2u) ? " +add" : "",
+             dot && (f & 4u) ? " chained" : "", g->nt);
+}
+
+void cmf_vk_profile_print(const vk_ctx *vk) {
+    double total = 0, sh_ns[VK_SH_COUNT] = {0};
+    uint64_t sh_n[VK_SH_COUNT] = {0};
+    for (uint32_t i = 0; i < vk->n_prof_g; i++) {
+        const vk_prof_group *g = &vk->prof_g[i];
+        assert(g->sh < VK_SH_COUNT);
+        total += g->ns, sh_ns[g->sh] += g->ns, sh_n[g->sh] += g->n;
+    }
+    fprintf(stderr, "vulkan profile (%s): %llu steps, %.3f ms of GPU time\n", vk->name,
+            (unsigned long long)vk->prof_steps, total / 1e6);
+    for (int i = 0; i < VK_SH_COUNT; i++)
+        if (sh_n[i])
+            fprintf(stderr, "  %-10s %8llu dispatches %10.3f ms %8.2f us each %5.1f%%\n", sh_names[i],
+                    (unsigned long long)sh_n[i], sh_ns[i] / 1e6, sh_ns[i] / 1e3 / (double)sh_n[i],
+                    100.0 * sh_ns[i] / (total > 0 ? total : 1));
+    /* the groups, largest first (selection: a few dozen) */
+    bool shown[VK_PROF_GROUPS] = {false};
+    fprintf(stderr, "vulkan profile by dispatch group (pipeline and grid):\n");
+    for (uint32_t k = 0; k < vk->n_prof_g; k++) {
+        int best = -1;
+        for (uint32_t i = 0; i < vk->n_prof_g; i++)
+            if (!shown[i] && (best < 0 || vk->prof_g[i].ns > vk->prof_g[best].ns)) best = (int)i;
+        if (best < 0 || vk->prof_g[best].n == 0) break;
+        shown[best] = true;
+        const vk_prof_group *g = &vk->prof_g[best];
+        char d[96];
+        group_desc(g, d, sizeof d);
+        fprintf(stderr, "  %-10s %-34s %6u wgs %8llu dispatches %10.3f ms %8.2f us each %5.1f%%\n", sh_names[g->sh], d,
+                g->groups, (unsigned long long)g->n, g->ns / 1e6, g->ns / 1e3 / (double)g->n,
+                100.0 * g->ns / (total > 0 ? total : 1));
+    }
 }
