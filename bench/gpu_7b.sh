@@ -33,6 +33,9 @@
 #        PARQ (q4tp), LAYERS (32; fewer for a quick check), KEEP (0),
 #        DEVICE (vulkan; cpu checks the script itself), MATVEC (1; 0 = probe only),
 #        AB (1; 0 skips the CMF_VK_MV=0 pass), PROFILE (1; 0 skips it),
+#        AB_ENV (switches to A/B at tg128, e.g. "CMF_VK_CHAIN=1 CMF_VK_FUSE_GLU=0":
+#          per quant and switch, default then switched, twice, the same binary;
+#          tables in results/Q.ab.txt),
 #        GEN_ONLY (0; 1 writes the files of a later KEEP=1 run and exits: the
 #          .cmf of each quant, the dump and the GGUFs; e.g. while llama.cpp builds),
 #        LLAMA_BENCH_CUDA / LLAMA_BENCH_VULKAN (llama-bench binaries; unset: not run),
@@ -103,6 +106,15 @@ for q in $quants; do
     stamp "$q: tg128 with CMF_VK_MV=0 (previous mat-vec)"
     CMF_NO_PROGRESS=1 CMF_VK_MV=0 "$cmf" bench "$f" --device "$dev" -p 0 -n 128 -r "$reps" --json > "$res/$q.narrow.json"
   fi
+  for sw in ${AB_ENV:-}; do
+    for k in 1 2; do
+      for e in "" "$sw"; do
+        stamp "$q: tg128 ${e:-default}"
+        env $e CMF_NO_PROGRESS=1 "$cmf" bench "$f" --device "$dev" -p 0 -n 128 -r "$reps" 2>/dev/null | tail -1 |
+          sed "s/^/${e:-default} /" | tee -a "$res/$q.ab.txt"
+      done
+    done
+  done
   if [ "$prof" = 1 ]; then
     stamp "$q: profile (CMF_VK_PROFILE=1, tg32)"
     CMF_NO_PROGRESS=1 CMF_VK_PROFILE=1 "$cmf" bench "$f" --device "$dev" -p 0 -n 32 -r 1 2>&1 | tee "$res/$q.profile.txt"
