@@ -158,8 +158,8 @@ if [ -f "$DEMO" ]; then
     "$CMF" run "$DEMO" --greedy -n 8 -p "Once upon a time" --device cpu:t=2 >"$T/d2" 2>"$T/out" ||
         { fail "run --device cpu:t=2"; sed 's/^/    /' "$T/out"; }
     [ -s "$T/t2" ] && cmp -s "$T/t2" "$T/d2" || fail "--device cpu:t=2 text differs from -t 2's"
-    expect 1 "$CMF" run "$DEMO" -n 2 -p hi --device cpu:t=0; contains 'cpu:t=0'
-    expect 1 "$CMF" run "$DEMO" -n 2 -p hi --device tpu; contains 'device "tpu"'
+    expect 2 "$CMF" run "$DEMO" -n 2 -p hi --device cpu:t=0; contains 'cpu:t=0'
+    expect 2 "$CMF" run "$DEMO" -n 2 -p hi --device tpu; contains 'device "tpu"'
 fi
 
 [ $fails = 0 ] && echo "all CLI checks passed" && exit 0
