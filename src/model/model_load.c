@@ -423,6 +423,36 @@ cmf_status cmf_model_load_layer(cmf_model *m, uint32_t il, const cJSON *layer_ty
 #undef MAT
 }
 
+/* Every layer has the norms, biases and q/k norms layer 0 has, and no
+ * other: the loader learns the architecture from which tensors exist, so a
+ * layer missing one (a renamed tensor, a damaged directory: opening does
+ * not check hashes) would otherwise run without it and print wrong text.
+ * (The MLP may differ between layers: MoE layers every few, dense ones
+ * between.) */
+static cmf_status check_layers(const cmf_model *m, cmf_error *err) {
+    static const char *const names[10] = {"input_layernorm.weight",   "post_attention_layernorm.weight",
+                                          "post_attention_layernorm.weight", "post_feedforward_layernorm.weight",
+                                          "self_attn.q_proj.bias",    "self_attn.k_proj.bias",
+                                          "self_attn.v_proj.bias",    "self_attn.o_proj.bias",
+                                          "self_attn.q_norm.weight",  "self_attn.k_norm.weight"};
+    const cmf_layer *L0 = &m->layers[0];
+    for (uint32_t il = 1; il < m->hp.n_layer; il++) {
+        const cmf_layer *L = &m->layers[il];
+        const void *a[10] = {L0->attn_norm, L0->attn_post_norm, L0->ffn_norm, L0->ffn_post_norm, L0->bq,
+                             L0->bk,        L0->bv,             L0->bo,       L0->q_norm,        L0->k_norm};
+        const void *b[10] = {L->attn_norm, L->attn_post_norm, L->ffn_norm, L->ffn_post_norm, L->bq,
+                             L->bk,        L->bv,             L->bo,       L->q_norm,        L->k_norm};
+        for (int k = 0; k < 10; k++)
+            if (!a[k] != !b[k])
+                return cmf_error_set(err, CMF_ERR_FORMAT,
+                                     "%s: layer %u %s 'model.layers.%u.%s' (layer 0 %s): a damaged or incomplete "
+                                     "file (`cmf verify` checks its hashes)",
+                                     cmf_file_path(m->file), il, b[k] ? "has" : "lacks", il, names[k],
+                                     b[k] ? "has none" : "has one");
+    }
+    return CMF_OK;
+}
+
 /* ---- public ------------------------------------------------------------ */
 
 cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf_model **out,
@@ -457,7 +487,12 @@ cmf_status cmf_model_load(const cmf_file *f, const cmf_model_params *params, cmf
     }
     for (uint32_t il = 0; il < m->hp.n_layer; il++)
         if ((st = cmf_model_load_layer(m, il, lt, &m->layers[il], err))) goto fail;
+    if ((st = check_layers(m, err))) goto fail;
     if ((st = load_vec(m, "model.norm.weight", m->hp.n_embd, &m->out_norm, err))) goto fail;
+    if (!m->out_norm) { /* every architecture cmf runs ends in a norm */
+        st = cmf_error_set(err, CMF_ERR_FORMAT, "%s: missing tensor 'model.norm.weight'", cmf_file_path(f));
+        goto fail;
+    }
     m->output = cmf_file_find(f, "lm_head.weight");
     if (!m->output) m->output = m->tok_embd; /* tied embeddings */
     if ((st = check_mat(m, m->output, 0, m->hp.n_embd, err))) goto fail;

@@ -6,7 +6,8 @@
 # directory); a non-zero envelope flags word fails; signatures are written
 # and checked; compact round-trips; a shard set opens from any shard name
 # and from the stem given to the writer; usage errors exit 2; `run
-# --device cpu:t=N` (the demo model). Args: <cmf> <source dir> <build dir>.
+# --device cpu:t=N` (the demo model); a demo model with a norm tensor renamed
+# is refused. Args: <cmf> <source dir> <build dir>.
 set -u
 CMF=$1
 BUILD=$3
@@ -160,6 +161,16 @@ if [ -f "$DEMO" ]; then
     [ -s "$T/t2" ] && cmp -s "$T/t2" "$T/d2" || fail "--device cpu:t=2 text differs from -t 2's"
     expect 2 "$CMF" run "$DEMO" -n 2 -p hi --device cpu:t=0; contains 'cpu:t=0'
     expect 2 "$CMF" run "$DEMO" -n 2 -p hi --device tpu; contains 'device "tpu"'
+    # a tensor name damaged in the directory (open checks no hashes): a layer without the norm the
+    # others have, or no final norm, is refused, not run without it (it printed other text, exit 0)
+    for pair in "model.layers.5.input_layernorm.weight model.layers.5.input_layernorX.weight" \
+                "model.norm.weight model.norX.weight"; do
+        set -- $pair
+        python3 -c 'import sys; d=open(sys.argv[1],"rb").read(); a,b=sys.argv[3].encode(),sys.argv[4].encode(); assert a in d; open(sys.argv[2],"wb").write(d.replace(a,b,1))' \
+            "$DEMO" "$T/renamed.cmf" "$1" "$2"
+        expect 1 "$CMF" run "$T/renamed.cmf" -n 2 -p hi --greedy; contains "$1"
+    done
+    rm -f "$T/renamed.cmf"
 fi
 
 [ $fails = 0 ] && echo "all CLI checks passed" && exit 0
