@@ -271,6 +271,13 @@ static srv_route route_of(const char *url, const char *method, bool *method_ok) 
         *method_ok = false;
         return table[i].r;
     }
+    /* /v1/models/{id} (OpenAI's models.retrieve) */
+    const char *pre = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : strncmp(url, "/models/", 8) == 0 ? url + 8 : NULL;
+    if (pre && *pre) {
+        if (strcmp(method, "OPTIONS") == 0) return R_OPTIONS;
+        *method_ok = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+        return R_MODEL;
+    }
     return R_NONE;
 }
 
@@ -358,6 +365,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *ctx = r;
         bool method_ok;
         r->route = route_of(url, method, &method_ok);
+        if (r->http11 && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+            return answer_error(r, 400, NULL, "an HTTP/1.1 request must carry a Host header (RFC 9112, 3.2)");
         if (!host_ok(s, c)) return answer_error(r, 403, NULL, "the Host header names another site (DNS rebinding guard)");
         if (r->route == R_OPTIONS) {
             if (!s->o.cors_origin) return answer_error(r, 405, NULL, "CORS is off (start the server with --cors ORIGIN)");

@@ -13,7 +13,8 @@
  * layer (cmf_forward_opts.hidden_out: before the final norm) is averaged
  * over the tokens (mean pooling) and scaled to unit L2 norm. Vectors have
  * n_embd floats; encoding_format "base64" gives little-endian float32
- * bytes in base64, as OpenAI's SDKs ask for by default.
+ * bytes in base64, as OpenAI's SDKs ask for by default; "dimensions"
+ * other than n_embd is a 400 (the vectors are not Matryoshka-trained).
  */
 #include "server/server.h"
 
@@ -202,6 +203,27 @@ static cJSON *model_obj(const char *id, long created) {
     return m;
 }
 
+/* The models this server answers to: the base, base:SKILL per skill,
+ * base+NAME per --lora adapter (with its scale). */
+static cJSON *model_list(const srv *s) {
+    cJSON *d = cJSON_CreateArray();
+    long created = (long)time(NULL);
+    cJSON_AddItemToArray(d, model_obj(s->model_id, created));
+    for (size_t i = 0; i < s->n_skills; i++) {
+        char id[512];
+        snprintf(id, sizeof id, "%s:%s", s->model_id, s->skills[i]);
+        cJSON_AddItemToArray(d, model_obj(id, created));
+    }
+    for (size_t i = 0; i < s->o.n_lora; i++) { /* adapters: BASE+NAME (any skill may precede the +) */
+        char id[512];
+        snprintf(id, sizeof id, "%s+%s", s->model_id, s->o.lora_names[i]);
+        cJSON *m = model_obj(id, created);
+        cJSON_AddNumberToObject(m, "scale", (double)(s->o.lora_scales ? s->o.lora_scales[i] : 1.0f));
+        cJSON_AddItemToArray(d, m);
+    }
+    return d;
+}
+
 /* ---- embeddings ---------------------------------------------------------- */
 
 void srv_embed_free(srv_embed *j) {
@@ -315,6 +337,22 @@ static unsigned embed_queue(srv_req *r, const cJSON *b, char **out) {
         }
         b64 = strcmp(fmt->valuestring, "base64") == 0;
     }
+    /* dimensions: OpenAI shortens its Matryoshka-trained vectors; a mean-pooled hidden state cut short
+     * is not an embedding, so only the model's own width is accepted (as vLLM does for such models) */
+    const cJSON *dim = cJSON_GetObjectItemCaseSensitive(b, "dimensions");
+    if (dim && !cJSON_IsNull(dim)) {
+        double v = cJSON_IsNumber(dim) ? dim->valuedouble : -1;
+        if (!(v >= 1 && v == (double)(long long)v)) {
+            *out = srv_error_json(400, "dimensions", "'dimensions' must be a positive integer");
+            return 400;
+        }
+        if (v != (double)s->info.n_embd) {
+            snprintf(msg, sizeof msg, "this model's embeddings have %u dimensions and cannot be shortened to %.0f",
+                     s->info.n_embd, v);
+            *out = srv_error_json(400, "dimensions", msg);
+            return 400;
+        }
+    }
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(b, "input");
     if (!in || (!cJSON_IsString(in) && !cJSON_IsArray(in)) || (cJSON_IsArray(in) && cJSON_GetArraySize(in) == 0)) {
         *out = srv_error_json(400, "input", "'input' must be a string, an array of strings or of token ids");
@@ -378,24 +416,31 @@ unsigned srv_route_simple(srv_req *r, const cJSON *b, char **out, const char **c
         }
         return 200;
     case R_MODELS: {
-        cJSON *o = cJSON_CreateObject(), *d;
+        cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "list");
-        d = cJSON_AddArrayToObject(o, "data");
-        long created = (long)time(NULL);
-        cJSON_AddItemToArray(d, model_obj(s->model_id, created));
-        for (size_t i = 0; i < s->n_skills; i++) {
-            char id[512];
-            snprintf(id, sizeof id, "%s:%s", s->model_id, s->skills[i]);
-            cJSON_AddItemToArray(d, model_obj(id, created));
-        }
-        for (size_t i = 0; i < s->o.n_lora; i++) { /* adapters: BASE+NAME (any skill may precede the +) */
-            char id[512];
-            snprintf(id, sizeof id, "%s+%s", s->model_id, s->o.lora_names[i]);
-            cJSON *m = model_obj(id, created);
-            cJSON_AddNumberToObject(m, "scale", (double)(s->o.lora_scales ? s->o.lora_scales[i] : 1.0f));
-            cJSON_AddItemToArray(d, m);
-        }
+        cJSON_AddItemToObject(o, "data", model_list(s));
         *out = dup_print(o);
+        return 200;
+    }
+    case R_MODEL: { /* GET /v1/models/{id}: OpenAI's models.retrieve, one entry of the list */
+        const char *id = strchr(r->path + 1, '/'); /* after /v1 or /models */
+        if (id && strncmp(r->path, "/v1/", 4) == 0) id = strchr(id + 1, '/');
+        id = id ? id + 1 : "";
+        cJSON *l = model_list(s), *m, *hit = NULL;
+        cJSON_ArrayForEach(m, l) {
+            const cJSON *mid = cJSON_GetObjectItemCaseSensitive(m, "id");
+            if (cJSON_IsString(mid) && strcmp(mid->valuestring, id) == 0) hit = m;
+        }
+        if (!hit) {
+            cJSON_Delete(l);
+            char msg[600];
+            snprintf(msg, sizeof msg, "the model '%.500s' does not exist (GET /v1/models lists them)", id);
+            *out = srv_error_json(404, "model", msg);
+            return 404;
+        }
+        cJSON_DetachItemViaPointer(l, hit);
+        cJSON_Delete(l);
+        *out = dup_print(hit);
         return 200;
     }
     case R_METRICS:

@@ -137,7 +137,7 @@ typedef struct srv_choice {
 } srv_choice;
 
 typedef enum srv_route {
-    R_NONE = 0, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_MODELS, R_HEALTH, R_METRICS,
+    R_NONE = 0, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_MODELS, R_MODEL, R_HEALTH, R_METRICS,
     R_TOKENIZE, R_DETOKENIZE, R_STATUS, R_PAGE, R_OPTIONS
 } srv_route;
 

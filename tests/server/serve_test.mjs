@@ -216,6 +216,11 @@ async function rawTests(port) {
   // 413
   check(isErr(await req(port, "POST", "/v1/chat/completions", { body: chatBody("x".repeat(70000)) }), 413), "413 over --max-body");
   // a declared Content-Length over --max-body is answered at once, before any body byte
+  // HTTP/1.1 without Host: a 400 in OpenAI's shape (RFC 9112); HTTP/1.0 without it is fine
+  const noHost = await rawExchange(port, `GET /v1/models HTTP/1.1\r\nAuthorization: Bearer ${KEY}\r\nConnection: close\r\n\r\n`);
+  check(/^HTTP\/1\.1 400/.test(noHost) && /"error"/.test(noHost) && /Host header/.test(noHost), "HTTP/1.1 without Host: 400: " + noHost.slice(0, 120));
+  const h10 = await rawExchange(port, `GET /v1/models HTTP/1.0\r\nAuthorization: Bearer ${KEY}\r\n\r\n`);
+  check(/^HTTP\/1\.[01] 200/.test(h10), "HTTP/1.0 without Host: 200: " + h10.slice(0, 120));
   const big = await rawExchange(port, `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEY}\r\n` +
     "Content-Type: application/json\r\nContent-Length: 999999999\r\n\r\n{", { ms: 3000 });
   check(/^HTTP\/1\.1 413 /.test(big), "413 as soon as Content-Length exceeds --max-body: " + JSON.stringify(big.slice(0, 80)));
@@ -249,6 +254,13 @@ async function rawTests(port) {
     const f = new Float32Array(new Uint8Array(Buffer.from(eb.data[0].embedding, "base64")).buffer);
     check(f.length === 384 && Math.abs(f[5] - ef.data[0].embedding[5]) < 1e-6, "base64 embedding = float embedding");
     check(ef.data[0].embedding.some((x, i) => Math.abs(x - ef.data[1].embedding[i]) > 1e-3), "different inputs, different embeddings");
+  }
+  // dimensions: the model's own width is accepted; a shorter one (or not a positive integer) is a 400 naming it
+  eq((await req(port, "POST", "/v1/embeddings", { body: { input: "x", dimensions: 384 } })).status, 200, "dimensions = n_embd");
+  for (const d of [5, 0, -1, 2.5, "384"]) {
+    const rd = await req(port, "POST", "/v1/embeddings", { body: { input: "x", dimensions: d } });
+    const ed = json(rd);
+    check(rd.status === 400 && ed && ed.error.param === "dimensions", `dimensions ${JSON.stringify(d)}: 400 naming it (${rd.status})`);
   }
   stage("streaming rules");
   const s1 = await stream(port, "/v1/chat/completions", chatBody("Tell me a story.", { max_tokens: 12, stream_options: { include_usage: true } }));
@@ -386,6 +398,12 @@ async function openaiTests(port, skillPort) {
   for await (const ch of await c.completions.create({ model: "demo-base", prompt: "Once upon a time", max_tokens: 24, seed: 5, stream: true }))
     sb += ch.choices[0]?.text || "";
   eq(sb, b.choices[0].text, "openai completions: streamed = non-streamed");
+  // models.retrieve (GET /v1/models/{id}): the list's entry, and OpenAI's 404 for an unknown id
+  const mr = await c.models.retrieve("demo-base");
+  check(mr.id === "demo-base" && mr.object === "model", "models.retrieve: " + JSON.stringify(mr));
+  let m404 = null;
+  try { await c.models.retrieve("no-such-model"); } catch (e) { m404 = e; }
+  check(m404 && m404.status === 404 && m404.code === "model_not_found", "models.retrieve of an unknown id: 404 model_not_found");
   // the same seed alone and among 16 concurrent requests
   const conc = await Promise.all(Array.from({ length: 16 }, (_, k) =>
     c.chat.completions.create({ model: "demo-base", messages: k % 2 ? [{ role: "user", content: "Give me a recipe " + k }] : msgs, max_tokens: 32, seed: k % 2 ? k : 11 })));
