@@ -246,7 +246,7 @@ cmf_status cli_ppl_eval(cmf_model *m, cmf_kv_cache *kv, const int32_t *ids, size
 }
 
 static const char ppl_help[] =
-    "usage: cmf ppl FILE --file TEXT [-c N] [-b N] [-t N] [--device D] [--kv-f32]\n"
+    "usage: cmf ppl FILE --file|-f TEXT [-c N] [-b N] [-t N] [--device D] [--kv-f32]\n"
     "  Perplexity of a text file. Definition (exactly):\n"
     "    ids = tokenize(whole file, add_special_tokens=false)\n"
     "    split ids into non-overlapping windows of N tokens (-c, default 512);\n"
@@ -283,7 +283,8 @@ int cmd_ppl(int argc, char **argv) {
             continue;
         }
         const char *flag = argv[i];
-        if (cli_flag_value(argc, argv, &i, "--file", &v, &missing)) text = v;
+        if (cli_flag_value(argc, argv, &i, "--file", &v, &missing) || cli_flag_value(argc, argv, &i, "-f", &v, &missing))
+            text = v; /* -f: llama-perplexity's */
         else if (cli_flag_value(argc, argv, &i, "--device", &v, &missing)) {
             if (v && !cli_device_spec(cmd, v)) { cli_lora_free(&lo); return CLI_EXIT_USAGE; }
             device = v;
@@ -468,6 +469,7 @@ int cmd_run(int argc, char **argv) {
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, pres = 0.0, freq = 0.0;
     unsigned long long seed = 0;
     bool has_seed = false, greedy = false, chat = false, echo = false, kv_f32 = false, missing = false;
+    bool mode_set = false; /* --chat or --raw given */
     bool escape = false, ignore_eos = false;
     int n_prompts = 0;
     const char *stops[64];
@@ -547,8 +549,11 @@ int cmd_run(int argc, char **argv) {
         } else if (cli_grammar_flag(argc, argv, &i, &gopt, &missing, &rc_flag)) {
             if (rc_flag) return rc_flag;
         } else if (strcmp(flag, "--greedy") == 0) greedy = true;
-        else if (strcmp(flag, "--chat") == 0) chat = true;
-        else if (strcmp(flag, "--raw") == 0) chat = false;
+        else if (strcmp(flag, "--chat") == 0 || strcmp(flag, "--raw") == 0) {
+            bool want = strcmp(flag, "--chat") == 0;
+            if (mode_set && want != chat) return cli_usage_error(cmd, "--chat and --raw: choose one");
+            chat = want, mode_set = true;
+        }
         else if (strcmp(flag, "--echo") == 0) echo = true;
         else if (strcmp(flag, "--kv-f32") == 0) kv_f32 = true;
         else if (strcmp(flag, "-e") == 0 || strcmp(flag, "--escape") == 0) escape = true;

@@ -237,6 +237,10 @@ int cmd_serve(int argc, char **argv) {
         if (missing) { cli_usage_error(cmd, "%s needs a value", flag); goto out; }
     }
     if (!o.model_path) { cli_usage_error(cmd, "need FILE"); goto out; }
+    if (o.n_ctx == 1) { /* as `cmf run -c`: a prompt token and one to generate at least */
+        cli_usage_error(cmd, "-c 1: a sequence needs at least 2 positions (0 = the model's default context)");
+        goto out;
+    }
     if ((o.draft_path != NULL) + (o.drafter_path != NULL) + (o.lookup != 0) > 1) {
         cli_usage_error(cmd, "--draft, --drafter and --lookup: choose one drafter");
         goto out;

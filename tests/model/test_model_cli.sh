@@ -30,6 +30,12 @@ expect 2 "" -- "$cmf" run "$up" -p hi -n notanumber
 for c in run logits ppl bench chat serve; do # a --device that no build reads: a usage error naming it, before any file is read
     expect 2 'device "gpu0": not available' -- "$cmf" $c "$tmp/nonexistent.cmf" --device gpu0
 done
+demo=$src/models/demo/demo-base.cmf
+expect 2 "choose one" -- "$cmf" run "$demo" -p hi --raw --chat
+expect 2 "at least 2 positions" -- "$cmf" serve "$demo" -c 1
+printf 'Once upon a time there was a cat.\n' >"$tmp/t.txt"
+expect 0 "" -- "$cmf" ppl "$demo" -f "$tmp/t.txt" # -f as llama-perplexity's
+rm -f "$tmp/t.txt"
 expect 2 "vulkan:N" -- "$cmf" run "$up" -p hi --device vulkan:x
 expect 2 "t must be" -- "$cmf" run "$up" -p hi --device cpu:t=0
 expect 2 "tokens" -- "$cmf" logits "$up" --tokens 1,x,3 -o "$tmp/a.npy"
