@@ -250,6 +250,8 @@ static enum MHD_Result answer_stream(srv_req *r) {
     return ok;
 }
 
+#define SRV_CONN_PER_IP 256 /* connections one client address may hold (not on loopback binds) */
+
 /* ---- routing ---------------------------------------------------------- */
 
 static srv_route route_of(const char *url, const char *method, bool *method_ok) {
@@ -528,9 +530,13 @@ cmf_status cmf_server_run(const cmf_server_opts *o, cmf_error *err) {
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* 2,048 connections, 600 s idle (llama-server's timeout); off loopback one client address may hold at most
+     * SRV_CONN_PER_IP of them, so one host's idle sockets cannot lock the others out (on loopback every
+     * client is 127.0.0.1: local proxies and tools share it) */
     s->mhd = MHD_start_daemon(flags, o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)2048, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(s->loopback ? 0 : SRV_CONN_PER_IP),
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
     if (!s->mhd) {
         st = cmf_error_set(err, CMF_ERR_IO, "cannot listen on %s port %u (in use, or not an address of this machine)",

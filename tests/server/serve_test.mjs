@@ -19,6 +19,7 @@ import { createRequire } from "node:module";
 import http from "node:http";
 import net from "node:net";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 
 const [cmf, model, bld] = process.argv.slice(2);
@@ -354,6 +355,32 @@ async function limitTests() {
   const two = await Promise.all([KEY, KEY, "other-key"].map((k) => req(pk.port, "POST", "/v1/completions", { body: long, key: k })));
   eq(two.map((r) => r.status).sort(), [200, 200, 429], "--max-per-key 1: the second request of one key is 429, another key is served");
   pk.proc.kill("SIGTERM");
+  // a non-loopback bind: one client address holds at most 256 connections, so its idle sockets cannot lock
+  // out the others (needs an address of this machine that is not loopback)
+  const ip = Object.values(os.networkInterfaces()).flat().find((a) => a && a.family === "IPv4" && !a.internal);
+  if (!ip) console.log("SKIP (part): no non-loopback IPv4 address here: the per-address connection limit is unchecked");
+  else {
+    const wide = await new Promise((resolve, reject) => {
+      const w = spawn(cmf, ["serve", model, "--host", "0.0.0.0", "--port", "0", "--api-key", KEY], { stdio: ["ignore", "ignore", "pipe"] });
+      servers.push(w);
+      let e = "";
+      w.stderr.on("data", (d) => { e += d; const m = /listening on http:\/\/[^ ]*:(\d+)/.exec(e); if (m && /ready:/.test(e)) resolve({ port: Number(m[1]), proc: w }); });
+      w.on("exit", (c) => reject(new Error("server exited " + c + ": " + e)));
+    });
+    const socks = [];
+    let closed = 0;
+    for (let k = 0; k < 300; k++) {
+      const so = net.connect(wide.port, ip.address);
+      so.on("error", () => {});
+      so.on("close", () => closed++);
+      socks.push(so);
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+    check(closed >= 40 && closed <= 44, `300 idle connections from one address: the 44 past 256 closed (${closed})`);
+    eq((await req(wide.port, "GET", "/health", { key: null })).status, 200, "another address (loopback) is still served");
+    for (const so of socks) so.destroy();
+    wide.proc.kill("SIGTERM");
+  }
   // a non-loopback bind without a key is refused
   const p = spawnSync(cmf, ["serve", model, "--host", "0.0.0.0", "--port", "0"], { encoding: "utf8", timeout: 20000 });
   check(p.status === 2 && /api-key/.test(p.stderr), "non-loopback bind without a key refused: " + p.status + " " + p.stderr);
