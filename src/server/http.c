@@ -250,6 +250,23 @@ static enum MHD_Result answer_stream(srv_req *r) {
     return ok;
 }
 
+/* libmicrohttpd's own messages (MHD_USE_ERROR_LOG) into the server's log,
+ * named as its: a bare "Application reported internal error, closing
+ * connection." read as cmf's. That one is what libmicrohttpd says when the
+ * request handler closes the connection of a client that already left (a
+ * cancelled request), so it is reworded. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const srv *s = cls;
+    FILE *log = s->o.log ? s->o.log : stderr;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    if (strncmp(msg, "Application reported internal error", 35) == 0)
+        snprintf(msg, sizeof msg, "a connection closed (its client had left, or the request could not be answered)");
+    fprintf(log, "cmf serve: libmicrohttpd: %s\n", msg);
+}
+
 #define SRV_CONN_PER_IP 256 /* connections one client address may hold (not on loopback binds) */
 
 /* ---- routing ---------------------------------------------------------- */
@@ -533,7 +550,8 @@ cmf_status cmf_server_run(const cmf_server_opts *o, cmf_error *err) {
     /* 2,048 connections, 600 s idle (llama-server's timeout); off loopback one client address may hold at most
      * SRV_CONN_PER_IP of them, so one host's idle sockets cannot lock the others out (on loopback every
      * client is 127.0.0.1: local proxies and tools share it) */
-    s->mhd = MHD_start_daemon(flags, o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    s->mhd = MHD_start_daemon(flags, o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)2048, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                               MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(s->loopback ? 0 : SRV_CONN_PER_IP),
