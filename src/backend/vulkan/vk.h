@@ -270,8 +270,8 @@ typedef struct vk_ctx {
                                     copy and runs it (one queue submission a step); any other
                                     op, begin or free runs it first */
     bool no_barrier;             /* the next dispatch is independent of the one after it */
-    /* chained mat-vecs (vk_ops.c record_dot, docs/VULKAN.md "Chained
-     * mat-vecs"): a fused integer-dot mat-vec logged right after another
+    /* chained mat-vecs (vk_ops.c record_dot, docs/VULKAN.md "Pipelined
+     * rows, the GLU in the down product, chained mat-vecs"): a fused integer-dot mat-vec logged right after another
      * waits on that one's counter (its workgroups add 1 each when done)
      * instead of a pipeline barrier, its first weight loads issued before
      * the wait. chain_cnt: VK_CHAIN_MAX counters (device-local), zeroed by

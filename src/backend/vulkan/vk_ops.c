@@ -252,8 +252,8 @@ _Static_assert(sizeof(fuse_par) == 64, "fuse_par without padding");
  * Chained (vk->chain, in a step's log): a fused dispatch signals a counter
  * (each workgroup adds 1 when its stores are done), and one logged right
  * after another chained dispatch waits on that counter instead of the
- * pipeline barrier between them (FUSE bit 2; docs/VULKAN.md "Chained
- * mat-vecs"): its first weight loads are issued before it waits, so they
+ * pipeline barrier between them (FUSE bit 2; docs/VULKAN.md "Pipelined rows, the GLU in the down
+ * product, chained mat-vecs"): its first weight loads are issued before it waits, so they
  * overlap the previous product's tail, and the dispatch boundary (3.8 us
  * on the H200) goes. The barrier's memory effects are the shader's: the
  * producer's stores, a device-scope memory barrier, then the add; the
@@ -559,7 +559,6 @@ static void vk_be_add_rmsnorm(cmf_backend *b, float *x, const float *r, float s,
  * decode row gets the same bits alone or in a batch. Only in the ops table
  * by default (vk_ops_fuse3 below, with glu_matmul_add; CMF_VK_FUSE2=0
  * selects vk_ops, CMF_VK_FUSE_GLU=0 vk_ops_fuse2 without the GLU). */
-
 
 
 static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
