@@ -602,28 +602,47 @@ static cmf_status vk_be_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *par
     return CMF_OK; /* an arena or upload failure is sticky: reported at submit */
 }
 
-static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
-                                   int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err) {
+static void vk_be_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up, size_t ld_in,
+                      uint32_t n, uint32_t dim, cmf_act act);
+
+/* matmul_add and glu_matmul_add (backend.h), one path: with U, X is the
+ * GLU's gate rows and H = act(X) · U the product's input. The decode-class
+ * rows run one matmul_dot.comp dispatch with FUSE bit 1 (the residual add
+ * in its epilogue) and, with U, bit 3 (H formed while X is staged); the
+ * prompt-class rows the GEMM into tmp then add_scaled, with U after the glu
+ * op in place in their rows of X. Where the integer-dot kernel does not take
+ * W, the unfused ops for every row (a choice by weights and device only:
+ * batch invariant). */
+static cmf_status matmul_add_rows(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, float *X, const float *U,
+                                  uint32_t n, int32_t n_dec, cmf_act act, float s, float *Y, float *tmp,
+                                  cmf_error *err) {
     vk_ctx *vk = ctx_of(b);
     if (n == 0) return CMF_OK;
+    if (W->ndim < 1) return cmf_error_set(err, CMF_ERR_ARG, "vulkan matmul_add: tensor '%s' has no shape", W->name);
+    uint64_t in = W->shape[W->ndim - 1];
     uint32_t nv = decode_rows(vk, n, n_dec);
-    bool fz = vk->dot && nv > 0 && Y != X && tmp != X && tmp != Y;
+    bool fz = vk->dot && nv > 0 && Y != X && tmp != X && tmp != Y && (!U || ((const float *)Y != U && (const float *)tmp != U));
     mm_one o;
     cmf_status st = CMF_OK;
+    VkDeviceAddress ua = 0;
     if (fz) {
         if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
         VkDeviceAddress x = dev(vk, X, "matmul input");
+        ua = U ? dev(vk, U, "glu up") : 0;
         cmf_mm_part pt = {W, 0, n_rows, Y, n_rows};
         st = mm_resolve(vk, &pt, x, &o, err);
-        fz = !st && dot_ok(vk, &o, x);
+        fz = !st && (!U || (ua && ua % 16 == 0)) && dot_ok(vk, &o, x);
         cmf_vk_op_end(vk);
         if (st) return st;
     }
-    if (!fz) { /* the two ops for every row */
+    if (!fz) { /* the unfused ops for every row */
+        if (U) vk_be_glu(b, X, in, X, U, in, n, (uint32_t)in, act);
         if ((st = vk_be_matmul(b, W, 0, n_rows, X, n, n_dec, tmp, n_rows, err))) return st;
         vk_be_add_scaled(b, Y, tmp, (size_t)n * n_rows, s);
         return CMF_OK;
     }
+    if (U && nv < n) /* prompt-class rows: H in place of their gate rows */
+        vk_be_glu(b, X + nv * in, in, X + nv * in, U + nv * in, in, n - nv, (uint32_t)in, act);
     if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
     VkDeviceAddress x = dev(vk, X, "matmul input"), ta = dev(vk, tmp, "matmul_add tmp");
     if (nv < n && ta) { /* prompt-class rows: the GEMM into tmp (rows [nv, n)), then the add below */
@@ -631,64 +650,24 @@ static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t
         ot.y = ta;
         record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
     }
-    fuse_par fp = {.s = s};
-    record_dot(vk, &o, 1, x, nv, &fp, 2u);
+    fuse_par fp = {.s = s, .act = (uint32_t)act, .up = ua};
+    record_dot(vk, &o, 1, x, nv, &fp, U ? 2u | 8u : 2u);
     cmf_vk_op_end(vk);
     if (nv < n)
         vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);
     return CMF_OK;
 }
 
-static void vk_be_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up, size_t ld_in,
-                      uint32_t n, uint32_t dim, cmf_act act);
+static cmf_status vk_be_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
+                                   int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err) {
+    /* X is only read without U */
+    return matmul_add_rows(b, W, n_rows, (float *)(uintptr_t)X, NULL, n, n_dec, CMF_ACT_SILU, s, Y, tmp, err);
+}
 
-/* glu_matmul_add (backend.h): the decode-class rows run one matmul_dot.comp
- * dispatch with FUSE bits 3 (act(gate) · up formed while X is staged) and 1
- * (the residual add); the prompt-class rows the glu op in place in G, then
- * matmul_add's prompt path. Where the integer-dot kernel does not take W,
- * glu then matmul_add for every row (a choice by weights and device only:
- * batch invariant). */
 static cmf_status vk_be_glu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, float *G, const float *U,
                                        uint32_t n, int32_t n_dec, cmf_act act, float s, float *Y, float *tmp,
                                        cmf_error *err) {
-    vk_ctx *vk = ctx_of(b);
-    if (n == 0) return CMF_OK;
-    if (W->ndim < 1) return cmf_error_set(err, CMF_ERR_ARG, "vulkan glu_matmul_add: tensor '%s' has no shape", W->name);
-    uint64_t in = W->shape[W->ndim - 1];
-    uint32_t nv = decode_rows(vk, n, n_dec);
-    bool fz = vk->dot && nv > 0 && Y != G && tmp != G && tmp != Y && (const float *)Y != U && (const float *)tmp != U;
-    mm_one o;
-    cmf_status st = CMF_OK;
-    VkDeviceAddress ua = 0;
-    if (fz) {
-        if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
-        VkDeviceAddress x = dev(vk, G, "glu gate");
-        ua = dev(vk, U, "glu up");
-        cmf_mm_part pt = {W, 0, n_rows, Y, n_rows};
-        st = mm_resolve(vk, &pt, x, &o, err);
-        fz = !st && ua && ua % 16 == 0 && dot_ok(vk, &o, x);
-        cmf_vk_op_end(vk);
-        if (st) return st;
-    }
-    if (!fz) { /* the two ops for every row */
-        vk_be_glu(b, G, in, G, U, in, n, (uint32_t)in, act);
-        return vk_be_matmul_add(b, W, n_rows, G, n, n_dec, s, Y, tmp, err);
-    }
-    if (nv < n) /* prompt-class rows: H in place of their gate rows */
-        vk_be_glu(b, G + nv * in, in, G + nv * in, U + nv * in, in, n - nv, (uint32_t)in, act);
-    if (!cmf_vk_op_begin(vk)) return cmf_error_set(err, CMF_ERR_NOMEM, "%s", vk->err_msg);
-    VkDeviceAddress x = dev(vk, G, "glu gate"), ta = dev(vk, tmp, "glu_matmul_add tmp");
-    if (nv < n && ta) { /* their GEMM into tmp (rows [nv, n)), then the add below */
-        mm_one ot = o;
-        ot.y = ta;
-        record_mm(vk, &ot, x, coop_x16(vk, &ot, 1, x, n, nv), n, nv, false);
-    }
-    fuse_par fp = {.s = s, .act = (uint32_t)act, .up = ua};
-    record_dot(vk, &o, 1, x, nv, &fp, 2u | 8u);
-    cmf_vk_op_end(vk);
-    if (nv < n)
-        vk_be_add_scaled(b, Y + (size_t)nv * n_rows, tmp + (size_t)nv * n_rows, (size_t)(n - nv) * n_rows, s);
-    return CMF_OK;
+    return matmul_add_rows(b, W, n_rows, G, U, n, n_dec, act, s, Y, tmp, err);
 }
 
 typedef struct {
