@@ -423,9 +423,7 @@ unsigned srv_route_simple(srv_req *r, const cJSON *b, char **out, const char **c
         return 200;
     }
     case R_MODEL: { /* GET /v1/models/{id}: OpenAI's models.retrieve, one entry of the list */
-        const char *id = strchr(r->path + 1, '/'); /* after /v1 or /models */
-        if (id && strncmp(r->path, "/v1/", 4) == 0) id = strchr(id + 1, '/');
-        id = id ? id + 1 : "";
+        const char *id = r->path + (strncmp(r->path, "/v1/", 4) == 0 ? 11 : 8); /* after /v1/models/ or /models/ */
         cJSON *l = model_list(s), *m, *hit = NULL;
         cJSON_ArrayForEach(m, l) {
             const cJSON *mid = cJSON_GetObjectItemCaseSensitive(m, "id");
