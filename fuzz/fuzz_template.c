@@ -33,6 +33,7 @@ static void fuzz_json_context(const uint8_t *data, size_t size) {
         js[13 + size] = '}';
         cmf_render_opts o = {0};
         o.max_output_bytes = 1 << 16;
+        o.max_work = 10000000;
         char *out = NULL;
         size_t len = 0;
         cmf_template_render_json(t, js, size + 14, &o, &out, &len, &err);
@@ -53,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.max_output_bytes = 1 << 16;
     o.max_loop_iterations = 10000;
     o.max_recursion = 16;
+    o.max_work = 10000000; /* about 1 s under ASan: the fuzzer's -timeout is 10 s */
     char *out = NULL;
     size_t len = 0;
     cmf_template_render(t, ctx, &o, &out, &len, &err);

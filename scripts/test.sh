@@ -44,7 +44,15 @@ for f in build-fuzz/fuzz/fuzz_*; do
   seeds=()
   [ -d "fuzz/seeds/${name#fuzz_}" ] && seeds=("fuzz/seeds/${name#fuzz_}")
   echo "-- $name"
-  "$f" -max_total_time="${CMF_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 -timeout=10 \
-       -print_final_stats=0 "$corpus" "${seeds[@]}" 2>&1 | tail -n 3
+  # the whole log is kept; on a failure its tail (the stack) and the input
+  # that caused it (hex, to replay with "$f FILE") are printed
+  log="build-fuzz/$name.log"
+  if ! "$f" -max_total_time="${CMF_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 -timeout=10 \
+       -artifact_prefix="build-fuzz/$name-" -print_final_stats=0 "$corpus" "${seeds[@]}" > "$log" 2>&1; then
+    tail -n 60 "$log"
+    for a in build-fuzz/"$name"-*; do echo "-- failing input $a:"; od -A d -t x1z -v "$a" | head -n 200; done
+    exit 1
+  fi
+  tail -n 2 "$log"
 done
 echo "all test stages passed"

@@ -36,6 +36,12 @@ typedef struct cmf_render_opts {
     size_t max_output_bytes;  /* 0 = default (16 MiB) */
     size_t max_loop_iterations; /* total across the render; 0 = default (1e6) */
     int max_recursion;        /* macro/call/include depth; 0 = default (64) */
+    /* Evaluation work across the render, in steps: one expression node or
+     * statement, one element compared, looked up or visited, or 64 bytes
+     * copied or scanned (about 10-50 ns each). Bounds the time of a render
+     * whose loops, sorts and searches stay under the other limits.
+     * 0 = default (1e8). Over it: CMF_ERR_LIMIT. */
+    uint64_t max_work;
 } cmf_render_opts;
 
 /* Render with `context` (a JSON object: every key becomes a top-level

@@ -33,7 +33,7 @@ typedef struct bn {
 /* Count n limb operations against the render's budget. */
 static bool charge(jrt *rt, uint64_t n) {
     rt->big_work += n;
-    if (rt->big_work <= JBIG_MAX_WORK) return true;
+    if (rt->big_work <= JBIG_MAX_WORK) return jrt_charge(rt, n / JWORK_BYTES);
     jrt_fail(rt, CMF_ERR_LIMIT, "big-integer arithmetic exceeds %llu limb operations", (unsigned long long)JBIG_MAX_WORK);
     return false;
 }

@@ -13,6 +13,7 @@
  * attribute access, arithmetic, and calls.
  */
 #include "jinja.h"
+#include "strutil.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -24,6 +25,7 @@
 #define DEFAULT_MAX_OUT ((size_t)16 << 20)
 #define DEFAULT_MAX_LOOP ((size_t)1000000)
 #define DEFAULT_MAX_DEPTH 64
+#define DEFAULT_MAX_WORK ((uint64_t)100000000)
 #define MAX_ALLOC_BYTES ((size_t)512 << 20)
 /* Bound on nested evaluation (expressions x statements x macro calls) so
  * the C stack stays a few MiB even under sanitizers. */
@@ -114,7 +116,7 @@ jv jinja_getattr(jrt *rt, const jv *obj, const char *name, size_t n) {
     switch (obj->t) {
     case JV_UNDEF: return undefined_error(rt, obj);
     case JV_DICT: case JV_NS: {
-        jv *v = jv_dict_get(obj, name, n);
+        jv *v = jv_dict_get(rt, obj, name, n);
         if (v) return *v;
         break;
     }
@@ -197,7 +199,7 @@ jv jinja_getitem(jrt *rt, const jv *obj, const jv *key) {
     switch (obj->t) {
     case JV_UNDEF: return undefined_error(rt, obj);
     case JV_DICT: {
-        jv *v = jv_dict_getv(obj, *key);
+        jv *v = jv_dict_getv(rt, obj, *key);
         if (v) return *v;
         if (key->t == JV_STR) return jv_undef_named(rt, key->u.s->s, key->u.s->len);
         return jv_undef();
@@ -441,12 +443,12 @@ static bool contains(jrt *rt, const jv *item, const jv *cont) {
         if (item->t != JV_STR) { jrt_fail(rt, CMF_ERR_RENDER, "'in <string>' requires string as left operand, not %s", jv_type_name(item)); return false; }
         if (item->u.s->len == 0) return true;
         if (item->u.s->len > cont->u.s->len) return false;
-        return memmem(cont->u.s->s, cont->u.s->len, item->u.s->s, item->u.s->len) != NULL;
+        return su_find(rt, cont->u.s->s, cont->u.s->len, item->u.s->s, item->u.s->len) != NULL;
     case JV_LIST: case JV_TUPLE: case JV_GEN:
         for (size_t i = 0; i < cont->u.l->n; i++)
-            if (jv_equal(&cont->u.l->v[i], item)) return true;
+            if (jv_equal(rt, &cont->u.l->v[i], item)) return true;
         return false;
-    case JV_DICT: case JV_NS: return jv_dict_getv(cont, *item) != NULL;
+    case JV_DICT: case JV_NS: return jv_dict_getv(rt, cont, *item) != NULL;
     case JV_UNDEF: return false;
     default:
         jrt_fail(rt, CMF_ERR_RENDER, "argument of type '%s' is not iterable", jv_type_name(cont));
@@ -456,8 +458,8 @@ static bool contains(jrt *rt, const jv *item, const jv *cont) {
 
 static bool compare(jrt *rt, int op, const jv *a, const jv *b) {
     switch (op) {
-    case OP_EQ: return jv_equal(a, b);
-    case OP_NE: return !jv_equal(a, b);
+    case OP_EQ: return jv_equal(rt, a, b);
+    case OP_NE: return !jv_equal(rt, a, b);
     case OP_IN: return contains(rt, a, b);
     case OP_NOTIN: { bool r = contains(rt, a, b); return JRT_OK(rt) && !r; }
     default: break;
@@ -465,7 +467,7 @@ static bool compare(jrt *rt, int op, const jv *a, const jv *b) {
     bool ok;
     if (a->t == JV_UNDEF) { undefined_error(rt, a); return false; }
     if (b->t == JV_UNDEF) { undefined_error(rt, b); return false; }
-    int c = jv_compare(a, b, &ok);
+    int c = jv_compare(rt, a, b, &ok);
     static const char *const sym[] = {[OP_LT] = "<", [OP_LE] = "<=", [OP_GT] = ">", [OP_GE] = ">="};
     if (!ok) {
         jrt_fail(rt, CMF_ERR_RENDER, "'%s' not supported between instances of '%s' and '%s'", sym[op],
@@ -717,6 +719,7 @@ static jv eval_node(jrt *rt, jscope *sc, const jnode *n);
 
 jv jinja_eval(jrt *rt, jscope *sc, const jnode *n) {
     if (!JRT_OK(rt)) return jv_undef();
+    if (!jrt_charge(rt, 1)) return jv_undef();
     if (rt->nest >= MAX_EVAL_NEST) {
         rt->cur = n;
         return jrt_fail(rt, CMF_ERR_LIMIT, "evaluation nested deeper than %d levels", MAX_EVAL_NEST);
@@ -1039,7 +1042,7 @@ static bool exec_body(jrt *rt, jscope *sc, const jnode *body, jbuf *out) {
     rt->nest++;
     bool ok = true;
     for (int i = 0; i < body->nitems && ok; i++) {
-        ok = exec_stmt(rt, sc, body->items[i], out);
+        ok = jrt_charge(rt, 1) && exec_stmt(rt, sc, body->items[i], out);
         if (rt->brk) break;
     }
     rt->nest--;
@@ -1101,6 +1104,7 @@ static cmf_status render(const cmf_template *t, const struct cJSON *context, con
     rt->max_out = opts && opts->max_output_bytes ? opts->max_output_bytes : DEFAULT_MAX_OUT;
     rt->max_loop = opts && opts->max_loop_iterations ? opts->max_loop_iterations : DEFAULT_MAX_LOOP;
     rt->max_depth = opts && opts->max_recursion > 0 ? opts->max_recursion : DEFAULT_MAX_DEPTH;
+    rt->max_work = opts && opts->max_work ? opts->max_work : DEFAULT_MAX_WORK;
     rt->now = opts ? opts->now : -1;
     if (rt->max_alloc_bytes < rt->max_out * 8) rt->max_alloc_bytes = rt->max_out * 8;
 

@@ -91,10 +91,10 @@ typedef struct sort_item { jv key; jv val; size_t idx; } sort_item;
 
 /* The pair whose '<' Python evaluates when comparing x and y: sequences of
  * one type compare at their first unequal items (for error messages). */
-static void cmp_culprits(const jv **x, const jv **y) {
+static void cmp_culprits(jrt *rt, const jv **x, const jv **y) {
     while (jv_is_seq(*x) && (*x)->t == (*y)->t) {
         size_t i = 0, n = (*x)->u.l->n < (*y)->u.l->n ? (*x)->u.l->n : (*y)->u.l->n;
-        while (i < n && jv_equal(&(*x)->u.l->v[i], &(*y)->u.l->v[i])) i++;
+        while (i < n && jv_equal(rt, &(*x)->u.l->v[i], &(*y)->u.l->v[i])) i++;
         if (i == n) return;
         *x = &(*x)->u.l->v[i];
         *y = &(*y)->u.l->v[i];
@@ -109,10 +109,10 @@ static bool msort(jrt *rt, sort_item *a, sort_item *tmp, size_t n, bool rev) {
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
         bool ok;
-        int c = jv_compare(&a[j].key, &a[i].key, &ok);
+        int c = jv_compare(rt, &a[j].key, &a[i].key, &ok);
         if (!ok) {
             const jv *x = &a[j].key, *y = &a[i].key;
-            cmp_culprits(&x, &y);
+            cmp_culprits(rt, &x, &y);
             jrt_fail(rt, CMF_ERR_RENDER, "'<' not supported between instances of '%s' and '%s'",
                      jv_type_name(x), jv_type_name(y));
             return false;
@@ -348,7 +348,7 @@ static jv do_minmax(jrt *rt, jv *x, jargs *a, bool want_max) {
         k = sort_key(rt, &k, cs);
         if (i == 0) { bk = k; continue; }
         bool ok;
-        int c = jv_compare(&k, &bk, &ok);
+        int c = jv_compare(rt, &k, &bk, &ok);
         if (!ok) return jrt_fail(rt, CMF_ERR_RENDER, "min/max: values are not comparable");
         if (want_max ? c > 0 : c < 0) { best = i; bk = k; }
     }
@@ -365,7 +365,7 @@ static jv do_unique(jrt *rt, jv *x, jargs *a) {
         jv k = attr ? get_path(rt, &l->v[i], attr) : l->v[i];
         k = sort_key(rt, &k, cs);
         bool dup = false;
-        for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_equal(&seen.u.l->v[j], &k);
+        for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_equal(rt, &seen.u.l->v[j], &k);
         if (!dup) { jv_list_push(rt, &seen, k); jv_list_push(rt, &out, l->v[i]); }
     }
     return JRT_OK(rt) ? out : jv_undef();
@@ -558,7 +558,7 @@ static jv do_groupby(jrt *rt, jv *x, jargs *a) {
     for (size_t i = 0; i < l->n && JRT_OK(rt);) {
         size_t j = i;
         jv grp = jv_list_new(rt, 4);
-        while (j < l->n && jv_equal(&it[j].key, &it[i].key) && JRT_OK(rt)) jv_list_push(rt, &grp, it[j++].val);
+        while (j < l->n && jv_equal(rt, &it[j].key, &it[i].key) && JRT_OK(rt)) jv_list_push(rt, &grp, it[j++].val);
         jv key = it[i].key;
         if (cs == false) { jv k0 = get_path(rt, &it[i].val, attr); if (k0.t != JV_UNDEF) key = k0; }
         jv pr = make_pair(rt, key, grp);
@@ -595,11 +595,11 @@ static jv do_striptags(jrt *rt, const jv *x) {
     size_t n = s.u.s->len;
     for (size_t i = 0; i < n; i++) {
         if (p[i] == '<' && i + 3 < n && p[i + 1] == '!' && p[i + 2] == '-' && p[i + 3] == '-') {
-            const char *e = memmem(p + i, n - i, "-->", 3);
+            const char *e = su_find(rt, p + i, n - i, "-->", 3);
             if (e) { i = (size_t)(e - p) + 2; continue; }
         }
         if (p[i] == '<') {
-            const char *e = memchr(p + i, '>', n - i);
+            const char *e = su_find(rt, p + i, n - i, ">", 1);
             if (e) { i = (size_t)(e - p); continue; }
         }
         if (p[i] == '&') { /* Markup.striptags unescapes the common entities */
@@ -863,7 +863,7 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
         else {
             jv c = su_case(rt, x, F("lower") ? SU_LOWER : SU_UPPER);
             jv o = su_case(rt, x, F("lower") ? SU_UPPER : SU_LOWER);
-            r = JRT_OK(rt) && jv_equal(&c, x) && !jv_equal(&o, x);
+            r = JRT_OK(rt) && jv_equal(rt, &c, x) && !jv_equal(rt, &o, x);
         }
     } else if (F("odd") || F("even")) {
         if (!jv_is_intlike(x)) { jrt_fail(rt, CMF_ERR_RENDER, "%s test: expected an integer, got %s", name, jv_type_name(x)); return true; }
@@ -876,16 +876,16 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
         r = JRT_OK(rt) && m.t == JV_INT && m.u.i == 0;
     } else if (F("sameas")) {
         if (!arg) { jrt_fail(rt, CMF_ERR_RENDER, "sameas: missing argument"); return true; }
-        r = x->t == arg->t && (x->t == JV_NONE || x->t == JV_UNDEF || ((x->t == JV_BOOL || x->t == JV_INT) && jv_equal(x, arg)) ||
+        r = x->t == arg->t && (x->t == JV_NONE || x->t == JV_UNDEF || ((x->t == JV_BOOL || x->t == JV_INT) && jv_equal(rt, x, arg)) ||
                                ((x->t == JV_LIST || x->t == JV_DICT || x->t == JV_NS) && x->u.l == arg->u.l));
     } else if (F("eq") || F("equalto") || F("==") || F("ne") || F("!=") || F("lt") || F("lessthan") || F("<") ||
                F("le") || F("<=") || F("gt") || F("greaterthan") || F(">") || F("ge") || F(">=")) {
         if (!arg) { jrt_fail(rt, CMF_ERR_RENDER, "test '%s' needs an argument", name); return true; }
-        if (F("eq") || F("equalto") || F("==")) r = jv_equal(x, arg);
-        else if (F("ne") || F("!=")) r = !jv_equal(x, arg);
+        if (F("eq") || F("equalto") || F("==")) r = jv_equal(rt, x, arg);
+        else if (F("ne") || F("!=")) r = !jv_equal(rt, x, arg);
         else {
             bool ok;
-            int c = jv_compare(x, arg, &ok);
+            int c = jv_compare(rt, x, arg, &ok);
             if (!ok) { jrt_fail(rt, CMF_ERR_RENDER, "'%s' not supported between instances of '%s' and '%s'", name, jv_type_name(x), jv_type_name(arg)); return true; }
             r = (F("lt") || F("lessthan") || F("<")) ? c < 0 : (F("le") || F("<=")) ? c <= 0 : (F("gt") || F("greaterthan") || F(">")) ? c > 0 : c >= 0;
         }
@@ -893,10 +893,10 @@ bool jinja_test(jrt *rt, const char *name, jv *x, jargs *a, bool *out) {
         if (!arg) { jrt_fail(rt, CMF_ERR_RENDER, "in test needs an argument"); return true; }
         if (arg->t == JV_STR) {
             if (x->t != JV_STR) { jrt_fail(rt, CMF_ERR_RENDER, "'in <string>' requires string as left operand"); return true; }
-            r = x->u.s->len == 0 || memmem(arg->u.s->s, arg->u.s->len, x->u.s->s, x->u.s->len) != NULL;
+            r = x->u.s->len == 0 || su_find(rt, arg->u.s->s, arg->u.s->len, x->u.s->s, x->u.s->len) != NULL;
         } else if (jv_is_seq(arg)) {
-            for (size_t i = 0; i < arg->u.l->n && !r; i++) r = jv_equal(&arg->u.l->v[i], x);
-        } else if (arg->t == JV_DICT) r = jv_dict_getv(arg, *x) != NULL;
+            for (size_t i = 0; i < arg->u.l->n && !r; i++) r = jv_equal(rt, &arg->u.l->v[i], x);
+        } else if (arg->t == JV_DICT) r = jv_dict_getv(rt, arg, *x) != NULL;
         else { jrt_fail(rt, CMF_ERR_RENDER, "argument of type '%s' is not iterable", jv_type_name(arg)); return true; }
     } else if (F("filter") || F("test")) {
         r = x->t == JV_STR && (F("filter") ? jinja_filter_exists(x->u.s->s, x->u.s->len) : jinja_test_exists(x->u.s->s, x->u.s->len));

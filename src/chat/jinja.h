@@ -131,6 +131,7 @@ typedef struct jrt {
     int nest;               /* C recursion of eval/exec, bounded by MAX_EVAL_NEST (eval.c) */
     int64_t now;
     uint64_t big_work;      /* limb operations of big-int arithmetic so far (bigint.c) */
+    uint64_t work, max_work; /* evaluation work so far and its limit (jrt_charge) */
     int brk;                /* 1 break, 2 continue pending */
     const jnode *cur;       /* node being evaluated (for error positions) */
 } jrt;
@@ -140,6 +141,9 @@ void *jarena_alloc(jarena_block **arena, size_t size);
 cmf_status jinja_parse(cmf_template *t, const char *src, size_t len, cmf_error *err);
 
 /* ---- render heap and errors (value.c) --------------------------------- */
+/* Bytes that count as one unit of work when copied or scanned. */
+#define JWORK_BYTES 64
+bool jrt_charge(jrt *rt, uint64_t units);            /* false + CMF_ERR_LIMIT once over rt->max_work */
 void *jrt_alloc(jrt *rt, size_t size);                /* zeroed; NULL + error set on failure */
 void *jrt_realloc(jrt *rt, void *p, size_t size);     /* for blocks from jrt_alloc */
 void jrt_free_all(jrt *rt);
@@ -164,13 +168,13 @@ jv jv_list_new(jrt *rt, size_t cap);
 jv jv_dict_new(jrt *rt, size_t cap);
 bool jv_list_push(jrt *rt, jv *list, jv item);
 bool jv_dict_set(jrt *rt, jv *dict, jv key, jv val);
-jv *jv_dict_get(const jv *dict, const char *key, size_t n); /* JV_DICT/JV_NS, string key; NULL if absent */
-jv *jv_dict_getv(const jv *dict, jv key);
+jv *jv_dict_get(jrt *rt, const jv *dict, const char *key, size_t n); /* JV_DICT/JV_NS, string key; NULL if absent */
+jv *jv_dict_getv(jrt *rt, const jv *dict, jv key);
 bool jv_is_seq(const jv *v);   /* list or tuple */
 bool jv_truthy(const jv *v);
-bool jv_equal(const jv *a, const jv *b);
+bool jv_equal(jrt *rt, const jv *a, const jv *b);
 /* Python ordering: returns <0/0/>0; *ok=false when not comparable. */
-int jv_compare(const jv *a, const jv *b, bool *ok);
+int jv_compare(jrt *rt, const jv *a, const jv *b, bool *ok);
 const char *jv_type_name(const jv *v);
 
 /* Markup strings (markupsafe 3.0, as jinja2 without autoescape uses them):

@@ -161,7 +161,12 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
         size_t n = s->u.s->len, m = sub->u.s->len;
         int64_t found = -1, cnt = 0;
         bool rev = M("rfind") || M("rindex");
+        /* A naive scan; each candidate position (first byte matches) is
+         * charged, so a long needle of repeated bytes cannot run away. */
+        if (!jrt_charge(rt, 1 + n / JWORK_BYTES)) { *out = jv_undef(); return true; }
         for (size_t i = 0; i + m <= n; i++) {
+            if (m && p[i] != q[0]) continue;
+            if (!jrt_charge(rt, 1 + m / JWORK_BYTES)) { *out = jv_undef(); return true; }
             if (memcmp(p + i, q, m) == 0) {
                 if (M("count")) { cnt++; if (m) i += m - 1; continue; }
                 found = (int64_t)i;
@@ -201,8 +206,12 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
         if (!sep || sep->u.s->len == 0) return jrt_fail(rt, CMF_ERR_RENDER, "%s: empty or missing separator", name), *out = jv_undef(), true;
         const char *p = s->u.s->s, *hit = NULL;
         size_t n = s->u.s->len, m = sep->u.s->len;
-        for (size_t i = 0; i + m <= n; i++)
+        if (!jrt_charge(rt, 1 + n / JWORK_BYTES)) { *out = jv_undef(); return true; }
+        for (size_t i = 0; i + m <= n; i++) {
+            if (p[i] != sep->u.s->s[0]) continue;
+            if (!jrt_charge(rt, 1 + m / JWORK_BYTES)) { *out = jv_undef(); return true; }
             if (memcmp(p + i, sep->u.s->s, m) == 0) { hit = p + i; if (M("partition")) break; }
+        }
         jv t = jv_list_new(rt, 3);
         if (!hit) { /* (s, '', '') or ('', '', s) */
             jv e = jv_str(rt, "", 0);
@@ -227,7 +236,7 @@ static bool str_method(jrt *rt, jv *s, const char *name, jargs *a, jv *out) {
     } else if (M("islower") || M("isupper")) {
         jv c = su_case(rt, s, M("islower") ? SU_LOWER : SU_UPPER);
         jv o = su_case(rt, s, M("islower") ? SU_UPPER : SU_LOWER);
-        r = jv_bool(JRT_OK(rt) && jv_equal(&c, s) && !jv_equal(&o, s));
+        r = jv_bool(JRT_OK(rt) && jv_equal(rt, &c, s) && !jv_equal(rt, &o, s));
     } else {
         return false;
     }
@@ -251,7 +260,7 @@ static bool dict_method(jrt *rt, jv *d, const char *name, jargs *a, jv *out) {
         jv *k = jargs_get(a, 0, "key");
         jv *dflt = jargs_get(a, 1, "default");
         if (!k) return jrt_fail(rt, CMF_ERR_RENDER, "get expected at least 1 argument, got 0"), *out = jv_undef(), true;
-        jv *v = jv_dict_getv(d, *k);
+        jv *v = jv_dict_getv(rt, d, *k);
         r = v ? *v : dflt ? *dflt : jv_none();
     } else if (M("items") || M("keys") || M("values")) {
         r = jv_list_new(rt, d->u.d->n);
@@ -275,7 +284,7 @@ static bool list_method(jrt *rt, jv *l, const char *name, jargs *a, jv *out) {
         if (!x) return jrt_fail(rt, CMF_ERR_RENDER, "%s() takes exactly one argument", name), *out = jv_undef(), true;
         int64_t cnt = 0, idx = -1;
         for (size_t i = 0; i < l->u.l->n; i++)
-            if (jv_equal(&l->u.l->v[i], x)) { cnt++; if (idx < 0) idx = (int64_t)i; }
+            if (jv_equal(rt, &l->u.l->v[i], x)) { cnt++; if (idx < 0) idx = (int64_t)i; }
         if (M("index") && idx < 0) return jrt_fail(rt, CMF_ERR_RENDER, "value is not in list"), *out = jv_undef(), true;
         *out = jv_int(M("index") ? idx : cnt);
         return true;
@@ -300,7 +309,7 @@ static bool loop_method(jrt *rt, jv *lp, const char *name, jargs *a, jv *out) {
         jv t = jv_list_new(rt, (size_t)a->npos);
         for (int i = 0; i < a->npos && JRT_OK(rt); i++) jv_list_push(rt, &t, a->pos[i]);
         if (!JRT_OK(rt)) { *out = jv_undef(); return true; }
-        bool ch = !L->has_changed || !jv_equal(&t, &L->last_changed);
+        bool ch = !L->has_changed || !jv_equal(rt, &t, &L->last_changed);
         L->has_changed = true;
         L->last_changed = t;
         *out = jv_bool(ch);

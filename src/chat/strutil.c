@@ -155,7 +155,7 @@ jv su_split(jrt *rt, const jv *s, const jv *sep, int64_t maxsplit, bool from_rig
         size_t pos = 0;
         int64_t cnt = 0;
         for (;;) {
-            const char *hit = (maxsplit < 0 || cnt < maxsplit) && pos <= n ? memmem(p + pos, n - pos, sp, sn) : NULL;
+            const char *hit = (maxsplit < 0 || cnt < maxsplit) && pos <= n ? su_find(rt, p + pos, n - pos, sp, sn) : NULL;
             if (!hit) break;
             size_t h = (size_t)(hit - p);
             if (!jv_list_push(rt, &out, jv_str(rt, p + pos, h - pos))) return jv_undef();
@@ -205,7 +205,7 @@ jv su_replace(jrt *rt, const jv *s, const jv *old, const jv *rep, int64_t count)
     size_t pos = 0;
     int64_t c = 0;
     while (count < 0 || c < count) {
-        const char *hit = memmem(p + pos, n - pos, old->u.s->s, on);
+        const char *hit = su_find(rt, p + pos, n - pos, old->u.s->s, on);
         if (!hit) break;
         size_t h = (size_t)(hit - p);
         if (!jbuf_put(rt, &b, p + pos, h - pos) || !jbuf_put(rt, &b, rep->u.s->s, rep->u.s->len)) return jv_undef();
@@ -236,4 +236,10 @@ jv su_splitlines(jrt *rt, const jv *s) {
     }
     if (start < n) jv_list_push(rt, &out, jv_str(rt, p + start, n - start));
     return JRT_OK(rt) ? out : jv_undef();
+}
+
+const char *su_find(jrt *rt, const char *hay, size_t n, const char *needle, size_t m) {
+    const char *hit = memmem(hay, n, needle, m);
+    size_t scanned = hit ? (size_t)(hit - hay) + m : n;
+    return jrt_charge(rt, 1 + scanned / JWORK_BYTES) ? hit : NULL;
 }

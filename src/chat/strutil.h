@@ -20,5 +20,8 @@ jv su_split(jrt *rt, const jv *s, const jv *sep, int64_t maxsplit, bool from_rig
 /* count < 0: all. */
 jv su_replace(jrt *rt, const jv *s, const jv *old, const jv *rep, int64_t count);
 jv su_splitlines(jrt *rt, const jv *s);
+/* memmem(hay, n, needle, m) that charges the bytes it scanned to the
+ * render's work budget (jrt_charge); NULL when absent or over budget. */
+const char *su_find(jrt *rt, const char *hay, size_t n, const char *needle, size_t m);
 
 #endif /* CMF_CHAT_STRUTIL_H */

@@ -131,7 +131,7 @@ static bool dump(jrt *rt, jbuf *b, const jv *v, const jjson_opts *o, int level) 
             for (size_t i = 1; i < n; i++)
                 for (size_t j = i; j > 0; j--) {
                     bool ok;
-                    int c = jv_compare(&v->u.d->k[ord[j - 1]], &v->u.d->k[ord[j]], &ok);
+                    int c = jv_compare(rt, &v->u.d->k[ord[j - 1]], &v->u.d->k[ord[j]], &ok);
                     if (!ok) { jrt_fail(rt, CMF_ERR_RENDER, "tojson: sort_keys needs comparable keys"); return false; }
                     if (c <= 0) break;
                     size_t t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;

@@ -16,10 +16,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- work budget ------------------------------------------------------ */
+
+/* Count `units` of evaluation work against rt->max_work. A unit is about
+ * the cost of evaluating one expression node: one statement, one element
+ * compared, looked up or visited, or JWORK_BYTES bytes copied or scanned.
+ * Memory and output limits alone do not bound time (a sort, a unique or an
+ * `in` over the same list in a loop allocates nothing), so every place
+ * whose cost grows with its input charges here. */
+bool jrt_charge(jrt *rt, uint64_t units) {
+    rt->work += units;
+    if (rt->work <= rt->max_work) return true;
+    if (JRT_OK(rt))
+        jrt_fail(rt, CMF_ERR_LIMIT, "template evaluation exceeds the work limit of %llu steps",
+                 (unsigned long long)rt->max_work);
+    return false;
+}
+
 /* ---- render heap ------------------------------------------------------ */
 
 void *jrt_alloc(jrt *rt, size_t size) {
-    if (!JRT_OK(rt)) return NULL;
+    if (!JRT_OK(rt) || !jrt_charge(rt, 1 + size / JWORK_BYTES)) return NULL;
     if (size > rt->max_alloc_bytes || rt->alloc_bytes + size > rt->max_alloc_bytes) {
         jrt_fail(rt, CMF_ERR_LIMIT, "render memory limit (%zu bytes) exceeded", rt->max_alloc_bytes);
         return NULL;
@@ -134,15 +151,17 @@ bool jv_list_push(jrt *rt, jv *list, jv item) {
     return true;
 }
 
-jv *jv_dict_getv(const jv *dict, jv key) {
+jv *jv_dict_getv(jrt *rt, const jv *dict, jv key) {
     jdict *d = dict->u.d;
+    if (!jrt_charge(rt, 1 + d->n)) return NULL;
     for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(&d->k[i], &key)) return &d->v[i];
+        if (jv_equal(rt, &d->k[i], &key)) return &d->v[i];
     return NULL;
 }
 
-jv *jv_dict_get(const jv *dict, const char *key, size_t n) {
+jv *jv_dict_get(jrt *rt, const jv *dict, const char *key, size_t n) {
     jdict *d = dict->u.d;
+    if (!jrt_charge(rt, 1 + d->n)) return NULL;
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].t == JV_STR && d->k[i].u.s->len == n && memcmp(d->k[i].u.s->s, key, n) == 0)
             return &d->v[i];
@@ -150,7 +169,7 @@ jv *jv_dict_get(const jv *dict, const char *key, size_t n) {
 }
 
 bool jv_dict_set(jrt *rt, jv *dict, jv key, jv val) {
-    jv *slot = jv_dict_getv(dict, key);
+    jv *slot = jv_dict_getv(rt, dict, key);
     if (slot) {
         *slot = val;
         return true;
@@ -198,7 +217,8 @@ static int big_order(const jv *a, const jv *b) {
     return jv_int_cmp(a, b);
 }
 
-bool jv_equal(const jv *a, const jv *b) {
+bool jv_equal(jrt *rt, const jv *a, const jv *b) {
+    if (!jrt_charge(rt, 1 + (a->t == JV_STR && b->t == JV_STR ? a->u.s->len / JWORK_BYTES : 0))) return false;
     if (is_num(a) && is_num(b) && (a->t == JV_BIGINT || b->t == JV_BIGINT))
         return !(a->t == JV_FLOAT && isnan(a->u.f)) && !(b->t == JV_FLOAT && isnan(b->u.f)) && big_order(a, b) == 0;
     if (is_num(a) && is_num(b)) {
@@ -209,7 +229,7 @@ bool jv_equal(const jv *a, const jv *b) {
     if (jv_is_seq(a) && jv_is_seq(b)) {
         if (a->t != b->t || a->u.l->n != b->u.l->n) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!jv_equal(&a->u.l->v[i], &b->u.l->v[i])) return false;
+            if (!jv_equal(rt, &a->u.l->v[i], &b->u.l->v[i])) return false;
         return true;
     }
     if (a->t != b->t) return false;
@@ -219,8 +239,8 @@ bool jv_equal(const jv *a, const jv *b) {
     case JV_DICT: {
         if (a->u.d->n != b->u.d->n) return false;
         for (size_t i = 0; i < a->u.d->n; i++) {
-            jv *o = jv_dict_getv(b, a->u.d->k[i]);
-            if (!o || !jv_equal(&a->u.d->v[i], o)) return false;
+            jv *o = jv_dict_getv(rt, b, a->u.d->k[i]);
+            if (!o || !jv_equal(rt, &a->u.d->v[i], o)) return false;
         }
         return true;
     }
@@ -233,8 +253,9 @@ bool jv_equal(const jv *a, const jv *b) {
     }
 }
 
-int jv_compare(const jv *a, const jv *b, bool *ok) {
+int jv_compare(jrt *rt, const jv *a, const jv *b, bool *ok) {
     *ok = true;
+    if (!jrt_charge(rt, 1 + (a->t == JV_STR && b->t == JV_STR ? a->u.s->len / JWORK_BYTES : 0))) return 0;
     if (a->t == JV_UNDEF && b->t == JV_UNDEF) return 0; /* jinja2 sorts [a, b] of Undefined */
     if (is_num(a) && is_num(b)) {
         if (a->t == JV_BIGINT || b->t == JV_BIGINT) return big_order(a, b);
@@ -255,8 +276,8 @@ int jv_compare(const jv *a, const jv *b, bool *ok) {
     if (jv_is_seq(a) && a->t == b->t) {
         size_t n = a->u.l->n < b->u.l->n ? a->u.l->n : b->u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (jv_equal(&a->u.l->v[i], &b->u.l->v[i])) continue;
-            return jv_compare(&a->u.l->v[i], &b->u.l->v[i], ok);
+            if (jv_equal(rt, &a->u.l->v[i], &b->u.l->v[i])) continue;
+            return jv_compare(rt, &a->u.l->v[i], &b->u.l->v[i], ok);
         }
         return a->u.l->n < b->u.l->n ? -1 : a->u.l->n > b->u.l->n ? 1 : 0;
     }
@@ -287,6 +308,7 @@ const char *jv_type_name(const jv *v) {
 /* ---- buffers ---------------------------------------------------------- */
 
 bool jbuf_put(jrt *rt, jbuf *b, const char *s, size_t n) {
+    if (!jrt_charge(rt, 1 + n / JWORK_BYTES)) return false;
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 64;
         while (nc < b->n + n + 1) nc *= 2;

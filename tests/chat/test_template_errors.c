@@ -185,6 +185,30 @@ int main(void) {
     expect_out("{{ (10 ** 4299)|string|length }}|{{ (2 ** 4000) % 1000007 }}|{{ (3 ** 2000) // (3 ** 1998) }}", NULL,
                "4300|823040|9");
 
+    /* work that allocates nothing and stays under the loop limit is still
+     * bounded (the fuzzer's timeouts): sort/unique, list equality and
+     * `in`, str.find of a needle that fails at its last byte, deep macro
+     * fan-out (under the defaults it may meet the memory limit first) */
+    {
+        static const char *const slow[] = {
+            "{% set l = range(9000)|list %}{% for i in range(1000) %}{% set x = l|sort|unique|list %}{% endfor %}",
+            "{% set l = range(10000)|list %}{% for i in range(10000) %}{% if l == l %}{% endif %}{% endfor %}",
+            "{% set l = range(10000)|list %}{% for i in range(10000) %}{% if -1 in l %}{% endif %}{% endfor %}",
+            "{% set s = 'a' * 60000 %}{% for i in range(10000) %}{{ s.find('a' * 2999 ~ 'b') }}{% endfor %}",
+            "{% set s = '<' * 60000 %}{% for i in range(300) %}{{ s|striptags }}{% endfor %}",
+            "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(15) }}",
+        };
+        cmf_render_opts lim = {0};
+        lim.max_work = 1000000;
+        for (size_t i = 0; i < sizeof slow / sizeof slow[0]; i++) {
+            expect_err(slow[i], NULL, &lim, CMF_ERR_LIMIT, "work limit of 1000000 steps");
+            if (!quick) expect_err(slow[i], NULL, NULL, CMF_ERR_LIMIT, "limit");
+        }
+        /* the same shapes at a realistic size render under the default */
+        expect_out("{% set l = range(300)|list %}{{ (l|sort|unique|list)|length }}{{ l == l }}{{ 299 in l }}"
+                   "{{ ('ab' * 500).count('ab') }}", NULL, "300TrueTrue500");
+    }
+
     /* ChatML default template */
     cJSON *ctx = cJSON_Parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": true}");
     char *out;
