@@ -30,6 +30,19 @@
 // GPU", Dao et al. 2023, but from the token's own length, never from the
 // batch, so a row's bits do not depend on the rows beside it).
 // attention_comb.comp computes the same chunk from the same range.
+//
+// MERGE (specialization constant 3; vk_ops.c, CMF_VK_ATTN_MERGE=0 off):
+// the merge of attention_comb.comp runs in this dispatch, by the last of a
+// (token, head block)'s workgroups to finish (the "last block" reduction of
+// CUDA's threadFenceReduction sample): each workgroup writes its partials
+// (coherent stores), makes them visible device-wide (memoryBarrierBuffer)
+// and adds 1 to the pair's counter; the one that brings it to the token's
+// chunk count reads every chunk's partials (coherent loads) and computes
+// attention_comb.comp's V2 arithmetic, head by head, with the same
+// workgroup size (the same bits), then sets the counter back to 0 for the
+// next layer and step (the counters start zeroed at allocation). One
+// dispatch and one pipeline barrier fewer a layer; nothing assumes how the
+// driver schedules workgroups.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -41,12 +54,15 @@
 
 layout(constant_id = 1) const uint HD = 128;
 layout(constant_id = 2) const uint KVT = 0;
+layout(constant_id = 3) const uint MERGE = 0;
 const uint NP = HD / 8;         // 8-element pieces a key row (of one KV head)
 const uint PPL = (NP + 3) / 4;  // pieces a lane in phase 1
 const uint KG = WG / NP;        // key groups in phase 3
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4 { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F4 { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32C { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CNT { uint v[]; };
 
 layout(push_constant) uniform P {
     uint64_t q, part, tok;
@@ -54,12 +70,14 @@ layout(push_constant) uniform P {
     uint page_size, page_stride, type, group;
     float scale, softcap;
     uint chunk, n_chunk, nc_target;
+    uint64_t out_, cnt; // MERGE: the output rows ([tok][head][hd]) and the counters ([tok][grid x])
 } p;
 
 shared float qs[GMAX * HD];
 shared float sc[GMAX * CHUNK_MAX];
 shared uint koff[CHUNK_MAX];   // row offset (elements) of each key, ~0u: not seen
-shared float red[WG * 8 * GMAX]; // phase 3: [kg][g][HD] (KG·HD <= WG·8)
+shared float red[WG * 8 * GMAX]; // phase 3: [kg][g][HD] (KG·HD <= WG·8); MERGE: a value a subgroup
+shared uint last_wg;             // MERGE: this workgroup brought the counter to the chunk count
 
 uint64_t u64(U32 b, uint i) { return uint64_t(b.v[i]) | (uint64_t(b.v[i + 1]) << 32); }
 
@@ -105,6 +123,76 @@ void ld_v4(uint64_t vb, uint j0, uint nk, uint kvh, uint q, uint kv_dim, out vec
     }
 }
 
+// A partial (MERGE: a coherent store, read by the pair's last workgroup).
+void put_part(uint i, float v) {
+    if (MERGE != 0) F32C(p.part).v[i] = v;
+    else F32(p.part).v[i] = v;
+}
+
+// MERGE: token t's heads h0 .. h0 + gn - 1 from their n chunk partials, as
+// attention_comb.comp's V2 (a head at a time: M and L with the threads over
+// chunks, subgroupMax/Add, the subgroups in order; each output dim's sum
+// over chunks ascending, 8 chunks' loads in flight). Uniform control flow.
+void merge_heads(uint t, uint h0, uint gn, uint n) {
+    F32C W = F32C(p.part);
+    F32 O = F32(p.out_);
+    uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
+    uint hd = HD, stride = HD + 2;
+    for (uint g = 0; g < gn; g++) {
+        uint base = (t * p.n_head + h0 + g) * p.n_chunk * stride;
+        float mx = NEG_INF;
+        for (uint c = tid; c < n; c += WG) mx = max(mx, W.v[base + c * stride + hd]);
+        mx = subgroupMax(mx);
+        if (subgroupElect()) red[sg] = mx;
+        barrier();
+        float M = NEG_INF;
+        for (uint i = 0; i < nsg; i++) M = max(M, red[i]);
+        barrier();
+        float ls = 0.0;
+        for (uint c = tid; c < n; c += WG) {
+            float m = W.v[base + c * stride + hd];
+            if (m != NEG_INF) ls += W.v[base + c * stride + hd + 1] * exp(m - M);
+        }
+        ls = subgroupAdd(ls);
+        if (subgroupElect()) red[sg] = ls;
+        barrier();
+        float L = 0.0;
+        for (uint i = 0; i < nsg; i++) L += red[i];
+        for (uint d = tid; d < hd; d += WG) {
+            float s = 0.0;
+            for (uint c0 = 0; c0 < n; c0 += 8) {
+                float mv[8], av[8];
+                for (uint u = 0; u < 8; u++) {
+                    uint c = c0 + u;
+                    mv[u] = c < n ? W.v[base + c * stride + hd] : NEG_INF;
+                    av[u] = c < n ? W.v[base + c * stride + d] : 0.0;
+                }
+                for (uint u = 0; u < 8; u++)
+                    if (mv[u] != NEG_INF) s += av[u] * exp(mv[u] - M);
+            }
+            O.v[(t * p.n_head + h0 + g) * hd + d] = s / L;
+        }
+        barrier(); // red is written again by the next head
+    }
+}
+
+// MERGE: this workgroup's partials are written; count it, and merge if it
+// is the last of the pair's n.
+void merge_if_last(uint t, uint h0, uint gn, uint n) {
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationIndex == 0) {
+        uint ci = t * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+        uint seen = atomicAdd(CNT(p.cnt).v[ci], 1u) + 1;
+        last_wg = seen == n ? 1u : 0u;
+        if (seen == n) atomicExchange(CNT(p.cnt).v[ci], 0u); // every one of the n has counted: ready for the next use
+    }
+    barrier();
+    if (last_wg == 0) return; // uniform
+    memoryBarrierBuffer();
+    merge_heads(t, h0, gn, n);
+}
+
 void main() {
     uint hsplit = (p.group + GMAX - 1) / GMAX;
     uint kvh = gl_WorkGroupID.x / hsplit, c = gl_WorkGroupID.y, t = gl_WorkGroupID.z;
@@ -122,7 +210,10 @@ void main() {
     uint64_t tm = u64(T, r + 9);
     uint chunk = chunk_for(hi - lo);
     uint c0 = lo + c * chunk;
-    if (c0 >= hi) return; // past this token's range (uniform across the workgroup)
+    if (c0 >= hi) { // past this token's range (uniform across the workgroup)
+        if (MERGE != 0 && c == 0) merge_heads(t, h0, gn, 0); // no key at all: attention_comb.comp's 0 / 0
+        return;
+    }
     uint nk = min(chunk, hi - c0);
     F32 Q = F32(p.q);
     for (uint i = tid; i < gn * HD; i += WG) qs[i] = Q.v[(t * p.n_head + h0) * HD + i];
@@ -191,7 +282,6 @@ void main() {
     barrier();
 
     // (2) per head (a subgroup each): the chunk's max, weights exp(s - m), their sum
-    F32 W = F32(p.part);
     uint stride = HD + 2;
     for (uint g = sg; g < gn; g += nsg) {
         float mx = NEG_INF;
@@ -207,8 +297,8 @@ void main() {
         sum = subgroupAdd(sum);
         if (lane == 0) {
             uint o = ((t * p.n_head + h0 + g) * p.n_chunk + c) * stride;
-            W.v[o + HD] = mx;
-            W.v[o + HD + 1] = sum;
+            put_part(o + HD, mx);
+            put_part(o + HD + 1, sum);
         }
     }
     barrier();
@@ -245,6 +335,7 @@ void main() {
         uint g = i / HD, d = i % HD;
         float s = 0.0;
         for (uint k = 0; k < KG; k++) s += red[(k * GMAX + g) * HD + d];
-        W.v[((t * p.n_head + h0 + g) * p.n_chunk + c) * stride + d] = s;
+        put_part(((t * p.n_head + h0 + g) * p.n_chunk + c) * stride + d, s);
     }
+    if (MERGE != 0) merge_if_last(t, h0, gn, (hi - lo + chunk - 1) / chunk);
 }

@@ -554,10 +554,15 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
         gpu->ops->fill(gpu, od, qn, 0.0f);
         step_begin();
         CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
-        uint32_t n_split = 0; /* the decode rows did take the split-K kernel */
-        for (uint32_t i = 0; i < vk->n_log; i++)
+        uint32_t n_split = 0, n_comb = 0; /* the decode rows did take the split-K kernel */
+        for (uint32_t i = 0; i < vk->n_log; i++) {
             n_split += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == (vk->attn2 ? VK_SH_ATTN_DEC2 : VK_SH_ATTN_DEC);
+            n_comb += vk->log[i].kind == VK_LOG_DISPATCH && vk->log[i].sh == VK_SH_ATTN_COMB;
+        }
         CHECK(n_split == 1 || !vk->splitk, "split-K: %u attention_dec%s dispatches", n_split, vk->attn2 ? "2" : "");
+        bool merged = vk->splitk && vk->attn2 && vk->attn_merge; /* attention_dec2.comp merges: no second pass */
+        CHECK(n_comb == (vk->splitk && !merged ? 1u : 0u), "split-K: %u attention_comb dispatches (merge %d)", n_comb,
+              merged);
         step_end("attention split-K");
         og[run] = down(od, qn);
         size_t cnt = (size_t)b.n_tok * nh * hd;
@@ -570,6 +575,21 @@ static void test_attention_dec(cmf_kv_type type, uint32_t g, uint32_t window, fl
     }
     CHECK(memcmp(og[0], og[1], (size_t)ndec * nh * hd * sizeof(float)) == 0,
           "split-K: decode rows differ with and without prompt rows");
+    if (vk->splitk && vk->attn2) { /* the merge in pass 1's last workgroups: attention_comb.comp's bits */
+        bool m0 = vk->attn_merge;
+        vk->attn_merge = !m0;
+        cmf_attn_args b = a;
+        b.q = qd, b.out = od, b.views = vgv;
+        gpu->ops->fill(gpu, od, qn, 0.0f);
+        step_begin();
+        CHECK(gpu->ops->attention(gpu, &b, &err) == CMF_OK, "vk attention: %s", err.msg);
+        step_end("attention split-K, merge switched");
+        float *om = down(od, qn);
+        CHECK(memcmp(om, og[0], qn * sizeof(float)) == 0,
+              "split-K: the merge in attention_dec2.comp (%d) and in attention_comb.comp (%d) differ", !m0, m0);
+        free(om);
+        vk->attn_merge = m0;
+    }
     /* row 2 alone: its bits in the batch */
     cmf_attn_args b = a;
     b.n_tok = 1, b.n_dec = 1, b.q = qd + 2 * nh * hd, b.out = od, b.views = vgv + 2, b.pos = pos + 2;

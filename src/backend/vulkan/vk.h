@@ -233,6 +233,9 @@ typedef struct vk_ctx {
     uint64_t xh_ws_bytes;
     void *att_ws;                /* split-K partials (grown on demand) */
     uint64_t att_ws_bytes;
+    bool attn_merge;             /* attention_dec2.comp merges in its last workgroups (CMF_VK_ATTN_MERGE=0: attention_comb.comp) */
+    void *att_cnt;               /* its counters, zero between dispatches (vk_ops.c attn_counters) */
+    uint64_t att_cnt_bytes;
     /* the step's last RoPE cos/sin table in the arena (vk_ops.c rope_cs): every layer of a step rotates
      * the same positions, so the table is computed once a step, not once a layer (64 rows x 64 angles x
      * 32 layers of cosf/sinf is milliseconds of host time a step); rcs_addr = 0 (none) after arena_reset */

@@ -589,6 +589,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     const char *a2 = getenv("CMF_VK_ATTN2");
     vk->attn2 = !(a2 && strcmp(a2, "0") == 0) && (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) &&
                 vk->props.limits.maxComputeSharedMemorySize >= 26u * 1024;
+    const char *am = getenv("CMF_VK_ATTN_MERGE"); /* the split-K merge in pass 1's last workgroups (A/B: 0) */
+    vk->attn_merge = !(am && strcmp(am, "0") == 0);
     const char *a2n = getenv("CMF_VK_ATTN2_NC");
     vk->attn2_nc = a2n ? (uint32_t)strtoul(a2n, NULL, 10) : 0;
     /* chained mat-vecs: opt-in (CMF_VK_CHAIN=1) until measured on the H200 (they rely on the driver starting a
@@ -988,8 +990,8 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT || sh == VK_SH_MATMUL_COOP ? 4
-                      : sh == VK_SH_MATMUL_BDEC || sh == VK_SH_ATTN_DEC2 ? 3 :
+    uint32_t n_spec = sh == VK_SH_MATMUL || sh == VK_SH_MATMUL_DOT || sh == VK_SH_MATMUL_COOP || sh == VK_SH_ATTN_DEC2 ? 4
+                      : sh == VK_SH_MATMUL_BDEC ? 3 :
                       sh == VK_SH_GET_ROWS || sh == VK_SH_MATMUL_TILED || sh == VK_SH_LORA ||
                       sh == VK_SH_MOE_MM || sh == VK_SH_ATTENTION_COOP || sh == VK_SH_ATTN_COMB ? 2 : 1;
     VkSpecializationInfo si = {.mapEntryCount = n_spec, .pMapEntries = me, .dataSize = 4 * n_spec, .pData = data};

@@ -826,13 +826,14 @@ typedef struct {
     uint32_t page_size, page_stride, type, group;
     float scale, softcap;
     uint32_t chunk, n_chunk, nc_target; /* nc_target: attention_dec2.comp's, 0 in attention_dec.comp */
+    uint64_t out, cnt; /* attention_dec2.comp's MERGE: the output rows and the last-workgroup counters */
 } attn_dec_push;
 
 typedef struct {
     uint64_t part, out, tok;
     uint32_t n_tok, n_head, head_dim, n_chunk, chunk, nc_target;
 } attn_comb_push;
-_Static_assert(sizeof(attn_dec_push) == 80 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
+_Static_assert(sizeof(attn_dec_push) == 96 && sizeof(attn_comb_push) == 48, "split-K push constants without padding");
 
 /* The next dispatch reads the KV pools of tokens [t0, t1) and their q rows. */
 static void acc_attn(vk_ctx *vk, const cmf_attn_args *a, VkDeviceAddress q, uint32_t t0, uint32_t t1) {
@@ -847,10 +848,31 @@ static void acc_attn(vk_ctx *vk, const cmf_attn_args *a, VkDeviceAddress q, uint
         }
 }
 
+/* attention_dec2.comp's MERGE counters, one a (token, grid x) pair, at
+ * least `bytes`: zeroed when allocated (a fill in the step's log), and each
+ * dispatch leaves them at 0 (its last workgroups reset them), so later
+ * steps and replays find them zeroed. 0: out of device memory (failed). */
+static VkDeviceAddress attn_counters(vk_ctx *vk, uint64_t bytes) {
+    if (!vk->att_cnt || vk->att_cnt_bytes < bytes) {
+        uint64_t want = (bytes + 4095) & ~(uint64_t)4095; /* grown rarely: the fill is a transfer and a barrier */
+        cmf_vk_free(vk, vk->att_cnt);
+        vk->att_cnt_bytes = 0;
+        vk->att_cnt = cmf_vk_alloc(vk, want, true);
+        if (!vk->att_cnt) {
+            cmf_vk_fail(vk, CMF_ERR_NOMEM, "vulkan: out of device memory for %llu bytes of attention counters",
+                        (unsigned long long)want);
+            return 0;
+        }
+        vk->att_cnt_bytes = want;
+    }
+    return dev(vk, vk->att_cnt, "attention counters");
+}
+
 /* The nd decode rows of p (its first tokens) through the two split-K
- * passes; kmax bounds their key ranges (the grid's chunk count). The
- * partials scratch is reused by every layer: each pass is ordered after
- * the previous dispatch. */
+ * passes, or (attention_dec2.comp with vk->attn_merge) one that merges in
+ * its last workgroups; kmax bounds their key ranges (the grid's chunk
+ * count). The partials scratch is reused by every layer: each pass is
+ * ordered after the previous dispatch. */
 static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push *p, uint32_t nd, uint32_t kmax,
                              bool v2) {
     uint32_t cmax = v2 ? SPK2_CHUNK_MAX : SPK_CHUNK_MAX, gmax = v2 ? SPK2_GMAX : SPK_GMAX;
@@ -874,10 +896,23 @@ static void attention_splitk(vk_ctx *vk, const cmf_attn_args *a, const attn_push
     VkDeviceAddress ws = dev(vk, vk->att_ws, "split-K partials");
     if (!ws) return;
     attn_dec_push d = {p->q, ws, p->tok, nd, p->n_head, p->n_kv_head, p->head_dim, p->page_size, p->page_stride,
-                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, nc};
+                       p->type, p->group, p->scale, p->softcap, chunk, n_chunk, nc, 0, 0};
     uint32_t hsplit = (p->group + gmax - 1) / gmax;
+    bool merge = v2 && vk->attn_merge;
+    uint64_t cnt_bytes = (uint64_t)nd * p->n_kv_head * hsplit * 4;
+    VkDeviceAddress cnt = merge ? attn_counters(vk, cnt_bytes) : 0;
+    if (merge && !cnt) return;
     acc_attn(vk, a, p->q, 0, nd);
     cmf_vk_acc(vk, ws, bytes, true);
+    if (merge) {
+        d.out = p->out, d.cnt = cnt;
+        cmf_vk_acc(vk, cnt, cnt_bytes, true);
+        acc_rows(vk, p->out, nd, (uint64_t)p->n_head * p->head_dim, (uint64_t)p->n_head * p->head_dim, true);
+        /* specialised on head_dim, the KV type and MERGE (dt's high half: spec constant 3) */
+        cmf_vk_dispatch(vk, VK_SH_ATTN_DEC2, SPK_WG, p->head_dim | 1u << 16, p->type, &d, sizeof d,
+                        p->n_kv_head * hsplit, n_chunk, nd);
+        return;
+    }
     if (v2) /* specialised on head_dim and the KV type */
         cmf_vk_dispatch(vk, VK_SH_ATTN_DEC2, SPK_WG, p->head_dim, p->type, &d, sizeof d, p->n_kv_head * hsplit, n_chunk,
                         nd);
