@@ -183,6 +183,7 @@ typedef struct vk_ctx {
     char cache_path[1024];
     vk_pipe pipes[512];          /* one per (shader, spec constants) used */
     uint32_t n_pipes;
+    uint16_t pipe_slot[1024];    /* open-addressed index of pipes: i + 1, 0 = empty (vk_device.c pipeline) */
     uint32_t subgroup;
     uint32_t n_cu; /* compute units (SMs, CUs) where VK_NV_shader_sm_builtins / VK_AMD_shader_core_properties tell; else 0 */
     bool tiled;                  /* prompt-class rows through matmul_tiled.comp (GPUs; CMF_VK_TILED=0/1) */

@@ -982,11 +982,20 @@ void cmf_vk_op_end(vk_ctx *vk) {
     arena_reset(vk);
 }
 
+/* The pipeline of (shader, spec constants), created on first use. Found
+ * through pipe_slot, an open-addressed table twice the size of pipes (so a
+ * probe always ends at an empty slot): every dispatch of every step looks
+ * one up, and a linear scan grew with the pipelines a model uses. */
 static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt) {
-    for (uint32_t i = 0; i < vk->n_pipes; i++)
-        if (vk->pipes[i].sh == sh && vk->pipes[i].spec[0] == wg && vk->pipes[i].spec[1] == dt &&
-            vk->pipes[i].spec[2] == nt)
-            return vk->pipes[i].p;
+    const uint32_t nslot = sizeof vk->pipe_slot / sizeof vk->pipe_slot[0];
+    _Static_assert(sizeof vk->pipe_slot / sizeof vk->pipe_slot[0] >= 2 * sizeof vk->pipes / sizeof vk->pipes[0],
+                   "pipe_slot keeps empty slots");
+    uint32_t h = ((uint32_t)sh * 0x9E3779B1u ^ wg * 0x85EBCA77u ^ dt * 0xC2B2AE3Du ^ nt * 0x27D4EB2Fu);
+    uint32_t slot = (h ^ h >> 15) % nslot;
+    for (; vk->pipe_slot[slot]; slot = (slot + 1) % nslot) {
+        const vk_pipe *q = &vk->pipes[vk->pipe_slot[slot] - 1];
+        if (q->sh == sh && q->spec[0] == wg && q->spec[1] == dt && q->spec[2] == nt) return q->p;
+    }
     if (vk->n_pipes == sizeof vk->pipes / sizeof vk->pipes[0]) return VK_NULL_HANDLE;
     uint32_t data[4] = {wg, dt & 0xffffu, nt, dt >> 16};
     VkSpecializationMapEntry me[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
@@ -1003,6 +1012,7 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
     VkPipeline p;
     if (vkCreateComputePipelines(vk->dev, vk->pcache, 1, &ci, NULL, &p) != VK_SUCCESS) return VK_NULL_HANDLE;
     vk->pipes[vk->n_pipes++] = (vk_pipe){sh, {wg, dt, nt}, p};
+    vk->pipe_slot[slot] = (uint16_t)vk->n_pipes;
     return p;
 }
 
