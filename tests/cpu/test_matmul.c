@@ -11,8 +11,8 @@
  * (d = absmax/127, round to nearest) may differ by at most
  * sum_b d_b/2 * sum_{i in b} |w_i| plus that rounding term (q4 weights);
  * with the residual plane used for q8 weights the bound is d_b/256 (d of
- * the superblock of 256 inputs for the AVX-512 q8 kernels below the GEMM
- * threshold). The ref level
+ * the superblock of 256 inputs for the AVX-512 q8 kernels, the GEMM's int16
+ * X included). The ref level
  * must match to rounding. For q4 kernels the rounding term also covers the
  * int32 lanes before the -8 offset cancels (16 * dw_b * sum|x| * 1e-5). Also: cmf_cpu_decode_row bit-equal to
  * cmf_tensor_decode, threaded == unthreaded bit for bit, argument errors.
@@ -162,8 +162,9 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
                 bool q8 = dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F;
                 q += amax / 127.0 * (q8 ? 1.0 / 256.0 : 0.5) * 1.001 * sw;
             }
-            /* q8 weights at the AVX-512 levels below the GEMM: one scale per
-             * superblock of MM_SB inputs, error per element <= d_sb/256 */
+            /* q8 weights at the AVX-512 levels: one scale per superblock of
+             * MM_SB inputs, error per element <= d_sb/256 (int8 + residual
+             * below the GEMM; the GEMM's int16 X: d_sb/2 with d_sb = max/32767) */
             double qsb = 0;
             for (uint64_t g0 = 0; g0 < in; g0 += MM_SB) {
                 double amax = 0, sw = 0;
@@ -203,8 +204,7 @@ static void run_case(cmf_dtype dt, uint64_t rows, uint64_t in, int n, uint64_t r
                       cmf_cpu_level_name(levels[li]));
         }
         bool q = levels[li] != CMF_CPU_REF && int8_act(dt, in);
-        bool sb = cmf_cpu_level_is_avx512(levels[li]) &&
-                  (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F) && n < MM_GEMM_MIN_N_Q8;
+        bool sb = cmf_cpu_level_is_avx512(levels[li]) && (dt == CMF_DT_Q8_ROW || dt == CMF_DT_Q8_2F);
         int bad = 0;
         for (int t = 0; t < n && bad < 3; t++)
             for (uint64_t r = 0; r < nrows && bad < 3; r++) {

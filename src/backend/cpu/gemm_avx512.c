@@ -29,10 +29,15 @@
  *  - f32 / f16 / bf16 weights: fp32 GEMM, float X read in place, weights
  *    converted to f32, KC = 256; 12 tokens x 32 rows = 24 zmm accumulators.
  *  - q8 (q8_row, q8_2f) weights: int8 weights sign-extended to int16 pairs
- *    in the panel (KC = 512), X quantized once per call to int16 per
- *    32-block (~16-bit precision like the int8 + residual planes of the
- *    small-n kernels: plain int8 X moves greedy outputs of q8 models),
- *    vpdpwssd (vpmaddwd + vpaddd at the avx512 level).
+ *    in the panel (KC = 512), X quantized once per call to int16 with one
+ *    scale per superblock of MM_SB = 256 inputs, the superblock the small-n
+ *    kernels' int8 + residual planes use (~16-bit precision: plain int8 X
+ *    moves greedy outputs of q8 models), vpdpwssd (vpmaddwd + vpaddd at the
+ *    avx512 level); the weights have one scale per row, so a superblock is
+ *    summed in int32 (|sum| <= 256 * 128 * 32767 < 2^31) before its one
+ *    float step. Until 6 Dec 2026 X had a scale per 32-block and every
+ *    block took a float step: at the AMX level that epilogue, 8x as often,
+ *    was most of the q8 GEMM's time (README, issue 23).
  *  - q4 (q4_block, q4_tiled, q4tp) weights: the nibbles stay unsigned
  *    bytes (0..15) in the panel as k-quads (KC = 1024), X is quantized to
  *    int8 per 32-block exactly as the decode path does (llama.cpp's Q8_0:
@@ -43,16 +48,16 @@
  * Both integer variants read X packed in tiles of (mostly) GEMM_TT tokens
  * (layout at "packed activations" below) so a micro-kernel finds the
  * broadcasts of all its tokens at fixed offsets from one pointer, and sum
- * each 32-block in int32 before scaling it into f32 accumulators
- * (6 tokens x 32 rows = 12 int32 + 12 f32 zmm).
+ * each 32-block (q8: superblock) in int32 before scaling it into f32
+ * accumulators (6 tokens x 32 rows = 12 int32 + 12 f32 zmm).
  * The order of operations depends only on the shape, never on the thread
  * count (threaded results are bit-identical).
  *
  * Level amx (AMX-INT8, "AMX tiles" below): the same tasks, K chunks,
  * panels (q4: the nibble panel less 8, signed bytes; q8: int8 k-quads
  * instead of int16 pairs) and the same quantized X, packed in tiles of 16 tokens (q8: the
- * int16 as high and low bytes); each 32-block's int32 sums come from tile
- * products (TDPBSSD for q4, TDPBSSD + TDPBUSD for q8) instead of
+ * int16 as high and low bytes); each 32-block's (q8: superblock's) int32
+ * sums come from tile products (TDPBSSD for q4, TDPBSSD + TDPBUSD for q8) instead of
  * vpdpbusd / vpdpwssd and are scaled in the VNNI micro-kernels' float
  * order, so results are bit-identical to avx512vnni/avx512gfni. Nothing is
  * repacked at load (the panels are decoded per call as at the VNNI level):
@@ -81,6 +86,8 @@
 #define GEMM_TT 6    /* tokens per tile of packed X and per integer micro-kernel */
 #define GEMM_GP (MM_GEMM_ROWS / GEMM_MR) /* panels run together (K chunk outer) */
 #define AMX_T 16     /* tokens per token tile at the AMX level (tile rows) */
+#define GEMM_SBB (MM_SB / 32) /* q8: 32-blocks a superblock of X (one scale; int32 sums across it) */
+_Static_assert(GEMM_KC8 % MM_SB == 0, "q8 K chunks hold whole superblocks");
 
 /* Per-row decode state of the panel (rows past the range are "dead": 0). */
 typedef struct prow {
@@ -286,6 +293,59 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     return act_tiles(a);
 }
 
+/* q8: token l of a tile of T (X row x) quantized to int16 with one scale
+ * per superblock of MM_SB inputs (GEMM_SBB blocks; the last one of the row
+ * may be shorter): d = max|x| / 32767 over the superblock, q = round to
+ * nearest even (x / d), mm_block_scale's edge rules applied to the
+ * superblock (a non-finite value anywhere in it zeroes all of it with d =
+ * NaN). Each 32-block cell gets the superblock's d, so the layout is that of
+ * per-block scales. Cells: int16 in natural order, or (AMX) the 32 high
+ * bytes (signed) then the 32 low bytes (unsigned). */
+static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, int l, int T, int32_t *xg,
+                         float *dg) {
+    const uint64_t in = a->in, nb = a->nb;
+    for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
+        const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
+        float amax = 0.0f;
+        bool nonfinite = false;
+        for (uint64_t b = s0; b < s1; b++) {
+            __m512 v0, v1;
+            float m = mm_load_block32(x, col, b * 32, in, &v0, &v1);
+            nonfinite |= (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) != 0;
+            amax = m > amax ? m : amax;
+        }
+        float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        if (nonfinite || !(id <= 3.4028234e38f)) { /* as mm_block_scale: zeros, d = NaN (non-finite) or 0 */
+            id = 0.0f;
+            d = nonfinite ? __builtin_nanf("") : 0.0f;
+        }
+        const __m512 vid = _mm512_set1_ps(id);
+        for (uint64_t b = s0; b < s1; b++) {
+            const size_t cell = b * (uint64_t)T + (uint64_t)l;
+            int32_t *xb = xg + cell * 16;
+            uint64_t i = b * 32, left = in - i;
+            if (left > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
+            if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
+            __m512 v0, v1;
+            mm_load_block32(x, col, i, in, &v0, &v1);
+            __m512i q16 = _mm512_setzero_si512();
+            if (id != 0.0f) { /* round to nearest even (MXCSR default); |q| <= 32767 */
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+                q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)), _mm512_cvtsepi32_epi16(q1),
+                                         1);
+            }
+            if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned) */
+                _mm256_store_si256((__m256i *)xb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
+                _mm256_store_si256((__m256i *)xb + 1, _mm512_cvtepi16_epi8(q16));
+            } else {
+                _mm512_store_si512(xb, q16);
+            }
+            dg[cell] = d;
+        }
+    }
+}
+
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
                           int parts) {
     const uint64_t in = a->in, nb = a->nb;
@@ -301,6 +361,10 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     assert(parts >= 1 && part >= 0 && part < parts);
     for (int l = T * part / parts; l < T * (part + 1) / parts; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
+        if (!q4) {
+            quant_row_q8(a, x, col, l, T, xg, dg);
+            continue;
+        }
         for (uint64_t b = 0; b < nb; b++) {
             size_t cell = b * (uint64_t)T + (uint64_t)l;
             int32_t *xb = xg + cell * (size_t)steps;
@@ -309,23 +373,16 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
             if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
             __m512 v0, v1;
             float amax = mm_load_block32(x, col, i, in, &v0, &v1), id;
-            float qmax = q4 ? 127.0f : 32767.0f, dd = mm_block_scale(&v0, &v1, amax, qmax, &id);
+            float dd = mm_block_scale(&v0, &v1, amax, 127.0f, &id);
             __m512 vid = _mm512_set1_ps(id);
             /* round to nearest even (MXCSR default); |q| <= qmax */
             __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
             __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
             __m512i q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)),
                                              _mm512_cvtsepi32_epi16(q1), 1);
-            if (q4) {
-                __m256i q8 = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
-                _mm256_store_si256((__m256i *)xb, q8);
-                sg[cell] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-            } else if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned) */
-                _mm256_store_si256((__m256i *)xb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
-                _mm256_store_si256((__m256i *)xb + 1, _mm512_cvtepi16_epi8(q16));
-            } else {
-                _mm512_store_si512(xb, q16);
-            }
+            __m256i q8 = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(perm, q16));
+            _mm256_store_si256((__m256i *)xb, q8);
+            sg[cell] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
             dg[cell] = dd;
         }
     }
@@ -333,10 +390,11 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
 
 /* ---- q8 weights: int16 pairs, vpdpwssd ---------------------------------
  * The panel holds the int8 weights sign-extended to int16, as pairs
- * (k = 2p, 2p+1) of 32 rows: pan[p*32 + row] is one dword. Per 32-block the
- * micro-kernel runs 16 pair steps into int32 accumulators
- * (|sum| <= 32 * 127 * 32767 < 2^31), then adds them times the token's dx
- * into f32 accumulators; the row scale is applied once at the end:
+ * (k = 2p, 2p+1) of 32 rows: pan[p*32 + row] is one dword. Per superblock
+ * (GEMM_SBB 32-blocks) the micro-kernel runs 16 pair steps a block into
+ * int32 accumulators (|sum| <= 256 * 128 * 32767 < 2^31), then adds them
+ * times the token's dx into f32 accumulators; the row scale is applied
+ * once at the end:
  * 6 tokens x 32 rows = 12 int32 + 12 f32 zmm. */
 
 /* Inputs [k, k+32) of one panel row as 32 int16 (lanes past m zero). */
@@ -521,32 +579,39 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
 }
 
 /* q8: T <= 16 tokens x 32 rows over nblk blocks; X as int16 = 256 hi + lo
- * (hi signed, lo unsigned bytes): sum w x = 256 sum w hi + sum w lo,
- * exact in int32 like ukern_q8's vpdpwssd sums. */
+ * (hi signed, lo unsigned bytes): sum w x = 256 sum w hi + sum w lo over a
+ * superblock (the tiles accumulate its blocks: |256 sum w hi| <= 256 * 256
+ * * 128 * 128 < 2^31), exact in int32 like ukern_q8's vpdpwssd sums; then
+ * one float step a superblock, in ukern_q8's order. Superblocks per group:
+ * AMX_G8 (the chunk's, GEMM_KC8 / MM_SB). */
+#define AMX_G8 (GEMM_KC8 / MM_SB)
 static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const float *dx, __m512 ws0,
                    __m512 ws1, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
-    int32_t cb[AMX_G][4][AMX_T][16] __attribute__((aligned(64)));
+    int32_t cb[AMX_G8][4][AMX_T][16] __attribute__((aligned(64)));
     AMX_TILES;
     memset(acc, 0, sizeof acc);
-    for (uint64_t g = 0; g < nblk; g += AMX_G) {
-        const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
-        for (uint64_t i = 0; i < ng; i++) {
-            const uint64_t b = g + i;
-            const int32_t *pb = pan + b * 8 * GEMM_MR;
-            const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 64;
-            AMX_LOAD(4, xb, 64);
-            AMX_LOAD(5, xb + 32, 64);
-            AMX_LOAD(6, pb, GEMM_MR * 4);
-            AMX_LOAD(7, pb + 16, GEMM_MR * 4);
+    const uint64_t nsb = (nblk + GEMM_SBB - 1) / GEMM_SBB;
+    for (uint64_t g = 0; g < nsb; g += AMX_G8) {
+        const uint64_t ng = nsb - g < AMX_G8 ? nsb - g : AMX_G8;
+        for (uint64_t i = 0; i < ng; i++) { /* superblock g + i: its blocks' products summed in the tiles */
+            const uint64_t b0 = (g + i) * GEMM_SBB, b1 = nblk - b0 < GEMM_SBB ? nblk : b0 + GEMM_SBB;
             AMX_ZERO(0);
             AMX_ZERO(1);
             AMX_ZERO(2);
             AMX_ZERO(3);
-            AMX_DPBSSD(0, 4, 6);
-            AMX_DPBSSD(1, 4, 7);
-            AMX_DPBUSD(2, 5, 6);
-            AMX_DPBUSD(3, 5, 7);
+            for (uint64_t b = b0; b < b1; b++) {
+                const int32_t *pb = pan + b * 8 * GEMM_MR;
+                const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 64;
+                AMX_LOAD(4, xb, 64);
+                AMX_LOAD(5, xb + 32, 64);
+                AMX_LOAD(6, pb, GEMM_MR * 4);
+                AMX_LOAD(7, pb + 16, GEMM_MR * 4);
+                AMX_DPBSSD(0, 4, 6);
+                AMX_DPBSSD(1, 4, 7);
+                AMX_DPBUSD(2, 5, 6);
+                AMX_DPBUSD(3, 5, 7);
+            }
             AMX_STORE(0, cb[i][0], 64);
             AMX_STORE(1, cb[i][1], 64);
             AMX_STORE(2, cb[i][2], 64);
@@ -555,7 +620,7 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
         for (int t = 0; t < T; t++) {
             __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
             for (uint64_t i = 0; i < ng; i++) {
-                __m512 d = _mm512_set1_ps(dx[(g + i) * (uint64_t)T + (uint64_t)t]);
+                __m512 d = _mm512_set1_ps(dx[(g + i) * GEMM_SBB * (uint64_t)T + (uint64_t)t]);
                 __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][0][t]), 8),
                                               _mm512_load_si512(cb[i][2][t]));
                 __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][1][t]), 8),
@@ -609,31 +674,27 @@ AI void ukern_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const flo
     __m512 acc[GEMM_TT][2];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-    for (uint64_t b = 0; b < nblk; b++) {
-        const int32_t *pb = pan + b * 16 * GEMM_MR, *xb = xq + b * (uint64_t)T * 16;
+    for (uint64_t s0 = 0; s0 < nblk; s0 += GEMM_SBB) { /* a superblock: one int32 sum, one scale */
+        const uint64_t s1 = nblk - s0 < GEMM_SBB ? nblk : s0 + GEMM_SBB;
         __m512i ia[GEMM_TT][2];
-        {
-            __m512i w0 = _mm512_load_si512(pb), w1 = _mm512_load_si512(pb + 16);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                __m512i xv = _mm512_set1_epi32(xb[t * 16]);
-                ia[t][0] = _mm512_madd_epi16(xv, w0);
-                ia[t][1] = _mm512_madd_epi16(xv, w1);
-            }
-        }
+        for (int t = 0; t < T; t++) ia[t][0] = ia[t][1] = _mm512_setzero_si512();
+        for (uint64_t b = s0; b < s1; b++) {
+            const int32_t *pb = pan + b * 16 * GEMM_MR, *xb = xq + b * (uint64_t)T * 16;
 #pragma GCC unroll 16
-        for (int p = 1; p < 16; p++) {
-            __m512i w0 = _mm512_load_si512(pb + p * GEMM_MR), w1 = _mm512_load_si512(pb + p * GEMM_MR + 16);
+            for (int p = 0; p < 16; p++) {
+                __m512i w0 = _mm512_load_si512(pb + p * GEMM_MR), w1 = _mm512_load_si512(pb + p * GEMM_MR + 16);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) {
-                __m512i xv = _mm512_set1_epi32(xb[t * 16 + p]);
-                ia[t][0] = dpwssd(ia[t][0], xv, w0, vnni);
-                ia[t][1] = dpwssd(ia[t][1], xv, w1, vnni);
+                for (int t = 0; t < T; t++) {
+                    __m512i xv = _mm512_set1_epi32(xb[t * 16 + p]);
+                    ia[t][0] = dpwssd(ia[t][0], xv, w0, vnni);
+                    ia[t][1] = dpwssd(ia[t][1], xv, w1, vnni);
+                }
             }
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            __m512 d = _mm512_set1_ps(dx[b * (uint64_t)T + (uint64_t)t]);
+            __m512 d = _mm512_set1_ps(dx[s0 * (uint64_t)T + (uint64_t)t]);
             acc[t][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][0]), d, acc[t][0]);
             acc[t][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), d, acc[t][1]);
         }
