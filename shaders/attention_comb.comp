@@ -8,10 +8,8 @@
 // saw no key (m = -inf) adds nothing. With nc_target > 0 (attention_dec2.comp's
 // length-dependent chunks) the chunk is chunk_for(hi - lo), that shader's.
 // V2 (specialization constant 1; vk_ops.c sets it with attention_dec2.comp)
-// spreads the latency: M and L with the threads over chunks (a fixed
-// strided order, subgroupMax/Add, then the subgroups in order), and each
-// output dim's sum over chunks (ascending) with 8 chunks' loads in flight;
-// V2 = 0 is the original loop, a load at a time.
+// spreads the latency (splitk_merge.glsl, which attention_dec2.comp's MERGE
+// shares); V2 = 0 is the original loop, a load at a time.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -25,6 +23,9 @@ layout(push_constant) uniform P {
     uint64_t part, out_, tok;
     uint n_tok, n_head, head_dim, n_chunk, chunk, nc_target;
 } p;
+
+#define MERGE_BUF F32
+#include "splitk_merge.glsl"
 
 #define CHUNK_MAX 256 // attention_dec2.comp's
 
@@ -44,41 +45,8 @@ void main() {
     uint hd = p.head_dim, stride = hd + 2;
     F32 W = F32(p.part);
     uint base = (t * p.n_head + h) * p.n_chunk * stride;
-    if (V2 != 0) {
-        uint sg = gl_SubgroupID, nsg = gl_NumSubgroups;
-        float mx = NEG_INF;
-        for (uint c = tid; c < n; c += WG) mx = max(mx, W.v[base + c * stride + hd]);
-        mx = subgroupMax(mx);
-        if (subgroupElect()) red[sg] = mx;
-        barrier();
-        float M = NEG_INF;
-        for (uint i = 0; i < nsg; i++) M = max(M, red[i]);
-        barrier();
-        float ls = 0.0;
-        for (uint c = tid; c < n; c += WG) {
-            float m = W.v[base + c * stride + hd];
-            if (m != NEG_INF) ls += W.v[base + c * stride + hd + 1] * exp(m - M);
-        }
-        ls = subgroupAdd(ls);
-        if (subgroupElect()) red[sg] = ls;
-        barrier();
-        float L = 0.0;
-        for (uint i = 0; i < nsg; i++) L += red[i];
-        F32 O = F32(p.out_);
-        for (uint d = tid; d < hd; d += WG) {
-            float s = 0.0;
-            for (uint c0 = 0; c0 < n; c0 += 8) {
-                float mv[8], av[8];
-                for (uint u = 0; u < 8; u++) {
-                    uint c = c0 + u;
-                    mv[u] = c < n ? W.v[base + c * stride + hd] : NEG_INF;
-                    av[u] = c < n ? W.v[base + c * stride + d] : 0.0;
-                }
-                for (uint u = 0; u < 8; u++)
-                    if (mv[u] != NEG_INF) s += av[u] * exp(mv[u] - M);
-            }
-            O.v[(t * p.n_head + h) * hd + d] = s / L;
-        }
+    if (V2 != 0) { // splitk_merge.glsl: attention_dec2.comp's MERGE runs the same code
+        splitk_merge(p.part, base, n, hd, p.out_, (t * p.n_head + h) * hd);
         return;
     }
     float M = NEG_INF;

@@ -129,51 +129,15 @@ void put_part(uint i, float v) {
     else F32(p.part).v[i] = v;
 }
 
-// MERGE: token t's heads h0 .. h0 + gn - 1 from their n chunk partials, as
-// attention_comb.comp's V2 (a head at a time: M and L with the threads over
-// chunks, subgroupMax/Add, the subgroups in order; each output dim's sum
-// over chunks ascending, 8 chunks' loads in flight). Uniform control flow.
+#define MERGE_BUF F32C
+#include "splitk_merge.glsl"
+
+// MERGE: token t's heads h0 .. h0 + gn - 1 from their n chunk partials
+// (splitk_merge.glsl, as attention_comb.comp's V2). Uniform control flow.
 void merge_heads(uint t, uint h0, uint gn, uint n) {
-    F32C W = F32C(p.part);
-    F32 O = F32(p.out_);
-    uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
-    uint hd = HD, stride = HD + 2;
-    for (uint g = 0; g < gn; g++) {
-        uint base = (t * p.n_head + h0 + g) * p.n_chunk * stride;
-        float mx = NEG_INF;
-        for (uint c = tid; c < n; c += WG) mx = max(mx, W.v[base + c * stride + hd]);
-        mx = subgroupMax(mx);
-        if (subgroupElect()) red[sg] = mx;
-        barrier();
-        float M = NEG_INF;
-        for (uint i = 0; i < nsg; i++) M = max(M, red[i]);
-        barrier();
-        float ls = 0.0;
-        for (uint c = tid; c < n; c += WG) {
-            float m = W.v[base + c * stride + hd];
-            if (m != NEG_INF) ls += W.v[base + c * stride + hd + 1] * exp(m - M);
-        }
-        ls = subgroupAdd(ls);
-        if (subgroupElect()) red[sg] = ls;
-        barrier();
-        float L = 0.0;
-        for (uint i = 0; i < nsg; i++) L += red[i];
-        for (uint d = tid; d < hd; d += WG) {
-            float s = 0.0;
-            for (uint c0 = 0; c0 < n; c0 += 8) {
-                float mv[8], av[8];
-                for (uint u = 0; u < 8; u++) {
-                    uint c = c0 + u;
-                    mv[u] = c < n ? W.v[base + c * stride + hd] : NEG_INF;
-                    av[u] = c < n ? W.v[base + c * stride + d] : 0.0;
-                }
-                for (uint u = 0; u < 8; u++)
-                    if (mv[u] != NEG_INF) s += av[u] * exp(mv[u] - M);
-            }
-            O.v[(t * p.n_head + h0 + g) * hd + d] = s / L;
-        }
-        barrier(); // red is written again by the next head
-    }
+    for (uint g = 0; g < gn; g++)
+        splitk_merge(p.part, (t * p.n_head + h0 + g) * p.n_chunk * (HD + 2), n, HD, p.out_,
+                     (t * p.n_head + h0 + g) * HD);
 }
 
 // MERGE: this workgroup's partials are written; count it, and merge if it
