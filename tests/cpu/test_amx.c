@@ -132,9 +132,10 @@ int main(void) {
     static const int ns[] = {6, 9, 15, 16, 17, 33, 47};
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
         bool q8 = dts[d] == CMF_DT_Q8_ROW || dts[d] == CMF_DT_Q8_2F;
-        /* q8: odd widths and several 512-input chunks; q4: whole blocks,
+        /* q8: odd widths (an odd block count: the AMX pairs' pad block) and
+         * several 512-input chunks; q4: whole blocks,
          * one and several 1024-input chunks */
-        const uint64_t ins_q8[] = {100, 1000, 1571}, ins_q4[] = {64, 1056, 2080};
+        const uint64_t ins_q8[] = {100, 1000, 1601}, ins_q4[] = {64, 1056, 2080};
         const uint64_t *ins = q8 ? ins_q8 : ins_q4;
         for (int ii = 0; ii < 3; ii++)
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {

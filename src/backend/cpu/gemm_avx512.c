@@ -61,8 +61,10 @@
  * vpdpbusd / vpdpwssd and are scaled in the VNNI micro-kernels' float
  * order, so results are bit-identical to avx512vnni/avx512gfni. Nothing is
  * repacked at load (the panels are decoded per call as at the VNNI level):
- * no memory beyond the VNNI path's, 1 KiB of zero slack after the packed X
- * and 10 KiB (q4) / 18 KiB (q8) more stack per thread.
+ * no memory beyond the VNNI path's, 512 B (q4) / 2 KiB (q8) of zero slack after the packed X
+ * and 10 KiB (q4) / 18 KiB (q8) more stack per thread. q8's tile products take
+ * K = 64 (a pair of blocks: its superblocks share one scale), q4's K = 32
+ * (a scale per block).
  */
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/avx512_util.h"
@@ -236,10 +238,19 @@ static void panel_fp(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr) {
  * At the AMX level (a->gamx) tiles hold AMX_T = 16 tokens, the last one the
  * remainder (no merging; a tile load reads 16 rows, the rows past the tile
  * land in the next block's cells or the zero slack and are not used), and
- * a q8 cell is the block's 32 high bytes (int16 >> 8, signed) then its 32
- * low bytes (int16 & 255, unsigned), natural order. */
+ * q8 cells go by pairs of blocks (an A tile row is K = 64 bytes: a
+ * superblock has one scale, so two blocks make one tile product): with nb
+ * rounded up to even (act_nb; the pad block is zero), pair c = blocks 2c,
+ * 2c+1 of token l is 128 bytes at (s*nb + 2c*T)*64 + 128 l: the high
+ * bytes (int16 >> 8, signed) of block 2c then of 2c+1, then the low bytes
+ * (int16 & 255, unsigned) of 2c and 2c+1, natural order. The 64-byte
+ * cells above and this layout start every even block at the same place. */
 
 static int tile_count(int n) { return (n + GEMM_TT - 1) / GEMM_TT; }
+
+/* Blocks a token of the packing: nb, rounded up to even for the AMX q8
+ * pairs. */
+static uint64_t act_nb(const mm_act *a, bool q4) { return a->gamx && !q4 ? (a->nb + 1u) & ~(uint64_t)1 : a->nb; }
 
 /* First token s and size T of tile g of n tokens (see above). */
 static void tile_at(int n, int g, int *s, int *T) {
@@ -271,15 +282,15 @@ static void act_tile_at(const mm_act *a, int g, int *s, int *T) {
 
 /* An AMX tile load reads AMX_T rows of a token tile even where it holds
  * fewer tokens: up to AMX_T cells past the plane, kept as zero slack. */
-#define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 64))
+#define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 128))
 
 size_t mm_gemm_act_bytes(const mm_act *a, bool q4) {
     size_t per_blk = (q4 ? 32 + 4 : 64) + 4; /* x, (sx), dx per token and block */
-    return (size_t)a->n * a->nb * per_blk + (a->gamx ? AMX_SLACK(q4) : 0);
+    return (size_t)a->n * act_nb(a, q4) * per_blk + (a->gamx ? AMX_SLACK(q4) : 0);
 }
 
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
-    size_t cells = (size_t)a->n * a->nb; /* token-blocks */
+    size_t cells = (size_t)a->n * act_nb(a, q4); /* token-blocks */
     uint8_t *p = buf;
     a->xg = (int32_t *)p;
     p += cells * (q4 ? 32 : 64);
@@ -299,11 +310,17 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
  * nearest even (x / d), mm_block_scale's edge rules applied to the
  * superblock (a non-finite value anywhere in it zeroes all of it with d =
  * NaN). Each 32-block cell gets the superblock's d, so the layout is that of
- * per-block scales. Cells: int16 in natural order, or (AMX) the 32 high
- * bytes (signed) then the 32 low bytes (unsigned). */
+ * per-block scales. Cells: int16 in natural order, or (AMX) high and low
+ * bytes in pairs of blocks, the pad block (nb odd) zero. */
 static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, int l, int T, int32_t *xg,
                          float *dg) {
     const uint64_t in = a->in, nb = a->nb;
+    if (a->gamx && (nb & 1)) { /* the pair's pad block: zeros (its weights in the panel are zero too) */
+        int8_t *hb = (int8_t *)xg + (nb / 2 * (uint64_t)T + (uint64_t)l) * 128 + 32;
+        memset(hb, 0, 32);
+        memset(hb + 64, 0, 32);
+        dg[nb * (uint64_t)T + (uint64_t)l] = 0.0f;
+    }
     for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
         const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
         float amax = 0.0f;
@@ -335,9 +352,10 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
                 q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)), _mm512_cvtsepi32_epi16(q1),
                                          1);
             }
-            if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned) */
-                _mm256_store_si256((__m256i *)xb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
-                _mm256_store_si256((__m256i *)xb + 1, _mm512_cvtepi16_epi8(q16));
+            if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned), by pairs of blocks */
+                int8_t *hb = (int8_t *)xg + (b / 2 * (uint64_t)T + (uint64_t)l) * 128 + (b & 1) * 32;
+                _mm256_store_si256((__m256i *)hb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
+                _mm256_store_si256((__m256i *)(hb + 64), _mm512_cvtepi16_epi8(q16));
             } else {
                 _mm512_store_si512(xb, q16);
             }
@@ -348,7 +366,7 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
 
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
                           int parts) {
-    const uint64_t in = a->in, nb = a->nb;
+    const uint64_t in = a->in, nb = act_nb(a, q4);
     const int steps = q4 ? 8 : 16; /* dwords per token and block */
     int s0, T;
     act_tile_at(a, g, &s0, &T);
@@ -442,6 +460,15 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
+/* Shape of tile i (rows x colsb bytes) for the q8 (q8 = 1) or q4 kernel:
+ * C tmm0-3 16 x 64 B; q4: A tmm4-5 16 x 32 B (one 32-block: each block has
+ * its own weight scale), B tmm6-7 8 x 64 B (its 8 k-quads); q8: A 16 x 64 B
+ * (a pair of blocks, K = 64: a superblock shares one scale), B 16 x 64 B. */
+static void amx_shape(int q8, int i, uint8_t *rows, uint16_t *colsb) {
+    *rows = i < 6 || q8 ? 16 : 8;
+    *colsb = (i == 4 || i == 5) && !q8 ? 32 : 64;
+}
+
 #if defined(CMF_AMX_EMULATE)
 /* Developer build only (-DCMF_AMX_EMULATE, never in CI or a release): the
  * tile instructions in plain C on a tile file local to each micro-kernel
@@ -453,14 +480,11 @@ typedef struct amx_emu {
     uint16_t colsb[8];
     uint8_t t[8][16][64];
 } amx_emu;
-static void amx_begin(void) {}
+static void amx_begin(int q8) { (void)q8; }
 static void amx_end(void) {}
-static void emu_init(amx_emu *e) {
+static void emu_init(amx_emu *e, int q8) {
     memset(e, 0, sizeof *e);
-    for (int i = 0; i < 8; i++) {
-        e->rows[i] = i < 6 ? 16 : 8;
-        e->colsb[i] = i == 4 || i == 5 ? 32 : 64;
-    }
+    for (int i = 0; i < 8; i++) amx_shape(q8, i, &e->rows[i], &e->colsb[i]);
 }
 static void emu_load(amx_emu *e, int t, const void *base, long stride) {
     for (int r = 0; r < e->rows[t]; r++) memcpy(e->t[t][r], (const uint8_t *)base + r * stride, e->colsb[t]);
@@ -482,22 +506,20 @@ static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
             memcpy(&e->t[c][m][4 * nn], &acc, 4);
         }
 }
-#define AMX_TILES                                                                       \
+#define AMX_TILES(q8)                                                                   \
     amx_emu amx_tiles;                                                                  \
-    emu_init(&amx_tiles)
+    emu_init(&amx_tiles, q8)
 #define AMX_LOAD(tmm, base, stride) emu_load(&amx_tiles, tmm, base, (long)(stride))
 #define AMX_STORE(tmm, base, stride) emu_store(&amx_tiles, tmm, base, (long)(stride))
 #define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
 #define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
 #define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
 #else
-static void amx_begin(void) {
+static void amx_begin(int q8) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int i = 0; i < 4; i++) c.rows[i] = 16, c.colsb[i] = 64;
-    for (int i = 4; i < 6; i++) c.rows[i] = 16, c.colsb[i] = 32;
-    for (int i = 6; i < 8; i++) c.rows[i] = 8, c.colsb[i] = 64;
+    for (int i = 0; i < 8; i++) amx_shape(q8, i, &c.rows[i], &c.colsb[i]);
     __asm__ volatile("ldtilecfg %0" ::"m"(c) : "memory");
 }
 static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
@@ -511,7 +533,7 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
                      "r"((long)(stride))                                                \
                      : "memory")
 #define AMX_ZERO(tmm) __asm__ volatile("tilezero %%tmm" #tmm ::: "memory")
-#define AMX_TILES (void)0 /* the tile registers (configured by amx_begin) */
+#define AMX_TILES(q8) (void)0 /* the tile registers (configured by amx_begin) */
 /* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
 #define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #define AMX_DPBUSD(c, a, b) __asm__ volatile("tdpbusd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
@@ -545,7 +567,7 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
                    const float *dx, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
     int32_t cb[AMX_G][2][AMX_T][16] __attribute__((aligned(64)));
-    AMX_TILES;
+    AMX_TILES(0);
     memset(acc, 0, sizeof acc);
     for (uint64_t g = 0; g < nblk; g += AMX_G) {
         const uint64_t ng = nblk - g < AMX_G ? nblk - g : AMX_G;
@@ -582,14 +604,17 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
  * (hi signed, lo unsigned bytes): sum w x = 256 sum w hi + sum w lo over a
  * superblock (the tiles accumulate its blocks: |256 sum w hi| <= 256 * 256
  * * 128 * 128 < 2^31), exact in int32 like ukern_q8's vpdpwssd sums; then
- * one float step a superblock, in ukern_q8's order. Superblocks per group:
- * AMX_G8 (the chunk's, GEMM_KC8 / MM_SB). */
+ * one float step a superblock, in ukern_q8's order. A tile product takes a
+ * pair of blocks (K = 64: A = 16 tokens x the pair's 64 high or low bytes,
+ * B = the pair's 16 k-quads x 16 rows; a pad block past nblk is zero in X
+ * and in the panel). Superblocks per group: AMX_G8 (the chunk's, GEMM_KC8 /
+ * MM_SB). */
 #define AMX_G8 (GEMM_KC8 / MM_SB)
 static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const float *dx, __m512 ws0,
                    __m512 ws1, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
     float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
     int32_t cb[AMX_G8][4][AMX_T][16] __attribute__((aligned(64)));
-    AMX_TILES;
+    AMX_TILES(1);
     memset(acc, 0, sizeof acc);
     const uint64_t nsb = (nblk + GEMM_SBB - 1) / GEMM_SBB;
     for (uint64_t g = 0; g < nsb; g += AMX_G8) {
@@ -600,11 +625,11 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
             AMX_ZERO(1);
             AMX_ZERO(2);
             AMX_ZERO(3);
-            for (uint64_t b = b0; b < b1; b++) {
+            for (uint64_t b = b0; b < b1; b += 2) { /* b0 is even: GEMM_SBB is */
                 const int32_t *pb = pan + b * 8 * GEMM_MR;
-                const int8_t *xb = (const int8_t *)xq + b * (uint64_t)T * 64;
-                AMX_LOAD(4, xb, 64);
-                AMX_LOAD(5, xb + 32, 64);
+                const int8_t *xb = (const int8_t *)xq + b / 2 * (uint64_t)T * 128;
+                AMX_LOAD(4, xb, 128);
+                AMX_LOAD(5, xb + 64, 128);
                 AMX_LOAD(6, pb, GEMM_MR * 4);
                 AMX_LOAD(7, pb + 16, GEMM_MR * 4);
                 AMX_DPBSSD(0, 4, 6);
@@ -640,8 +665,9 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
 }
 
 /* q8 panel for AMX: rows [0, 32) x inputs [k0, k0+kc) as int8 k-quads,
- * pan[(b*8 + c)*32 + row] = w[row][32b + 4c .. +3] (zero past kc): 16 rows
- * x 64 bytes (two blocks) at a time, a 16x16 dword transpose. */
+ * pan[(b*8 + c)*32 + row] = w[row][32b + 4c .. +3] (zero past kc, up to a
+ * whole pair of blocks): 16 rows x 64 bytes (two blocks) at a time, a
+ * 16x16 dword transpose. */
 static void decode_panel8_amx(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan) {
     for (uint64_t kk = 0; kk < kc; kk += 64) {
         uint64_t left = kc - kk;
@@ -654,8 +680,7 @@ static void decode_panel8_amx(const prow *pr, uint64_t k0, uint64_t kc, int32_t 
                                : _mm512_setzero_ps();
             }
             mm_tr16(v); /* v[i] = dword i of the 64 bytes, 16 rows */
-            uint64_t nq = left >= 64 ? 16 : (left + 31) / 32 * 8; /* quads of whole blocks */
-            for (uint64_t i = 0; i < nq; i++)
+            for (uint64_t i = 0; i < 16; i++)
                 _mm512_store_si512(pan + (kk / 4 + i) * GEMM_MR + 16 * h, _mm512_castps_si512(v[i]));
         }
     }
@@ -735,7 +760,7 @@ static size_t next_q8(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *
  * tokens, q8 weights; prefetches the chunk at input nk of the panel at rn. */
 AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
                  uint64_t nk, const int vnni, const int amx) {
-    const uint64_t in = j->in, nb = (in + 31) / 32;
+    const uint64_t in = j->in, nb = act_nb(j->a, false);
     const size_t ldy = (size_t)j->ldy;
     const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
     const int ntiles = act_tiles(j->a);
@@ -1002,7 +1027,7 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
     const int vnni = lv == CMF_CPU_AVX512VNNI || lv == CMF_CPU_AVX512GFNI || lv == CMF_CPU_AMX;
     const int amx = lv == CMF_CPU_AMX && (q8 || q4);
     assert(!amx || j->a->gamx); /* X packed for the tiles (matmul.c) */
-    if (amx) amx_begin();
+    if (amx) amx_begin(q8);
     prow pr[GEMM_GP][GEMM_MR];
     for (uint64_t tb = rb; tb < re; tb += GEMM_GP * GEMM_MR) { /* GEMM_GP panels at a time */
         uint64_t te = re - tb < GEMM_GP * GEMM_MR ? re : tb + GEMM_GP * GEMM_MR;
