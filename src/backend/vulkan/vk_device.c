@@ -593,11 +593,12 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->attn_merge = !(am && strcmp(am, "0") == 0);
     const char *a2n = getenv("CMF_VK_ATTN2_NC");
     vk->attn2_nc = a2n ? (uint32_t)strtoul(a2n, NULL, 10) : 0;
-    /* chained mat-vecs: opt-in (CMF_VK_CHAIN=1; +10% tg128 on an H100, 6 Dec 2026) until test_vk_ops has passed
-     * with it on an NVIDIA GPU (they rely on the driver starting a dispatch's workgroups before the next one's,
-     * which NVIDIA's does and the spec does not promise) */
+    /* chained mat-vecs: on by default on NVIDIA (vendor 0x10DE: +9-13% tg128 on an H100, test_vk_ops and
+     * test_vk_step passed there with it on, 7 Dec 2026), opt-in elsewhere (CMF_VK_CHAIN=1; 0 turns it off). They
+     * rely on the driver starting a dispatch's workgroups before the next one's, which NVIDIA's does and the
+     * spec does not promise; a wait that gives up fails the step and turns chaining off (vk_record.c). */
     const char *chs = getenv("CMF_VK_CHAIN");
-    vk->chain = vk->dot_ok && chs && *chs && strcmp(chs, "0") != 0;
+    vk->chain = vk->dot_ok && (chs && *chs ? strcmp(chs, "0") != 0 : vk->props.vendorID == 0x10DE);
     const char *dps = getenv("CMF_VK_DEPS");
     vk->dep_barriers = !(dps && strcmp(dps, "0") == 0);
     const char *prof = getenv("CMF_VK_PROFILE");
