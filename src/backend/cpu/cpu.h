@@ -91,10 +91,14 @@ int cmf_cpu_core_cpus(int *cpus, int max);
 
 /* ---- vector primitives (vec.c) ------------------------------------------ */
 
-/* The inner loops of attention, for a CPU level (vec_avx2.c at AVX2,
- * vec_avx512.c at the AVX-512 levels, plain C otherwise). Stateless,
- * thread-safe.
+/* The inner loops of attention, RMSNorm and the KV store, for a CPU level
+ * (vec_avx2.c at AVX2, vec_avx512.c at the AVX-512 levels, plain C
+ * otherwise). Stateless, thread-safe.
  *   f16_to_f32: dst[i] = src[i] as float (IEEE half, exact), i < n;
+ *   f32_to_f16: dst[i] = src[i] as IEEE half, round to nearest even,
+ *               overflow to inf, a NaN quiet with its top payload bits
+ *               (the bits of cmf_f32_to_f16 at every level: F16C's
+ *               VCVTPS2PH with rounding mode 0 at the SIMD levels);
  *   dot:        sum a[i]*b[i] (float accumulation; the order, hence the
  *               last bits, depends on the level);
  *   axpy:       y[i] += a*x[i];
@@ -116,6 +120,7 @@ int cmf_cpu_core_cpus(int *cpus, int max);
  *   scale:      s[i] = s[i]*a (softmax normalisation). */
 typedef struct cmf_cpu_vec {
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
+    void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n);
     float (*dot)(const float *a, const float *b, size_t n);
     void (*axpy)(float *y, float a, const float *x, size_t n);
     void (*dotb)(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d, float *S,

@@ -156,8 +156,11 @@ typedef struct {
     uint32_t n, dim;
     const float *w;
     float add_one, eps;
+    const cmf_cpu_vec *vec; /* of the pool's level: the sum of squares */
 } rms_ctx;
 
+/* Rows [lo, hi): the sum of squares is vec->dot(x, x) (partial sums in
+ * SIMD lanes: one dependent add per 16-32 elements, not per element). */
 static void rms_task(void *vctx, int task, int n_tasks) {
     rms_ctx *c = vctx;
     uint32_t lo, hi;
@@ -165,8 +168,7 @@ static void rms_task(void *vctx, int task, int n_tasks) {
     for (uint32_t i = lo; i < hi; i++) {
         const float *x = c->x + (size_t)i * c->ld;
         float *y = c->y + (size_t)i * c->ld;
-        float ss = 0.0f;
-        for (uint32_t j = 0; j < c->dim; j++) ss += x[j] * x[j];
+        float ss = c->vec->dot(x, x, c->dim);
         float r = 1.0f / sqrtf(ss / (float)c->dim + c->eps);
         for (uint32_t j = 0; j < c->dim; j++) {
             float w = c->w ? c->w[j] + c->add_one : 1.0f;
@@ -178,7 +180,7 @@ static void rms_task(void *vctx, int task, int n_tasks) {
 static void cpu_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n,
                         uint32_t dim, const float *w, float add_one, float eps) {
     PROF_BEGIN(b);
-    rms_ctx c = {y, x, ld, n, dim, w, add_one, eps};
+    rms_ctx c = {y, x, ld, n, dim, w, add_one, eps, cmf_cpu_vec_for(cmf_cpu_pool_level(pool_of(b)))};
     if (n * (size_t)dim < 16384) rms_task(&c, 0, 1);
     else cmf_cpu_pool_run(pool_of(b), rms_task, &c, n_tasks_for(b, n));
     PROF_END(CMF_PROF_NORM);
@@ -201,7 +203,11 @@ typedef struct {
 } rope_ctx;
 
 /* Tokens [lo, hi) of a chunk (each token's angles are its own: the split
- * changes nothing in the results). */
+ * changes nothing in the results). A token's cos/sin go to a table first
+ * and the heads then run over contiguous k (the same arithmetic per
+ * element; the compiler vectorises the neox pairs); rotations wider than
+ * the table (n_rot > 2 * ROPE_TAB) take the per-pair loop. */
+#define ROPE_TAB 256
 static void rope_task(void *vctx, int task, int n_tasks) {
     const rope_ctx *c = vctx;
     const cmf_rope *r = c->r;
@@ -211,6 +217,33 @@ static void rope_task(void *vctx, int task, int n_tasks) {
     const int32_t *pos = c->pos;
     uint32_t half = (uint32_t)r->n_rot / 2, lo, hi;
     chunk(task, n_tasks, c->n, &lo, &hi);
+    if (half <= ROPE_TAB) {
+        float cs[ROPE_TAB], sn[ROPE_TAB];
+        for (uint32_t i = lo; i < hi; i++) {
+            float p = (float)pos[i];
+            for (uint32_t k = 0; k < half; k++) {
+                float ang = p * r->inv_freq[k];
+                cs[k] = cosf(ang) * r->attn_factor;
+                sn[k] = sinf(ang) * r->attn_factor;
+            }
+            for (uint32_t h = 0; h < n_head; h++) {
+                float *v = x + (size_t)i * ld + (size_t)h * head_dim;
+                if (r->interleaved)
+                    for (uint32_t k = 0; k < half; k++) {
+                        float x0 = v[2 * k], x1 = v[2 * k + 1];
+                        v[2 * k] = x0 * cs[k] - x1 * sn[k];
+                        v[2 * k + 1] = x1 * cs[k] + x0 * sn[k];
+                    }
+                else
+                    for (uint32_t k = 0; k < half; k++) {
+                        float x0 = v[k], x1 = v[k + half];
+                        v[k] = x0 * cs[k] - x1 * sn[k];
+                        v[k + half] = x1 * cs[k] + x0 * sn[k];
+                    }
+            }
+        }
+        return;
+    }
     for (uint32_t i = lo; i < hi; i++) {
         float p = (float)pos[i];
         for (uint32_t k = 0; k < half; k++) {
@@ -585,6 +618,7 @@ typedef struct {
     size_t ld;
     uint32_t n, kv_dim;
     const size_t *dst;
+    const cmf_cpu_vec *vec; /* of the pool's level: f16 rows */
 } kvs_ctx;
 
 /* Rows [lo, hi) of a store (each row is written alone: any split gives the
@@ -601,11 +635,8 @@ static void kv_store_task(void *vctx, int task, int n_tasks) {
     for (uint32_t i = lo; i < hi; i++) {
         const float *kr = k + (size_t)i * ld, *vr = v + (size_t)i * ld;
         if (type == CMF_KV_F16) {
-            uint16_t *kd = (uint16_t *)k_base + dst[i], *vd = (uint16_t *)v_base + dst[i];
-            for (uint32_t j = 0; j < kv_dim; j++) {
-                kd[j] = cmf_f32_to_f16(kr[j]);
-                vd[j] = cmf_f32_to_f16(vr[j]);
-            }
+            c->vec->f32_to_f16((uint16_t *)k_base + dst[i], kr, kv_dim);
+            c->vec->f32_to_f16((uint16_t *)v_base + dst[i], vr, kv_dim);
         } else if (type == CMF_KV_F32) {
             memcpy((float *)k_base + dst[i], kr, kv_dim * sizeof(float));
             memcpy((float *)v_base + dst[i], vr, kv_dim * sizeof(float));
@@ -619,7 +650,7 @@ static void kv_store_task(void *vctx, int task, int n_tasks) {
 static void cpu_kv_store(cmf_backend *b, void *k_base, void *v_base, cmf_kv_type type, const float *k,
                          const float *v, size_t ld, uint32_t n, uint32_t kv_dim, const size_t *dst) {
     PROF_BEGIN(b);
-    kvs_ctx c = {k_base, v_base, type, k, v, ld, n, kv_dim, dst};
+    kvs_ctx c = {k_base, v_base, type, k, v, ld, n, kv_dim, dst, cmf_cpu_vec_for(cmf_cpu_pool_level(pool_of(b)))};
     if ((size_t)n * kv_dim < 16384) kv_store_task(&c, 0, 1); /* decode rows */
     else cmf_cpu_pool_run(pool_of(b), kv_store_task, &c, n_tasks_for(b, n));
     PROF_END(CMF_PROF_KV_STORE);

@@ -1,7 +1,7 @@
 /*
  * vec.c — small float-vector primitives of the CPU backend: rows of the
- * f16 KV cache to float, dot products and y += a*x, the inner loops of
- * attention (ops_cpu.c). Chosen by CPU level like the matmul kernels: the
+ * f16 KV cache to float and back, dot products and y += a*x, the inner
+ * loops of attention, RMSNorm's sum of squares (ops_cpu.c). Chosen by CPU level like the matmul kernels: the
  * AVX2 level uses vec_avx2.c (AVX2 + FMA + F16C), the AVX-512 levels
  * vec_avx512.c, every other level (and CMF_CPU=ref) the plain C below.
  */
@@ -25,6 +25,10 @@ static void f16_to_f32_c(float *dst, const uint16_t *src, size_t n) {
         uint32_t u = ((uint32_t)(h & 0x8000u) << 16) | (((uint32_t)(h & 0x7fffu) + 0x1c000u) << 13);
         memcpy(&dst[j], &u, 4);
     }
+}
+
+static void f32_to_f16_c(uint16_t *dst, const float *src, size_t n) {
+    for (size_t j = 0; j < n; j++) dst[j] = cmf_f32_to_f16(src[j]);
 }
 
 /* four partial sums, combined as (s0 + s1) + (s2 + s3) */
@@ -82,13 +86,13 @@ static void scale_c(float *s, size_t n, float a) {
     for (size_t i = 0; i < n; i++) s[i] *= a;
 }
 
-static const cmf_cpu_vec vec_c = {f16_to_f32_c, dot_c,       axpy_c,      dotb_c, axpyb_c,
-                                  exp_sum_c,    silu_mul_c, scale_max_c, scale_c};
+static const cmf_cpu_vec vec_c = {f16_to_f32_c, f32_to_f16_c, dot_c,       axpy_c,      dotb_c, axpyb_c,
+                                  exp_sum_c,    silu_mul_c,   scale_max_c, scale_c};
 #if defined(__x86_64__) || defined(__i386__)
-static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_dot_avx2,      vec_axpy_avx2,
+static const cmf_cpu_vec vec_avx2 = {vec_f16_to_f32_avx2, vec_f32_to_f16_avx2, vec_dot_avx2,      vec_axpy_avx2,
                                      vec_dotb_avx2,       vec_axpyb_avx2,    vec_exp_sum_avx2,
                                      vec_silu_mul_avx2,   scale_max_c,       scale_c};
-static const cmf_cpu_vec vec_avx512 = {vec_f16_to_f32_avx512, vec_dot_avx512,      vec_axpy_avx512,
+static const cmf_cpu_vec vec_avx512 = {vec_f16_to_f32_avx512, vec_f32_to_f16_avx512, vec_dot_avx512,      vec_axpy_avx512,
                                        vec_dotb_avx512,       vec_axpyb_avx512,    vec_exp_sum_avx512,
                                        vec_silu_mul_avx512,   vec_scale_max_avx512, vec_scale_avx512};
 #endif

@@ -21,6 +21,12 @@ void vec_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n) {
     for (; j < n; j++) dst[j] = _cvtsh_ss(src[j]);
 }
 
+void vec_f32_to_f16_avx2(uint16_t *dst, const float *src, size_t n) {
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm_storeu_si128((__m128i *)(dst + j), _mm256_cvtps_ph(_mm256_loadu_ps(src + j), 0));
+    for (; j < n; j++) dst[j] = _cvtss_sh(src[j], 0);
+}
+
 float vec_dot_avx2(const float *a, const float *b, size_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     size_t j = 0;

@@ -32,6 +32,13 @@ void vec_f16_to_f32_avx512(float *dst, const uint16_t *src, size_t n) {
     }
 }
 
+void vec_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n) {
+    for (size_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes(n - j);
+        _mm256_mask_storeu_epi16(dst + j, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + j), 0));
+    }
+}
+
 float vec_dot_avx512(const float *a, const float *b, size_t n) {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     size_t j = 0;

@@ -27,6 +27,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 void vec_f16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
+void vec_f32_to_f16_avx2(uint16_t *dst, const float *src, size_t n);
 float vec_dot_avx2(const float *a, const float *b, size_t n);
 void vec_axpy_avx2(float *y, float a, const float *x, size_t n);
 void vec_dotb_avx2(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d,
@@ -37,6 +38,7 @@ float vec_exp_sum_avx2(float *s, size_t n, float mx);
 void vec_silu_mul_avx2(float *out, const float *g, const float *u, size_t n);
 
 void vec_f16_to_f32_avx512(float *dst, const uint16_t *src, size_t n);
+void vec_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n);
 float vec_dot_avx512(const float *a, const float *b, size_t n);
 void vec_axpy_avx512(float *y, float a, const float *x, size_t n);
 void vec_dotb_avx512(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d,
