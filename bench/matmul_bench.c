@@ -33,11 +33,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {
@@ -89,7 +84,7 @@ static double prefill(cmf_cpu_pool *pool, mat base[2], const float *X, int n, fl
     double bestp = 1e30;
     cmf_error e;
     for (int pass = 0; pass < 3; pass++) {
-        double t0 = now();
+        double t0 = cmf_bench_now();
         for (int k = 0; k < 2; k++) {
             const cmf_tensor *W = &base[k].t;
             if (cmf_cpu_matmul(pool, W, 0, W->shape[0], X, n, Y, (int)W->shape[0], &e) != CMF_OK) {
@@ -97,7 +92,7 @@ static double prefill(cmf_cpu_pool *pool, mat base[2], const float *X, int n, fl
                 return -1.0;
             }
         }
-        double dt_s = now() - t0;
+        double dt_s = cmf_bench_now() - t0;
         if (dt_s < bestp) bestp = dt_s;
     }
     return bestp;
@@ -175,7 +170,7 @@ int main(int argc, char **argv) {
             if (clone(&base[0], &set[2 * c]) || clone(&base[1], &set[2 * c + 1])) return 1;
         double best = 1e30;
         for (int pass = 0; pass < 4; pass++) {
-            double t0 = now();
+            double t0 = cmf_bench_now();
             for (int k = 0; k < 2 * copies; k++) {
                 const cmf_tensor *W = &set[k].t;
                 if (cmf_cpu_matmul(pool, W, 0, W->shape[0], X, 1, Y, (int)W->shape[0], &e) != CMF_OK) {
@@ -183,14 +178,14 @@ int main(int argc, char **argv) {
                     return 1;
                 }
             }
-            double dt_s = now() - t0;
+            double dt_s = cmf_bench_now() - t0;
             if (pass > 0 && dt_s < best) best = dt_s; /* pass 0 warms up */
         }
         double gbs = (double)per * copies / best;
         double td[3] = {1e30, 1e30, 1e30}; /* --dec: decode class, N calls, class by N */
         for (int pass = 0; n_dec > 0 && pass < 3; pass++)
             for (int how_ = 0; how_ < 3; how_++) {
-                double t0 = now();
+                double t0 = cmf_bench_now();
                 for (int k = 0; k < 2 * copies; k++) {
                     const cmf_tensor *W = &set[k].t;
                     int rows = (int)W->shape[0], in = (int)W->shape[1];
@@ -206,7 +201,7 @@ int main(int argc, char **argv) {
                         return 1;
                     }
                 }
-                double dt_s = now() - t0;
+                double dt_s = cmf_bench_now() - t0;
                 if (dt_s < td[how_]) td[how_] = dt_s;
             }
         double bestp = prefill(pool, base, X, n_pp, Y), bestv = 0.0;

@@ -13,6 +13,9 @@
 
 double cmf_membw_probe(size_t bytes, int n_threads, int runs, const char **how);
 
+/* Seconds on the monotonic clock (the benchmarks' one timer). */
+double cmf_bench_now(void);
+
 /* The same probe in parts, for measurements interleaved with other work
  * (bench/decode_roofline.c): a buffer of `bytes` (rounded down to a
  * multiple of n_threads pages, filled once), one timed pass per read

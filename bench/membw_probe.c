@@ -145,7 +145,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static double now(void) {
+double cmf_bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -226,14 +226,14 @@ double cmf_membw_buf_read(cmf_membw_buf *b) {
             pthread_create(&th[t], NULL, worker, &s[t]);
         }
     }
-    double t0 = now();
+    double t0 = cmf_bench_now();
     pthread_barrier_wait(&bar);
     uint64_t sink = 0;
     for (int t = 0; t < n_threads; t++) {
         pthread_join(th[t], NULL);
         sink ^= s[t].sink;
     }
-    double dt = now() - t0;
+    double dt = cmf_bench_now() - t0;
     pthread_barrier_destroy(&bar);
     if (sink == 42) dt += 1e-12; /* use the sums */
     return (double)b->bytes / dt;
@@ -259,7 +259,7 @@ double cmf_membw_read_spans(const cmf_membw_span *spans, size_t n_spans, int n_t
         for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
         return 0;
     }
-    double t0 = now();
+    double t0 = cmf_bench_now();
     atomic_store(&go, 1);
     uint64_t sink = 0;
     size_t bytes = 0;
@@ -268,7 +268,7 @@ double cmf_membw_read_spans(const cmf_membw_span *spans, size_t n_spans, int n_t
         sink ^= s[t].sink;
         bytes += s[t].bytes;
     }
-    double dt = now() - t0;
+    double dt = cmf_bench_now() - t0;
     if (sink == 42) dt += 1e-12; /* use the sums */
     return dt > 0 ? (double)bytes / dt : 0;
 }

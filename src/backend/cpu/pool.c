@@ -4,14 +4,22 @@
  * n_threads - 1 workers are created once; the driving thread is thread 0
  * and takes part in every job. Tasks are claimed one at a time from a
  * single 64-bit "claim word" = [generation:16 | n_tasks:24 | next index:24]
- * with compare-and-swap, so:
+ * with fetch-and-add (one read-modify-write a claim: a compare-and-swap
+ * loop costs retries when 16 threads claim at once), so:
  *   - a thread slowed or descheduled on a busy machine simply claims fewer
  *     tasks; the driver never waits for a worker that has not started (it
- *     waits only for tasks already claimed to finish: `done` == n_tasks);
- *   - a worker waking late cannot run a task of a finished job: its CAS on
- *     a stale word fails, and a successful claim (acquire) sees the job
- *     fields the driver wrote before publishing the word (release); the
- *     driver rewrites them only after every claimed task is done.
+ *     waits only for tasks already claimed to finish: the threads' done
+ *     counts sum to n_tasks);
+ *   - a worker waking late cannot run a task of a finished job: a claim
+ *     returns the word current at that moment, so it is either past the
+ *     end (index >= n_tasks: nothing to run; the index grows by at most
+ *     one a thread a job, so it never carries into n_tasks) or a task of
+ *     the job now published, whose fields the claim (acquire) sees as the
+ *     driver wrote them before publishing the word (release); the driver
+ *     rewrites them only after every claimed task is done.
+ * Each thread counts the tasks it finished in its own cache line (one
+ * writer, a plain store; the driver sums them), not in one shared counter
+ * every task would contend for.
  * Ranged jobs (cmf_cpu_pool_run_ranged) cut the tasks into one contiguous
  * range per thread instead, each in its own word [generation:16 | front:24
  * | back:24] on its own cache line: thread k takes the front of range k, in
@@ -26,7 +34,7 @@
  *
  * Nested runs (a task calling cmf_cpu_pool_run) and runs from a second
  * thread while a job is in flight execute serially on the calling thread.
- * Jobs of more than 2^24 - 1 tasks also run serially.
+ * Jobs of more than 2^24 - 1 - POOL_MAX_THREADS tasks also run serially.
  *
  * The pool also owns the matmul activation buffer (matmul.c), a table of
  * exp2f over all f16 values (q4tp ladders), built once at creation, the
@@ -78,7 +86,7 @@ struct cmf_cpu_pool {
     _Atomic uint64_t claim; /* gen:16 | n_tasks:24 | next:24 */
     _Atomic uint64_t *range; /* ranged jobs: word of thread k at [RANGE_STRIDE * k] */
     int n_ranged;            /* ranged jobs: n_tasks */
-    atomic_int done;        /* tasks finished in this job */
+    _Atomic uint64_t *done;  /* tasks thread k finished in this job at [RANGE_STRIDE * k] (k writes, the driver reads) */
     atomic_int busy;        /* a job is in flight */
 
     void **scratch;     /* [n_threads] */
@@ -102,25 +110,34 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Run one task of the current job (claimed by the caller) and count it. */
+/* Run one task of the current job (claimed by the caller) and count it
+ * in the caller's own counter (release: the driver's acquire sum sees the
+ * task's writes). */
 static void run_one(cmf_cpu_pool *p, int task, int n, int thread) {
     if (p->fn_t) p->fn_t(p->ctx, task, n, thread);
     else p->fn(p->ctx, task, n);
-    atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    _Atomic uint64_t *d = &p->done[RANGE_STRIDE * (size_t)thread];
+    atomic_store_explicit(d, atomic_load_explicit(d, memory_order_relaxed) + 1, memory_order_release);
 }
 
 /* Claim and run tasks until the word has none left. */
 static void run_tasks(cmf_cpu_pool *p, int thread) {
-    uint64_t w = atomic_load_explicit(&p->claim, memory_order_acquire);
+    uint64_t w0 = atomic_load_explicit(&p->claim, memory_order_relaxed);
+    if (((uint32_t)w0 & MAX_TASKS) >= ((uint32_t)(w0 >> 24) & MAX_TASKS)) return; /* none left (ranged: none) */
     for (;;) {
+        uint64_t w = atomic_fetch_add_explicit(&p->claim, 1, memory_order_acq_rel);
         uint32_t n = (uint32_t)(w >> 24) & MAX_TASKS, idx = (uint32_t)w & MAX_TASKS;
         if (idx >= n) return;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue; /* w reloaded */
         run_one(p, (int)idx, (int)n, thread);
-        w = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
+}
+
+/* Tasks finished in the current job, all threads (acquire: their writes are visible). */
+static uint64_t done_count(const cmf_cpu_pool *p) {
+    uint64_t s = 0;
+    for (int k = 0; k < p->n_threads; k++)
+        s += atomic_load_explicit(&p->done[RANGE_STRIDE * (size_t)k], memory_order_acquire);
+    return s;
 }
 
 /* Ranged jobs: the front of this thread's range, then the backs of the
@@ -187,12 +204,16 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     p->scratch_sz = calloc((size_t)n_threads, sizeof *p->scratch_sz);
     p->workers = n_threads > 1 ? calloc((size_t)n_threads - 1, sizeof *p->workers) : NULL;
     size_t rbytes = sizeof(uint64_t) * RANGE_STRIDE * (size_t)n_threads;
-    void *rq = NULL;
+    void *rq = NULL, *dq = NULL;
     if (posix_memalign(&rq, 64, rbytes) == 0) {
         p->range = rq;
         for (int k = 0; k < n_threads; k++) atomic_init(&p->range[RANGE_STRIDE * (size_t)k], 0);
     }
-    if (!p->scratch || !p->scratch_sz || (n_threads > 1 && !p->workers) || !p->range) {
+    if (posix_memalign(&dq, 64, rbytes) == 0) {
+        p->done = dq;
+        for (int k = 0; k < n_threads; k++) atomic_init(&p->done[RANGE_STRIDE * (size_t)k], 0);
+    }
+    if (!p->scratch || !p->scratch_sz || (n_threads > 1 && !p->workers) || !p->range || !p->done) {
         cmf_cpu_pool_free(p);
         return cmf_error_set(err, CMF_ERR_NOMEM, "cmf_cpu_pool_new: out of memory");
     }
@@ -206,7 +227,6 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     atomic_init(&p->stop, 0);
     atomic_init(&p->parked, 0);
     atomic_init(&p->claim, 0);
-    atomic_init(&p->done, 0);
     atomic_init(&p->busy, 0);
     if (cmf_cpu_prof_wanted(getenv("CMF_CPU_PROFILE"))) { /* optional: NULL leaves it off */
         p->prof = calloc(1, sizeof *p->prof);
@@ -262,6 +282,7 @@ void cmf_cpu_pool_free(cmf_cpu_pool *p) {
     free(p->prof);
     free(p->workers);
     free((void *)p->range);
+    free((void *)p->done);
     free(p);
 }
 
@@ -299,7 +320,7 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
                     int n_tasks, bool ranged) {
     if (n_tasks <= 0) return;
     int expected = 0;
-    if (!p || p->n_threads == 1 || n_tasks == 1 || n_tasks > MAX_TASKS ||
+    if (!p || p->n_threads == 1 || n_tasks == 1 || n_tasks > MAX_TASKS - POOL_MAX_THREADS ||
         !atomic_compare_exchange_strong(&p->busy, &expected, 1)) {
         /* serial: no pool, one task, huge job, or nested inside a running job */
         for (int t = 0; t < n_tasks; t++) {
@@ -311,7 +332,8 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
     p->fn = fn;
     p->fn_t = fn_t;
     p->ctx = ctx;
-    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    for (int k = 0; k < p->n_threads; k++) /* no task is running: the last job's were all counted */
+        atomic_store_explicit(&p->done[RANGE_STRIDE * (size_t)k], 0, memory_order_relaxed);
     uint64_t gen = ((atomic_load_explicit(&p->claim, memory_order_relaxed) >> 48) + 1) & 0xFFFF;
     if (ranged) { /* range k = tasks [n*k/T, n*(k+1)/T); the claim word holds none */
         uint64_t T = (uint64_t)p->n_threads;
@@ -333,7 +355,7 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
     run_tasks(p, 0);
     run_ranged(p, 0);
     int spins = 0;
-    while (atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks) {
+    while (done_count(p) < (uint64_t)n_tasks) {
         if (++spins < SPIN_ITERS) cpu_relax();
         else sched_yield();
     }
