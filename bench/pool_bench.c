@@ -67,8 +67,11 @@ int main(int argc, char **argv) {
     }
     int t = cmf_cpu_pool_threads(p);
     printf("pool_bench: %d threads, %ld jobs a run, best of 5 (us per job)\n", t, jobs);
-    printf("  %d tasks: %.3f   (1 thread, inline: %.3f)\n", t, per_job(p, t, jobs), per_job(p1, t, jobs));
-    printf("  %d tasks: %.3f   (1 thread, inline: %.3f)\n", 4 * t, per_job(p, 4 * t, jobs), per_job(p1, 4 * t, jobs));
+    for (int m = 1; m <= 4; m *= 4) { /* the pool first, then the inline baseline (printf's argument order is unspecified) */
+        double pooled = per_job(p, m * t, jobs);
+        double inline1 = per_job(p1, m * t, jobs);
+        printf("  %d tasks: %.3f   (1 thread, inline: %.3f)\n", m * t, pooled, inline1);
+    }
     cmf_cpu_pool_free(p);
     cmf_cpu_pool_free(p1);
     return 0;

@@ -443,13 +443,14 @@ static void decode_panel8(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan
  * Intel SDM vol. 1 ch. 18 / vol. 2 (LDTILECFG, TILELOADD, TDPBSSD..):
  * eight tile registers of up to 16 rows x 64 bytes, shapes set by a 64-byte
  * configuration. A token tile (AMX_T = 16 tokens) x a 32-row panel runs
- * as C[t][r] = sum_k A[t][k] B[k/4][4r + k%4]: A = X of one 32-block
+ * as C[t][r] = sum_k A[t][k] B[k/4][4r + k%4]: q4: A = X of one 32-block
  * (16 rows x 32 bytes, the packed X below with AMX_T tokens per tile), B =
  * the panel's 8 k-quads x 16 rows (the VNNI panels' dword layout, so q4
- * reuses decode_panel4), C int32 16 x 16: exactly the int32 block sums of
+ * reuses decode_panel4); q8: A = X of a pair of blocks (16 x 64 bytes), B
+ * = the pair's 16 k-quads (amx_shape); C int32 16 x 16: exactly the int32 sums of
  * the VNNI micro-kernels, which the epilogue then scales in the same float
  * order, so results are bit-identical to level avx512gfni/avx512vnni.
- * Tiles: tmm0-3 C (16 x 64 B), tmm4-5 A (16 x 32 B), tmm6-7 B (8 x 64 B).
+ * Tiles: tmm0-3 C (16 x 64 B), tmm4-5 A, tmm6-7 B (shapes: amx_shape).
  * The tile asm below names the memory it touches ("memory" clobbers):
  * gcc's own macros do not for loads, and gcc 12's _tile_loadconfig
  * declares an 8-byte read, so the compiler may drop the stores of the rest

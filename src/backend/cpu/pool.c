@@ -17,9 +17,10 @@
  *     the job now published, whose fields the claim (acquire) sees as the
  *     driver wrote them before publishing the word (release); the driver
  *     rewrites them only after every claimed task is done.
- * Each thread counts the tasks it finished in its own cache line (one
- * writer, a plain store; the driver sums them), not in one shared counter
- * every task would contend for.
+ * Each thread counts the tasks it finished in its own cache line (its
+ * only writer during a job: a release store, no read-modify-write; the
+ * driver zeroes them between jobs and sums them), not in one shared
+ * counter every task would contend for.
  * Ranged jobs (cmf_cpu_pool_run_ranged) cut the tasks into one contiguous
  * range per thread instead, each in its own word [generation:16 | front:24
  * | back:24] on its own cache line: thread k takes the front of range k, in
