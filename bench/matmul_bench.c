@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {
     rng ^= rng << 13;
