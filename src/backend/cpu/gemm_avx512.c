@@ -325,10 +325,14 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
         const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
         float amax = 0.0f;
         bool nonfinite = false;
+        __m512 sv[GEMM_SBB][2]; /* the superblock's values, loaded once for the max and the rounding */
         for (uint64_t b = s0; b < s1; b++) {
-            __m512 v0, v1;
-            float m = mm_load_block32(x, col, b * 32, in, &v0, &v1);
-            nonfinite |= (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) != 0;
+            uint64_t i = b * 32;
+            if (in - i > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
+            if (in - i > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
+            float m = mm_load_block32(x, col, i, in, &sv[b - s0][0], &sv[b - s0][1]);
+            nonfinite |= (_mm512_fpclass_ps_mask(sv[b - s0][0], 0x99) |
+                          _mm512_fpclass_ps_mask(sv[b - s0][1], 0x99)) != 0;
             amax = m > amax ? m : amax;
         }
         float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
@@ -340,11 +344,7 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
         for (uint64_t b = s0; b < s1; b++) {
             const size_t cell = b * (uint64_t)T + (uint64_t)l;
             int32_t *xb = xg + cell * 16;
-            uint64_t i = b * 32, left = in - i;
-            if (left > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
-            if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
-            __m512 v0, v1;
-            mm_load_block32(x, col, i, in, &v0, &v1);
+            __m512 v0 = sv[b - s0][0], v1 = sv[b - s0][1];
             __m512i q16 = _mm512_setzero_si512();
             if (id != 0.0f) { /* round to nearest even (MXCSR default); |q| <= 32767 */
                 __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
