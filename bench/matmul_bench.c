@@ -11,7 +11,7 @@
  *                      n_dec = N: the engine's exact batched decode,
  *                      speculative verify), next to N one-row calls and to
  *                      one call of N rows with the class chosen by N (the
- *                      GEMM from N >= 6..16), all in the same run: GB/s of
+ *                      GEMM from N >= 6..16, its GB/s too), all in the same run: GB/s of
  *                      weights per pass and the speedup over N calls.
  *   baseline level (--vs LEVEL, e.g. avx512gfni): the prefill also at that
  *                      CPU level, same run and pool, and the ratio (at
@@ -21,7 +21,9 @@
  *                       [--amx-f16] (f16 weights on the AMX-BF16 GEMM too,
  *                       cmf_cpu_pool_set_amx_f16) [--amx-dec N] (q8
  *                       decode class on AMX tiles from N rows,
- *                       cmf_cpu_pool_set_amx_dec)
+ *                       cmf_cpu_pool_set_amx_dec); CMF_AMX_WA=N in the
+ *                       environment: q8 products of up to N tokens on the
+ *                       AMX weights-as-A kernel (cmf_cpu_pool_set_amx_wa)
  */
 #include "membw.h"
 
@@ -216,8 +218,10 @@ int main(int argc, char **argv) {
             printf("  prefill at %s: %.1f GFLOP/s; %s is %.2fx\n", vs,
                    2.0 * 2 * 5632.0 * 2048.0 * n_pp / bestv / 1e9, cmf_cpu_level_name(lv), bestv / bestp);
         if (n_dec > 0)
-            printf("  decode class of %d rows: %.2f GB/s, %.2fx %d one-row calls, %.2fx one call by size\n",
-                   n_dec, (double)per * copies / td[0] / 1e9, td[1] / td[0], n_dec, td[2] / td[0]);
+            printf("  decode class of %d rows: %.2f GB/s, %.2fx %d one-row calls, %.2fx one call by size"
+                   " (%.2f GB/s, %.0f%% of bw)\n",
+                   n_dec, (double)per * copies / td[0] / 1e9, td[1] / td[0], n_dec, td[2] / td[0],
+                   (double)per * copies / td[2] / 1e9, 100.0 * (double)per * copies / td[2] / bw);
         fflush(stdout);
         for (int c = 0; c < 2 * copies; c++) free(set[c].buf);
         free(set);
