@@ -65,7 +65,7 @@
  * and 10 KiB (q4) / 18 KiB (q8) more stack per thread. q8's tile products take
  * K = 64 (a pair of blocks: its superblocks share one scale), q4's K = 32
  * (a scale per block). q8 with few tokens (n <= cmf_cpu_pool_amx_wa; off
- * by default until timed on real tiles) can swap the operands instead: the weights' rows are the A tiles,
+ * by default: measured slower, README) can swap the operands instead: the weights' rows are the A tiles,
  * read in place, and X is packed as B ("weights as A" below): no panel at
  * all, same bits.
  */
