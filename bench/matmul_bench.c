@@ -21,9 +21,7 @@
  *                       [--amx-f16] (f16 weights on the AMX-BF16 GEMM too,
  *                       cmf_cpu_pool_set_amx_f16) [--amx-dec N] (q8
  *                       decode class on AMX tiles from N rows,
- *                       cmf_cpu_pool_set_amx_dec); CMF_AMX_WA=N in the
- *                       environment: q8 products of up to N tokens on the
- *                       AMX weights-as-A kernel (cmf_cpu_pool_set_amx_wa)
+ *                       cmf_cpu_pool_set_amx_dec)
  */
 #include "membw.h"
 

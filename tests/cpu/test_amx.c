@@ -9,9 +9,7 @@
  * ldy > nrows, a 4-thread pool against a 1-thread one, and
  * cmf_cpu_matmul_parts_split (decode rows + prompt rows). Also that the
  * threshold rows below the GEMM (n < MM_GEMM_MIN_N_*) agree (the decode
- * kernels are shared). q8 with few tokens runs the weights-as-A kernel
- * (in % 64 == 0, n <= CMF_GEMM_WA_MAX), the panel kernel otherwise and
- * with the pool's option off.
+ * kernels are shared).
  *
  * Skips (exit 77, with the reason) where the CPU has no AMX-INT8 or the
  * kernel refused the tile state (arch_prctl): cmf_cpu_pool_set_level then
@@ -128,12 +126,6 @@ int main(void) {
     }
     REQUIRE(cmf_cpu_pool_new(4, &p4, &e) == CMF_OK, "pool: %s", e.msg);
     cmf_cpu_pool_set_level(p4, CMF_CPU_AMX);
-    /* the weights-as-A kernel on for q8 with n <= CMF_GEMM_WA_MAX, whatever
-     * the pool's default (CMF_AMX_WA in the environment still wins) */
-    if (!getenv("CMF_AMX_WA")) {
-        cmf_cpu_pool_set_amx_wa(p1, CMF_GEMM_WA_MAX);
-        cmf_cpu_pool_set_amx_wa(p4, CMF_GEMM_WA_MAX);
-    }
     bool quick = getenv("CMF_TEST_QUICK") != NULL;
     static const cmf_dtype dts[] = {CMF_DT_Q8_ROW, CMF_DT_Q8_2F, CMF_DT_Q4_BLOCK, CMF_DT_Q4_TILED,
                                     CMF_DT_Q4TP};
@@ -143,10 +135,9 @@ int main(void) {
         /* q8: odd widths (an odd block count: the AMX pairs' pad block) and
          * several 512-input chunks; q4: whole blocks,
          * one and several 1024-input chunks */
+        /* (q8 640: a chunk and a quarter, its last superblock partial) */
         const uint64_t ins_q8[] = {100, 1000, 1601, 640}, ins_q4[] = {64, 1056, 2080};
         const uint64_t *ins = q8 ? ins_q8 : ins_q4;
-        /* q8 with in % 64 == 0 and n <= CMF_GEMM_WA_MAX: the weights-as-A
-         * kernel (640: a chunk and a quarter, a partial superblock) */
         for (int ii = 0; ii < (q8 ? 4 : 3); ii++)
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 if (quick && (k & 1)) continue;
@@ -157,18 +148,11 @@ int main(void) {
          * the engine's split: decode rows then prompt rows */
         run_case(p1, p4, dts[d], 300, q8 ? 777 : 544, 40, 17, 201, -1);
         run_case(p1, p4, dts[d], 1030, q8 ? 2048 : 2048, 24, 0, 1030, -1);
-        if (q8) { /* the weights-as-A bound, its last tile full and one past it */
-            run_case(p1, p4, dts[d], 70, 1536, CMF_GEMM_WA_MAX, 0, 70, -1);
-            run_case(p1, p4, dts[d], 70, 1536, CMF_GEMM_WA_MAX + 1, 0, 70, -1);
-        }
+        run_case(p1, p4, dts[d], 70, 1536, 64, 0, 70, -1); /* whole token tiles, then one token past them */
+        run_case(p1, p4, dts[d], 70, 1536, 65, 0, 70, -1);
         run_case(p1, p4, dts[d], 99, q8 ? 300 : 320, 21, 0, 99, 3);
         run_case(p1, p4, dts[d], 99, q8 ? 300 : 320, 4, 0, 99, -1); /* below the GEMM */
     }
-    /* the panel kernel on shapes the weights-as-A kernel takes by default */
-    cmf_cpu_pool_set_amx_wa(p1, 0);
-    cmf_cpu_pool_set_amx_wa(p4, 0);
-    run_case(p1, p4, CMF_DT_Q8_ROW, 70, 1536, 24, 0, 70, -1);
-    run_case(p1, p4, CMF_DT_Q8_2F, 37, 640, 16, 0, 37, -1);
     printf("test_amx: %d cases, AMX vs avx512gfni bit for bit\n", cases_run);
     cmf_cpu_pool_free(p1);
     cmf_cpu_pool_free(p4);

@@ -182,18 +182,6 @@ bool cmf_cpu_pool_amx_f16(const cmf_cpu_pool *p);
  * cmf_cpu_pool_set_level; p NULL: no-op / 0. */
 void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n);
 int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p);
-/* q8 prompt-class products of at most max_n rows at level amx with the
- * weights' rows as the tiles' A operand, read in place (no panel
- * transpose; gemm_avx512.c "weights as A"); bit-identical to the panel
- * kernel. Default CMF_GEMM_WA_DEFAULT rows, 0 = off: on a 16-core
- * Sapphire Rapids host it ran 0.6-0.7x the panel kernel at n = 16 (README,
- * issue 23); CMF_AMX_WA=N in the environment when the pool is created sets
- * it (tests/cpu/test_amx uses CMF_GEMM_WA_MAX, the size its cases cover). Same threading rule as
- * cmf_cpu_pool_set_level; p NULL: no-op / the default. */
-#define CMF_GEMM_WA_MAX 64
-#define CMF_GEMM_WA_DEFAULT 0
-void cmf_cpu_pool_set_amx_wa(cmf_cpu_pool *p, int max_n);
-int cmf_cpu_pool_amx_wa(const cmf_cpu_pool *p);
 /* The prompt GEMM's split of a product's rows: tasks of whole 32-row
  * panels (up to 128 rows) while the product keeps about this many tasks
  * per thread (default 4; CMF_GEMM_SPLIT=1..64 in the environment when the

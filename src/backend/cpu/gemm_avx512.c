@@ -64,10 +64,7 @@
  * no memory beyond the VNNI path's, 512 B (q4) / 2 KiB (q8) of zero slack after the packed X
  * and 10 KiB (q4) / 18 KiB (q8) more stack per thread. q8's tile products take
  * K = 64 (a pair of blocks: its superblocks share one scale), q4's K = 32
- * (a scale per block). q8 with few tokens (n <= cmf_cpu_pool_amx_wa; off
- * by default: measured slower, README) can swap the operands instead: the weights' rows are the A tiles,
- * read in place, and X is packed as B ("weights as A" below): no panel at
- * all, same bits.
+ * (a scale per block).
  */
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/avx512_util.h"
@@ -247,13 +244,7 @@ static void panel_fp(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr) {
  * 2c+1 of token l is 128 bytes at (s*nb + 2c*T)*64 + 128 l: the high
  * bytes (int16 >> 8, signed) of block 2c then of 2c+1, then the low bytes
  * (int16 & 255, unsigned) of 2c and 2c+1, natural order. The 64-byte
- * cells above and this layout start every even block at the same place.
- * For the weights-as-A kernel (a->gamxw: q8, few tokens, see "weights as
- * A") X is the B operand instead: tile g (tokens 16 g ..) is 16 token
- * columns wide even when it holds fewer (the columns past its tokens are
- * never read into Y), pair c at byte (16 g nb + 32 c) * 64: 16 k-quads x 16
- * tokens of the high bytes, dword kq * 16 + l = bytes 64 c + 4 kq .. + 3 of
- * token l, then the same 1 KiB of the low bytes; dxg as above. */
+ * cells above and this layout start every even block at the same place. */
 
 static int tile_count(int n) { return (n + GEMM_TT - 1) / GEMM_TT; }
 
@@ -293,23 +284,17 @@ static void act_tile_at(const mm_act *a, int g, int *s, int *T) {
  * fewer tokens: up to AMX_T cells past the plane, kept as zero slack. */
 #define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 128))
 
-/* Token rows the packed X holds: whole 16-token tiles for the weights-as-A
- * B operand, else the tokens. */
-static size_t act_rows(const mm_act *a, bool q4) {
-    return a->gamxw && !q4 ? (size_t)(a->n + AMX_T - 1) / AMX_T * AMX_T : (size_t)a->n;
-}
-
 size_t mm_gemm_act_bytes(const mm_act *a, bool q4) {
-    const size_t nb = act_nb(a, q4), x = q4 ? 32 : 64, sx = q4 ? 4 : 0; /* per token and block */
-    return act_rows(a, q4) * nb * x + (size_t)a->n * nb * (4 + sx) + (a->gamx && !a->gamxw ? AMX_SLACK(q4) : 0);
+    size_t per_blk = (q4 ? 32 + 4 : 64) + 4; /* x, (sx), dx per token and block */
+    return (size_t)a->n * act_nb(a, q4) * per_blk + (a->gamx ? AMX_SLACK(q4) : 0);
 }
 
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     size_t cells = (size_t)a->n * act_nb(a, q4); /* token-blocks */
     uint8_t *p = buf;
     a->xg = (int32_t *)p;
-    p += act_rows(a, q4) * act_nb(a, q4) * (q4 ? 32 : 64);
-    if (a->gamx && !a->gamxw) {
+    p += cells * (q4 ? 32 : 64);
+    if (a->gamx) {
         memset(p, 0, AMX_SLACK(q4));
         p += AMX_SLACK(q4);
     }
@@ -330,19 +315,10 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
 static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, int l, int T, int32_t *xg,
                          float *dg) {
     const uint64_t in = a->in, nb = a->nb;
-    /* weights-as-A B operand: dword i of a block's 8 k-quads lands 16 dwords
-     * further than dword i - 1 (a column of the tile) */
-    const __m256i colv = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(16));
     if (a->gamx && (nb & 1)) { /* the pair's pad block: zeros (its weights in the panel are zero too) */
-        if (a->gamxw) {
-            int32_t *hb = xg + nb / 2 * 512 + 128 + l;
-            _mm256_i32scatter_epi32(hb, colv, _mm256_setzero_si256(), 4);
-            _mm256_i32scatter_epi32(hb + 256, colv, _mm256_setzero_si256(), 4);
-        } else {
-            int8_t *hb = (int8_t *)xg + (nb / 2 * (uint64_t)T + (uint64_t)l) * 128 + 32;
-            memset(hb, 0, 32);
-            memset(hb + 64, 0, 32);
-        }
+        int8_t *hb = (int8_t *)xg + (nb / 2 * (uint64_t)T + (uint64_t)l) * 128 + 32;
+        memset(hb, 0, 32);
+        memset(hb + 64, 0, 32);
         dg[nb * (uint64_t)T + (uint64_t)l] = 0.0f;
     }
     for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
@@ -376,11 +352,7 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
                 q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)), _mm512_cvtsepi32_epi16(q1),
                                          1);
             }
-            if (a->gamxw) { /* B operand: the block's 8 k-quads down column l of its pair */
-                int32_t *hb = xg + b / 2 * 512 + (b & 1) * 128 + (uint64_t)l;
-                _mm256_i32scatter_epi32(hb, colv, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)), 4);
-                _mm256_i32scatter_epi32(hb + 256, colv, _mm512_cvtepi16_epi8(q16), 4);
-            } else if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned), by pairs of blocks */
+            if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned), by pairs of blocks */
                 int8_t *hb = (int8_t *)xg + (b / 2 * (uint64_t)T + (uint64_t)l) * 128 + (b & 1) * 32;
                 _mm256_store_si256((__m256i *)hb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
                 _mm256_store_si256((__m256i *)(hb + 64), _mm512_cvtepi16_epi8(q16));
@@ -543,7 +515,6 @@ static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
 #define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
 #define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
 #define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
-#define AMX_DPBSUD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 0)
 #else
 static void amx_begin(int q8) {
     amx_cfg c;
@@ -564,27 +535,10 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
                      : "memory")
 #define AMX_ZERO(tmm) __asm__ volatile("tilezero %%tmm" #tmm ::: "memory")
 #define AMX_TILES(q8) (void)0 /* the tile registers (configured by amx_begin) */
-/* C += A . B, bytes signed (s) or unsigned (u), A's first; AT&T order: B, A, C */
+/* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
 #define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #define AMX_DPBUSD(c, a, b) __asm__ volatile("tdpbusd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
-#define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #endif
-
-/* The four C tiles (tmm0-3) zeroed / stored to c[0..3] (16 x 16 int32 each). */
-#define AMX_ZERO_C4()                                                                   \
-    do {                                                                                \
-        AMX_ZERO(0);                                                                    \
-        AMX_ZERO(1);                                                                    \
-        AMX_ZERO(2);                                                                    \
-        AMX_ZERO(3);                                                                    \
-    } while (0)
-#define AMX_STORE_C4(c)                                                                 \
-    do {                                                                                \
-        AMX_STORE(0, (c)[0], 64);                                                       \
-        AMX_STORE(1, (c)[1], 64);                                                       \
-        AMX_STORE(2, (c)[2], 64);                                                       \
-        AMX_STORE(3, (c)[3], 64);                                                       \
-    } while (0)
 
 /* The accumulators of one token tile into Y as store_acc does (first K
  * chunk stores, later ones add), tokens [0, T). */
@@ -668,7 +622,10 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
         const uint64_t ng = nsb - g < AMX_G8 ? nsb - g : AMX_G8;
         for (uint64_t i = 0; i < ng; i++) { /* superblock g + i: its blocks' products summed in the tiles */
             const uint64_t b0 = (g + i) * GEMM_SBB, b1 = nblk - b0 < GEMM_SBB ? nblk : b0 + GEMM_SBB;
-            AMX_ZERO_C4();
+            AMX_ZERO(0);
+            AMX_ZERO(1);
+            AMX_ZERO(2);
+            AMX_ZERO(3);
             for (uint64_t b = b0; b < b1; b += 2) { /* b0 is even: GEMM_SBB is */
                 const int32_t *pb = pan + b * 8 * GEMM_MR;
                 const int8_t *xb = (const int8_t *)xq + b / 2 * (uint64_t)T * 128;
@@ -681,7 +638,10 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
                 AMX_DPBUSD(2, 5, 6);
                 AMX_DPBUSD(3, 5, 7);
             }
-            AMX_STORE_C4(cb[i]);
+            AMX_STORE(0, cb[i][0], 64);
+            AMX_STORE(1, cb[i][1], 64);
+            AMX_STORE(2, cb[i][2], 64);
+            AMX_STORE(3, cb[i][3], 64);
         }
         for (int t = 0; t < T; t++) {
             __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
@@ -825,103 +785,6 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         float *y = j->Y + (size_t)t0 * ldy + r0;
         if (amx) amx_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first);
         else TILE_CALL(T, UK8);
-    }
-}
-
-/* ---- q8 weights as A (level amx, few tokens) ------------------------------
- * With few tokens the panel transpose (decode_panel8_amx) costs as much as
- * the tile products it feeds, and each weight is used by only n tokens.
- * Here the operands swap roles: C[r][t] = sum_k A[r][k] B[k/4][4t + k%4]
- * with A = 16 weight rows x 64 inputs loaded straight from the q8 rows
- * (stride in: no panel, nothing repacked), B = a pair of X's blocks as 16
- * k-quads x 16 tokens (the gamxw packing above), high bytes by TDPBSSD and
- * low bytes by TDPBSUD (unsigned B). C holds the same int32 superblock sums
- * as amx_q8's (transposed) and the epilogue repeats its float steps per
- * output (fma per superblock, times the row scale per 512-input chunk, the
- * chunks added in order), vectorised over 16 tokens instead of 32 rows; the
- * outputs are transposed into Y once at the end. Bit-identical to amx_q8
- * and so to avx512gfni (test_amx). Tiles: tmm0-3 C (rows 0-15 high, low;
- * rows 16-31 high, low), tmm4-5 A (rows 0-15, 16-31), tmm6-7 B (high,
- * low): amx_shape(1, ..), all 16 x 64 B. Needs in % 64 == 0 (a tile row is
- * 64 inputs of one weight row; matmul.c checks). */
-
-/* One group of 32 rows [r0, r0 + nr) (relative to row0) over all tokens,
- * token tile by token tile (the group's rows stay in L2 for the next). */
-static void wa_q8_group(mm_job *j, uint64_t r0, uint64_t nr) {
-    const mm_act *a = j->a;
-    const uint64_t in = j->in, nb = act_nb(a, false), wr0 = j->row0 + r0;
-    float yacc[GEMM_MR][AMX_T] __attribute__((aligned(64)));
-    int32_t cb[GEMM_KC8 / MM_SB][4][16][16] __attribute__((aligned(64)));
-    int8_t edge[GEMM_MR][GEMM_KC8] __attribute__((aligned(64))); /* rows past the matrix: zero */
-    float wsf[GEMM_MR] __attribute__((aligned(64)));
-    /* rows of the matrix the group reaches (A loads read 32 rows) */
-    const uint64_t live = j->rows - wr0 < GEMM_MR ? j->rows - wr0 : GEMM_MR;
-    for (uint64_t i = 0; i < GEMM_MR; i++)
-        wsf[i] = i < live ? x86_h2f((const uint8_t *)j->W->data + j->rows * in + 2 * (wr0 + i)) : 0.0f;
-    const int8_t *w = mm_q8_row(j->W, in, wr0);
-    const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
-    AMX_TILES(1);
-    assert(in % 64 == 0);
-    for (int s0 = 0; s0 < a->n; s0 += AMX_T) {
-        const int T = a->n - s0 < AMX_T ? a->n - s0 : AMX_T;
-        const __mmask16 mt = (__mmask16)((1u << T) - 1);
-        for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC8) {
-            const uint64_t kc = in - k0 < GEMM_KC8 ? in - k0 : GEMM_KC8, nsb = (kc + MM_SB - 1) / MM_SB;
-            const int8_t *wa = w + k0;
-            long lda = (long)in;
-            if (live < GEMM_MR) { /* the matrix's last rows: a zero-padded copy of the chunk */
-                memset(edge, 0, sizeof edge);
-                for (uint64_t i = 0; i < live; i++) memcpy(edge[i], w + i * in + k0, kc);
-                wa = edge[0];
-                lda = GEMM_KC8;
-            }
-            /* the next chunk's weight lines, one column of them per pair,
-             * while the tiles run on this one */
-            const int8_t *pf = live == GEMM_MR && k0 + kc < in ? w + k0 + kc : NULL;
-            const int8_t *xt = (const int8_t *)a->xg + ((size_t)s0 * nb + k0 / 32 * AMX_T) * 64;
-            for (uint64_t s = 0; s < nsb; s++) { /* superblock: its pairs summed in the tiles */
-                AMX_ZERO_C4();
-                for (uint64_t k = MM_SB * s; k < MM_SB * (s + 1) && k < kc; k += 64) {
-                    const int8_t *xb = xt + k / 64 * 2048;
-                    if (pf && k0 + kc + k < in)
-                        for (uint64_t i = 0; i < GEMM_MR; i++) _mm_prefetch((const char *)(pf + i * in + k), _MM_HINT_T0);
-                    AMX_LOAD(4, wa + k, lda);
-                    AMX_LOAD(5, wa + 16 * lda + (long)k, lda);
-                    AMX_LOAD(6, xb, 64);
-                    AMX_LOAD(7, xb + 1024, 64);
-                    AMX_DPBSSD(0, 4, 6);
-                    AMX_DPBSUD(1, 4, 7);
-                    AMX_DPBSSD(2, 5, 6);
-                    AMX_DPBSUD(3, 5, 7);
-                }
-                AMX_STORE_C4(cb[s]);
-            }
-            /* the chunk's float steps per output (amx_q8's order) */
-            __m512 d[GEMM_KC8 / MM_SB];
-            for (uint64_t s = 0; s < nsb; s++)
-                d[s] = _mm512_maskz_loadu_ps(mt, a->dxg + (size_t)s0 * nb + (k0 / 32 + s * GEMM_SBB) * (uint64_t)T);
-            for (int r = 0; r < GEMM_MR; r++) {
-                const int h = r / 16, rr = r % 16;
-                __m512 acc = _mm512_setzero_ps();
-                for (uint64_t s = 0; s < nsb; s++) {
-                    __m512i v = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[s][2 * h][rr]), 8),
-                                                 _mm512_load_si512(cb[s][2 * h + 1][rr]));
-                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), d[s], acc);
-                }
-                acc = _mm512_mul_ps(acc, _mm512_set1_ps(wsf[r]));
-                if (k0) acc = _mm512_add_ps(acc, _mm512_load_ps(yacc[r]));
-                _mm512_store_ps(yacc[r], acc);
-            }
-        }
-        for (int h = 0; h < GEMM_MR / 16; h++) { /* [row][token] -> Y[token][row] */
-            const __mmask16 m = h ? m1 : m0;
-            if (!m) continue;
-            __m512 v[16];
-            for (int i = 0; i < 16; i++) v[i] = _mm512_load_ps(yacc[16 * h + i]);
-            mm_tr16(v); /* v[t] = token t's 16 rows */
-            for (int t = 0; t < T; t++)
-                _mm512_mask_storeu_ps(j->Y + (size_t)(s0 + t) * (size_t)j->ldy + r0 + 16 * (uint64_t)h, m, v[t]);
-        }
     }
 }
 
@@ -1166,11 +1029,6 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
     const int amx = lv == CMF_CPU_AMX && (q8 || q4);
     assert(!amx || j->a->gamx); /* X packed for the tiles (matmul.c) */
     if (amx) amx_begin(q8);
-    if (amx && q8 && j->a->gamxw) { /* few tokens: weights as A, groups of 32 rows */
-        for (uint64_t r0 = rb; r0 < re; r0 += GEMM_MR) wa_q8_group(j, r0, re - r0 < GEMM_MR ? re - r0 : GEMM_MR);
-        amx_end();
-        return;
-    }
     prow pr[GEMM_GP][GEMM_MR];
     for (uint64_t tb = rb; tb < re; tb += GEMM_GP * GEMM_MR) { /* GEMM_GP panels at a time */
         uint64_t te = re - tb < GEMM_GP * GEMM_MR ? re : tb + GEMM_GP * GEMM_MR;

@@ -571,8 +571,6 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool q4 = fam == FAM_Q4;
         act.gamx = lv == CMF_CPU_AMX; /* tiles of 16 tokens for the AMX path */
-        /* q8, few tokens: the weights-as-A kernel (gemm_avx512.c) */
-        act.gamxw = act.gamx && !q4 && n <= cmf_cpu_pool_amx_wa(p) && in % 64 == 0;
         size_t bytes = mm_gemm_act_bytes(&act, q4);
         void *buf = act_buffer(p, bytes, &heap);
         if (!buf)

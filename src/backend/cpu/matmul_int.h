@@ -90,8 +90,6 @@ typedef struct mm_act {
     int32_t *sxg; /* q4: -8 * sum of q per token and block; else NULL */
     int gamx;     /* set before mm_gemm_act_bind: packed for the AMX level
                    * (tiles of 16 tokens; q8: high/low bytes of the int16) */
-    int gamxw;    /* with gamx, q8: packed as the B operand of the weights-as-A
-                   * kernel (k-quads x 16 tokens; gemm_avx512.c) */
     uint16_t *xbf; /* AMX-BF16 GEMM (f16/bf16 weights): X as bf16 [n16][in32] */
 } mm_act;
 

@@ -99,7 +99,6 @@ struct cmf_cpu_pool {
     cmf_cpu_level level; /* kernel level of this pool's jobs */
     bool amx_f16;        /* f16 weights on the AMX-BF16 GEMM too */
     int amx_dec;         /* q8 decode class on AMX tiles from this many rows; 0 off */
-    int amx_wa;          /* q8 prompt GEMM with weights as A tiles up to this many rows; 0 off */
     int gemm_split;      /* prompt GEMM: row tasks per thread aimed at (cmf_cpu_pool_gemm_split) */
     cmf_cpu_prof *prof;  /* CMF_CPU_PROFILE=1: per-op wall times (prof_cpu.h); else NULL */
 };
@@ -238,8 +237,6 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     p->gemm_split = gs && atoi(gs) >= 1 && atoi(gs) <= 64 ? atoi(gs) : 4;
     const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
     if (amxd) p->amx_dec = atoi(amxd) > 0 ? atoi(amxd) : 0;
-    const char *amxw = getenv("CMF_AMX_WA"); /* cmf_cpu_pool_set_amx_wa's rows */
-    p->amx_wa = amxw ? (atoi(amxw) > 0 ? atoi(amxw) : 0) : CMF_GEMM_WA_DEFAULT;
     const char *pin = getenv("CMF_PIN");
     int cores[POOL_MAX_THREADS], ncores = 0;
     if (pin && strcmp(pin, "1") == 0) ncores = cmf_cpu_core_cpus(cores, POOL_MAX_THREADS);
@@ -313,12 +310,6 @@ void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n) {
 }
 
 int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p) { return p ? p->amx_dec : 0; }
-
-void cmf_cpu_pool_set_amx_wa(cmf_cpu_pool *p, int max_n) {
-    if (p) p->amx_wa = max_n > 0 ? max_n : 0;
-}
-
-int cmf_cpu_pool_amx_wa(const cmf_cpu_pool *p) { return p ? p->amx_wa : CMF_GEMM_WA_DEFAULT; }
 
 int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p) { return p ? p->gemm_split : 4; }
 
