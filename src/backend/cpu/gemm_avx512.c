@@ -119,6 +119,29 @@ AI void prefetch_rows(const uint8_t *const nx[GEMM_MR], size_t len, const uint8_
     }
 }
 
+/* The next chunk's bytes (prefetch_rows' arguments) for a q8 panel decode
+ * that spreads them over its own steps. With few token tiles (a batched
+ * decode step: n = 16 is one AMX tile) prefetching them all before the
+ * first tile issues 256 prefetches at once, more than the core's line fill
+ * buffers, and the core stalls on them with little to overlap; spread over
+ * the panel decode's 16 steps they overlap its transposes. Measured (issue
+ * 23, README "AMX and 16 cores"): a dev probe on one core of the 2-vCPU
+ * Intel Xeon VM (32 rows x 512 bytes from DRAM, the decode plus ~340 ns of
+ * stand-in work), four runs, 1.9-2.4 -> 1.6-2.3 us a chunk; `matmul_bench
+ * -t 16 --mb 1024 -n 16 --dec 16` on the 16-core AMX host, q8_row GEMM by
+ * size 50.2 / 54.3 -> 61.7 / 62.7 GB/s (`cmf bench --parallel 16`: no
+ * change beyond the spread). q4 (tried: 25.9 / 29.5 -> 25.2 / 28.0 GB/s)
+ * keeps the per-tile prefetch. NULL: the caller prefetches per tile. */
+typedef struct next_pf {
+    const uint8_t *const *nx;
+    size_t len;
+} next_pf;
+#define PF_SPREAD_TILES 4 /* fewer token tiles than this: the decode spreads the prefetches */
+
+AI void prefetch_step(const next_pf *pf, int step, int nstep) {
+    if (pf) prefetch_rows(pf->nx, pf->len, NULL, 0, step, nstep);
+}
+
 /* ---- float path (f32 / f16 / bf16 weights) ----------------------------- */
 
 /* W[row, k .. k+16) as f32, lanes >= m zero. */
@@ -422,11 +445,13 @@ AI __m512i dec32_i16(const prow *pr, uint64_t k, __mmask32 m) {
 
 /* Panel rows [0, 32) x inputs [k0, k0+kc) as int16 pairs (see above); the
  * last block is zero-padded. 16 rows x 16 pairs = a 16x16 dword transpose. */
-static void decode_panel8(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan) {
+static void decode_panel8(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan, const next_pf *pf) {
+    const int nstep = (int)((kc + 31) / 32) * (GEMM_MR / 16);
     for (uint64_t kk = 0; kk < kc; kk += 32) {
         uint64_t left = kc - kk;
         __mmask32 m = left >= 32 ? 0xFFFFFFFFu : (1u << left) - 1;
         for (int h = 0; h < GEMM_MR / 16; h++) {
+            prefetch_step(pf, (int)(kk / 32) * (GEMM_MR / 16) + h, nstep);
             __m512 v[16];
             for (int i = 0; i < 16; i++) {
                 const prow *p = &pr[16 * h + i];
@@ -669,11 +694,13 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
  * pan[(b*8 + c)*32 + row] = w[row][32b + 4c .. +3] (zero past kc, up to a
  * whole pair of blocks): 16 rows x 64 bytes (two blocks) at a time, a
  * 16x16 dword transpose. */
-static void decode_panel8_amx(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan) {
+static void decode_panel8_amx(const prow *pr, uint64_t k0, uint64_t kc, int32_t *pan, const next_pf *pf) {
+    const int nstep = (int)((kc + 63) / 64) * (GEMM_MR / 16);
     for (uint64_t kk = 0; kk < kc; kk += 64) {
         uint64_t left = kc - kk;
         __mmask64 m = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
         for (int h = 0; h < GEMM_MR / 16; h++) {
+            prefetch_step(pf, (int)(kk / 64) * (GEMM_MR / 16) + h, nstep);
             __m512 v[16];
             for (int i = 0; i < 16; i++) {
                 const prow *p = &pr[16 * h + i];
@@ -770,15 +797,16 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     for (int i = 0; i < GEMM_MR; i++) wsf[i] = pr[i].live ? pr[i].ws : 0.0f;
     const __m512 ws0 = _mm512_load_ps(wsf), ws1 = _mm512_load_ps(wsf + 16);
     uint64_t kc = in - k0 < GEMM_KC8 ? in - k0 : GEMM_KC8, nblk = (kc + 31) / 32;
-    if (amx) decode_panel8_amx(pr, k0, kc, pan);
-    else decode_panel8(pr, k0, kc, pan);
-    int first = k0 == 0;
     const uint8_t *nx[GEMM_MR];
     size_t nlen = next_q8(j, rn, nk, nx);
+    const next_pf npf = {nx, nlen}, *pf = ntiles < PF_SPREAD_TILES ? &npf : NULL;
+    if (amx) decode_panel8_amx(pr, k0, kc, pan, pf);
+    else decode_panel8(pr, k0, kc, pan, pf);
+    int first = k0 == 0;
     for (int g = 0; g < ntiles; g++) {
         int t0, T;
         act_tile_at(j->a, g, &t0, &T);
-        prefetch_rows(nx, nlen, NULL, 0, g, ntiles);
+        if (!pf) prefetch_rows(nx, nlen, NULL, 0, g, ntiles);
         size_t cell = (size_t)t0 * nb + k0 / 32 * (uint64_t)T; /* tile g, block k0/32 */
         const int32_t *xq = j->a->xg + cell * 16;
         const float *dx = j->a->dxg + cell;

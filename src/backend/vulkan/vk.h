@@ -321,6 +321,7 @@ typedef struct vk_ctx {
     double t_begin;              /* monotonic µs at begin */
     vk_step_stats stats;
     bool print_stats;
+    bool pipe_stats; /* CMF_VK_PIPE_STATS: print each pipeline's driver statistics as it is created */
 
     /* CMF_VK_PROFILE=1: a timestamp after every dispatch of the step's
      * command buffer; GPU time per shader, printed when the backend is freed */

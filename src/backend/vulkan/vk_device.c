@@ -505,6 +505,8 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     vk->coop_bm = cbm && *cbm ? (uint32_t)strtoul(cbm, NULL, 10) : 0;
     const char *dr = getenv("CMF_VK_DOT_R");
     vk->dot_r = dr && *dr ? (uint32_t)strtoul(dr, NULL, 10) : 0;
+    const char *dw = getenv("CMF_VK_MV_WG"); /* subgroups a workgroup of the decode mat-vecs (A/B; 0: vk_ops.c's) */
+    vk->mv_wg = dw && *dw ? (uint32_t)strtoul(dw, NULL, 10) : 0;
     const char *bds = getenv("CMF_VK_BDEC"); /* many-token decode mat-vec: off: slower than the GEMM on the H200 */
     vk->bdec = bds && *bds && strcmp(bds, "0") != 0;
     const char *bdm = getenv("CMF_VK_BDEC_MAX");
@@ -512,10 +514,21 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     VkPhysicalDeviceShaderIntegerDotProductFeatures de = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
         .pNext = vk->coop == 1 ? (void *)&ck : vk->coop == 2 ? (void *)&cn : NULL, .shaderIntegerDotProduct = VK_TRUE};
-    const char *exts[2];
+    /* CMF_VK_PIPE_STATS=1: the driver's statistics of each pipeline as it is created (registers, shared
+     * memory, ...: VK_KHR_pipeline_executable_properties), on stderr, to see a kernel's occupancy */
+    const char *pst = getenv("CMF_VK_PIPE_STATS");
+    vk->pipe_stats = pst && *pst && strcmp(pst, "0") != 0 &&
+                     has_ext(vk->phys, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    if (pst && *pst && strcmp(pst, "0") != 0 && !vk->pipe_stats)
+        fprintf(stderr, "vulkan:%d: CMF_VK_PIPE_STATS: the device has no VK_KHR_pipeline_executable_properties\n", index);
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pef = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pipelineExecutableInfo = VK_TRUE};
+    const char *exts[3];
     uint32_t n_ext = 0;
     if (vk->coop) exts[n_ext++] = vk->coop == 1 ? "VK_KHR_cooperative_matrix" : VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     if (vk->dot_ok) exts[n_ext++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    if (vk->pipe_stats) exts[n_ext++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     VkPhysicalDeviceVulkan12Features e12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
                                             .pNext = vk->dot_ok ? (void *)&de : de.pNext,
                                             .bufferDeviceAddress = VK_TRUE, .storageBuffer8BitAccess = VK_TRUE,
@@ -523,15 +536,17 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
                                             .vulkanMemoryModel = vk->coop != 0};
     VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .pNext = &e12, .storageBuffer16BitAccess = VK_TRUE};
+    if (vk->pipe_stats) pef.pNext = e11.pNext, e11.pNext = &pef;
     VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11,
                                     .features = {.shaderInt16 = VK_TRUE, .shaderInt64 = VK_TRUE}};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2, .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi, .enabledExtensionCount = n_ext,
                              .ppEnabledExtensionNames = n_ext ? exts : NULL};
     VkResult cr = vkCreateDevice(vk->phys, &di, NULL, &vk->dev);
-    if (cr != VK_SUCCESS && (vk->coop || vk->dot_ok)) { /* refused with the optional features: without them */
+    if (cr != VK_SUCCESS && (vk->coop || vk->dot_ok || vk->pipe_stats)) { /* refused with the optional features */
         vk->coop = 0;
-        vk->dot_ok = vk->dot = false;
+        vk->dot_ok = vk->dot = vk->pipe_stats = false;
+        e11.pNext = &e12;
         e12.pNext = NULL;
         e12.shaderFloat16 = e12.vulkanMemoryModel = VK_FALSE;
         di.enabledExtensionCount = 0;
@@ -984,6 +999,31 @@ void cmf_vk_op_end(vk_ctx *vk) {
     arena_reset(vk);
 }
 
+/* CMF_VK_PIPE_STATS: one line on stderr per pipeline, the driver's
+ * statistics of its executables (names and units are the driver's). */
+static void print_pipe_stats(vk_ctx *vk, VkPipeline p, vk_shader sh, uint32_t wg, uint32_t dt, uint32_t nt) {
+    PFN_vkGetPipelineExecutableStatisticsKHR get_stats =
+        (PFN_vkGetPipelineExecutableStatisticsKHR)vkGetDeviceProcAddr(vk->dev, "vkGetPipelineExecutableStatisticsKHR");
+    if (!get_stats) return;
+    VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = p};
+    VkPipelineExecutableStatisticKHR st[32];
+    uint32_t n = 32;
+    for (uint32_t i = 0; i < n; i++) st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+    VkResult r = get_stats(vk->dev, &ei, &n, st);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) return;
+    fprintf(stderr, "vulkan: pipeline shader %d wg %u spec %u/%u nt %u:", (int)sh, wg, dt & 0xffffu, dt >> 16, nt);
+    for (uint32_t i = 0; i < n; i++) {
+        fprintf(stderr, " %s=", st[i].name);
+        switch (st[i].format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: fprintf(stderr, "%u", (unsigned)st[i].value.b32); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: fprintf(stderr, "%lld", (long long)st[i].value.i64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: fprintf(stderr, "%llu", (unsigned long long)st[i].value.u64); break;
+        default: fprintf(stderr, "%g", st[i].value.f64); break;
+        }
+    }
+    fprintf(stderr, "\n");
+}
+
 /* The pipeline of (shader, spec constants), created on first use. Found
  * through pipe_slot, an open-addressed table twice the size of pipes (so a
  * probe always ends at an empty slot): every dispatch of every step looks
@@ -1012,7 +1052,9 @@ static VkPipeline pipeline(vk_ctx *vk, vk_shader sh, uint32_t wg, uint32_t dt, u
                   .module = vk->mods[sh], .pName = "main", .pSpecializationInfo = &si},
         .layout = vk->layout};
     VkPipeline p;
+    if (vk->pipe_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     if (vkCreateComputePipelines(vk->dev, vk->pcache, 1, &ci, NULL, &p) != VK_SUCCESS) return VK_NULL_HANDLE;
+    if (vk->pipe_stats) print_pipe_stats(vk, p, sh, wg, dt, nt);
     vk->pipes[vk->n_pipes++] = (vk_pipe){sh, {wg, dt, nt}, p};
     vk->pipe_slot[slot] = (uint16_t)vk->n_pipes;
     return p;
