@@ -56,6 +56,17 @@ static void check_matmul(cmf_cpu_pool *p) {
     CHECK(calls == 2, "q8_row products counted %llu times, want 2", (unsigned long long)calls);
     CHECK(flop == 2ull * 21 * ROWS * IN, "q8_row flops %llu, want %llu", (unsigned long long)flop,
           2ull * 21 * ROWS * IN);
+    /* the integer GEMM's phase times (AVX-512 levels, where n = 20 takes the prompt GEMM) */
+    uint64_t task = atomic_load(&prof->gemm_task_ns), dec = atomic_load(&prof->gemm_decode_ns),
+             til = atomic_load(&prof->gemm_tiles_ns);
+    if (prof->mm_calls[CMF_DT_Q8_ROW][1] == 1 && cmf_cpu_level_is_avx512(cmf_cpu_pool_level(p))) {
+        CHECK(prof->gemm_int_ns > 0 && task > 0, "the q8 GEMM's tasks were not timed (%llu ns, call %llu ns)",
+              (unsigned long long)task, (unsigned long long)prof->gemm_int_ns);
+        CHECK(dec > 0 && til > 0 && dec + til <= task, "GEMM phases: decode %llu + tiles %llu ns > tasks %llu ns",
+              (unsigned long long)dec, (unsigned long long)til, (unsigned long long)task);
+    } else {
+        CHECK(task == 0 || prof->mm_calls[CMF_DT_Q8_ROW][1] > 0, "GEMM phases timed without a GEMM call");
+    }
     free(payload);
 }
 

@@ -69,6 +69,7 @@
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/avx512_util.h"
 #include "backend/cpu/matmul_x86.h"
+#include "backend/cpu/prof_cpu.h"
 
 #include <assert.h>
 #include <immintrin.h>
@@ -787,7 +788,7 @@ static size_t next_q8(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *
 /* Inputs [k0, k0 + GEMM_KC8) of the 32-row panel [r0, r0 + nr) over all
  * tokens, q8 weights; prefetches the chunk at input nk of the panel at rn. */
 AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
-                 uint64_t nk, const int vnni, const int amx) {
+                 uint64_t nk, const int vnni, const int amx, uint64_t ph[2]) {
     const uint64_t in = j->in, nb = act_nb(j->a, false);
     const size_t ldy = (size_t)j->ldy;
     const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
@@ -800,8 +801,10 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     const uint8_t *nx[GEMM_MR];
     size_t nlen = next_q8(j, rn, nk, nx);
     const next_pf npf = {nx, nlen}, *pf = ntiles < PF_SPREAD_TILES ? &npf : NULL;
+    uint64_t t0 = cmf_cpu_prof_now(j->prof);
     if (amx) decode_panel8_amx(pr, k0, kc, pan, pf);
     else decode_panel8(pr, k0, kc, pan, pf);
+    uint64_t t1 = cmf_cpu_prof_now(j->prof);
     int first = k0 == 0;
     for (int g = 0; g < ntiles; g++) {
         int t0, T;
@@ -814,6 +817,7 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         if (amx) amx_q8(pan, nblk, xq, dx, ws0, ws1, T, y, ldy, m0, m1, first);
         else TILE_CALL(T, UK8);
     }
+    if (j->prof) ph[0] += t1 - t0, ph[1] += cmf_cpu_prof_now(j->prof) - t1;
 }
 
 /* ---- q4 weights: unsigned nibbles x int8 X, vpdpbusd -------------------
@@ -976,7 +980,7 @@ static size_t next_q4(const mm_job *j, uint64_t rn, uint64_t nk, const uint8_t *
  * tokens, q4 weights (in % 32 == 0); prefetches the chunk at input nk of
  * the panel at rn. */
 AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k0, uint64_t rn,
-                 uint64_t nk, size_t stride, const int vnni, const int amx) {
+                 uint64_t nk, size_t stride, const int vnni, const int amx, uint64_t ph[2]) {
     const uint64_t in = j->in, nb = in / 32;
     const size_t ldy = (size_t)j->ldy;
     const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
@@ -984,10 +988,12 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
     int32_t pan[GEMM_KC4 / 4 * GEMM_MR] __attribute__((aligned(64)));
     float sc[GEMM_KC4] __attribute__((aligned(64))); /* (KC4/32) blocks x 32 rows */
     uint64_t kb = k0 / 32, nblk = nb - kb < GEMM_KC4 / 32 ? nb - kb : GEMM_KC4 / 32;
+    uint64_t t0 = cmf_cpu_prof_now(j->prof);
     for (uint64_t o = 0; o < nblk; o += 16) /* 16-block groups */
         q4_scales(j, pr, r0, kb + o, nblk - o < 16 ? nblk - o : 16, sc + o * GEMM_MR);
     if (amx) decode_panel4(pr, kb, nblk, stride, pan, 1);
     else decode_panel4(pr, kb, nblk, stride, pan, 0);
+    uint64_t t1 = cmf_cpu_prof_now(j->prof);
     int first = k0 == 0;
     const uint8_t *nx[GEMM_MR], *ns[GEMM_MR];
     size_t slen, nlen = next_q4(j, rn, nk, nx, ns, &slen);
@@ -1002,13 +1008,14 @@ AI void chunk_q4(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         if (amx) amx_q4(pan, sc, nblk, xq, dx, T, y, ldy, m0, m1, first);
         else TILE_CALL(T, UK4);
     }
+    if (j->prof) ph[0] += t1 - t0, ph[1] += cmf_cpu_prof_now(j->prof) - t1;
 }
 
 /* Rows [rb, re) (at most GEMM_GP panels), integer paths: K chunk outer,
  * panels inner, so the task's panels reuse each chunk of packed X from L2
  * (X of a down projection, 128 tokens x 5632 int16, exceeds a core's L2). */
 AI void task_int(mm_job *j, prow pr[][GEMM_MR], uint64_t rb, uint64_t re, size_t stride,
-                 const int q4, const int vnni, const int amx) {
+                 const int q4, const int vnni, const int amx, uint64_t ph[2]) {
     const uint64_t in = j->in, kc = q4 ? GEMM_KC4 : GEMM_KC8;
     const int np = (int)((re - rb + GEMM_MR - 1) / GEMM_MR);
     for (uint64_t k0 = 0; k0 < in; k0 += kc)
@@ -1021,8 +1028,8 @@ AI void task_int(mm_job *j, prow pr[][GEMM_MR], uint64_t rb, uint64_t re, size_t
                 rn = k0 + kc < in ? rb : re;
                 nk = k0 + kc < in ? k0 + kc : 0;
             }
-            if (q4) chunk_q4(j, pr[p], r0, nr, k0, rn, nk, stride, vnni, amx);
-            else chunk_q8(j, pr[p], r0, nr, k0, rn, nk, vnni, amx);
+            if (q4) chunk_q4(j, pr[p], r0, nr, k0, rn, nk, stride, vnni, amx, ph);
+            else chunk_q8(j, pr[p], r0, nr, k0, rn, nk, vnni, amx, ph);
         }
 }
 
@@ -1056,6 +1063,8 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
     const int vnni = lv == CMF_CPU_AVX512VNNI || lv == CMF_CPU_AVX512GFNI || lv == CMF_CPU_AMX;
     const int amx = lv == CMF_CPU_AMX && (q8 || q4);
     assert(!amx || j->a->gamx); /* X packed for the tiles (matmul.c) */
+    const uint64_t t_task = cmf_cpu_prof_now(j->prof);
+    uint64_t ph[2] = {0, 0}; /* CMF_CPU_PROFILE: panel decode, token tiles (ns) */
     if (amx) amx_begin(q8);
     prow pr[GEMM_GP][GEMM_MR];
     for (uint64_t tb = rb; tb < re; tb += GEMM_GP * GEMM_MR) { /* GEMM_GP panels at a time */
@@ -1077,17 +1086,18 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
             }
         }
         if (q4) {
-            if (amx) task_int(j, pr, tb, te, stride, 1, 1, 1);
-            else if (vnni) task_int(j, pr, tb, te, stride, 1, 1, 0);
-            else task_int(j, pr, tb, te, stride, 1, 0, 0);
+            if (amx) task_int(j, pr, tb, te, stride, 1, 1, 1, ph);
+            else if (vnni) task_int(j, pr, tb, te, stride, 1, 1, 0, ph);
+            else task_int(j, pr, tb, te, stride, 1, 0, 0, ph);
         } else if (q8) {
-            if (amx) task_int(j, pr, tb, te, stride, 0, 1, 1);
-            else if (vnni) task_int(j, pr, tb, te, stride, 0, 1, 0);
-            else task_int(j, pr, tb, te, stride, 0, 0, 0);
+            if (amx) task_int(j, pr, tb, te, stride, 0, 1, 1, ph);
+            else if (vnni) task_int(j, pr, tb, te, stride, 0, 1, 0, ph);
+            else task_int(j, pr, tb, te, stride, 0, 0, 0, ph);
         } else {
             for (uint64_t r0 = tb; r0 < te; r0 += GEMM_MR)
                 panel_fp(j, pr[(r0 - tb) / GEMM_MR], r0, te - r0 < GEMM_MR ? te - r0 : GEMM_MR);
         }
     }
     if (amx) amx_end(); /* tile state back to init: no XSAVE cost on a switch */
+    if (j->prof && (q8 || q4)) cmf_cpu_prof_gemm_task(j->prof, cmf_cpu_prof_now(j->prof) - t_task, ph[0], ph[1]);
 }

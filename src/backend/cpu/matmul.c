@@ -625,6 +625,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         job->a = &act;
         job->exp2_f16 = cmf_cpu_pool_exp2_table(p);
         job->level = lv;
+        job->prof = gemm ? prof : NULL;
         atomic_init(&job->failed, 0);
         uint64_t row_bytes = Wi->nbytes / rows_of[i] + 1;
         uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);
@@ -654,7 +655,8 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     if (prof) {
         uint64_t flop = 0;
         for (int i = 0; i < nparts; i++) flop += 2 * (uint64_t)n * parts[i].nrows * in;
-        cmf_cpu_prof_mm_end(prof, (int)W->dtype, gemm, flop, t_prof);
+        uint64_t t_end = cmf_cpu_prof_mm_end(prof, (int)W->dtype, gemm, flop, t_prof);
+        if (gemm && (fam == FAM_Q8 || fam == FAM_Q4)) prof->gemm_int_ns += t_end - t_prof;
     }
     free(heap);
     for (int i = 0; i < nparts; i++) {

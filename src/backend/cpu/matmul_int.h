@@ -104,6 +104,7 @@ typedef struct mm_job {
     const float *exp2_f16; /* cmf_cpu_pool_exp2_table, may be NULL */
     cmf_cpu_level level;   /* cmf_cpu_pool_level of the pool it runs on */
     atomic_int failed; /* set by a task when a slow-path decode fails */
+    struct cmf_cpu_prof *prof; /* the integer GEMM's phase times go here (prof_cpu.h); NULL: none */
 } mm_job;
 
 /* Compute rows [row0 + rb, row0 + re) for all n tokens. */

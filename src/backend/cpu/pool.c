@@ -231,7 +231,12 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     atomic_init(&p->busy, 0);
     if (cmf_cpu_prof_wanted(getenv("CMF_CPU_PROFILE"))) { /* optional: NULL leaves it off */
         p->prof = calloc(1, sizeof *p->prof);
-        if (p->prof) p->prof->n_threads = n_threads;
+        if (p->prof) {
+            p->prof->n_threads = n_threads;
+            atomic_init(&p->prof->gemm_task_ns, 0);
+            atomic_init(&p->prof->gemm_decode_ns, 0);
+            atomic_init(&p->prof->gemm_tiles_ns, 0);
+        }
     }
     const char *gs = getenv("CMF_GEMM_SPLIT"); /* benchmarks of the split; bad values keep 4 */
     p->gemm_split = gs && atoi(gs) >= 1 && atoi(gs) <= 64 ? atoi(gs) : 4;

@@ -2,7 +2,9 @@
  * prof_cpu.c — accumulation and the report of the CPU backend's per-op
  * profiler (prof_cpu.h). The counters live in the pool's cmf_cpu_prof and
  * are touched only by the pool's driving thread (ops run on it one at a
- * time), so they are plain integers. The report divides each class's wall
+ * time), so they are plain integers, except the integer GEMM's phase
+ * times, which its worker tasks add with relaxed atomics (read here after
+ * the pool's jobs have ended). The report divides each class's wall
  * time by the sum over classes ("in ops"); the span from the first op's
  * start to the last op's end minus that sum is the time the host spent
  * between ops (sampling, the engine's scheduling, the tool's timers).
@@ -80,4 +82,13 @@ void cmf_cpu_prof_print(const cmf_cpu_prof *prof, FILE *f) {
     fprintf(f, "  %-34s %9s %11.2f %6.1f %%\n", "in ops (sum of the above)", "", (double)total / 1e6, 100.0);
     fprintf(f, "  %-34s %9s %11.2f   (first op's start to last op's end; between ops %.2f ms)\n", "span", "",
             (double)sp / 1e6, sp > total ? (double)(sp - total) / 1e6 : 0.0);
+    uint64_t task = atomic_load(&prof->gemm_task_ns), dec = atomic_load(&prof->gemm_decode_ns),
+             til = atomic_load(&prof->gemm_tiles_ns);
+    if (task && prof->gemm_int_ns) {
+        double busy = 100.0 * (double)task / ((double)prof->gemm_int_ns * (double)prof->n_threads);
+        fprintf(f, "  integer prompt gemm inside, all threads: tasks %.2f ms = %.1f %% of its %.2f ms x %d threads;\n"
+                   "    of the tasks' time: panel decode %.1f %%, token-tile kernels %.1f %%, row setup %.1f %%\n",
+                (double)task / 1e6, busy, (double)prof->gemm_int_ns / 1e6, prof->n_threads, 100.0 * (double)dec / (double)task,
+                100.0 * (double)til / (double)task, 100.0 * (double)(task - dec - til) / (double)task);
+    }
 }

@@ -14,6 +14,7 @@
 #ifndef CMF_PROF_CPU_H
 #define CMF_PROF_CPU_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -45,7 +46,21 @@ typedef struct cmf_cpu_prof {
     uint64_t mm_flop[CMF_PROF_N_DTYPES][2]; /* 2 * n * rows * in per call */
     uint64_t first_ns, last_ns;             /* span from the first op's start to the last op's end */
     int n_threads;
+    /* Inside the prompt GEMMs of the integer paths (gemm_avx512.c), summed
+     * over all threads' tasks: the tasks' time, their panel decodes (weights
+     * to the kernel's layout, q4 scales included) and their token-tile
+     * kernels (with the per-tile prefetches); the rest of a task is its row
+     * setup. Added with relaxed atomics by the workers, one add per task. */
+    atomic_ullong gemm_task_ns, gemm_decode_ns, gemm_tiles_ns;
+    uint64_t gemm_int_ns; /* wall time of those GEMM calls (driving thread) */
 } cmf_cpu_prof;
+
+/* A GEMM task's phase times (ns): task, panel decode, token tiles. */
+static inline void cmf_cpu_prof_gemm_task(cmf_cpu_prof *prof, uint64_t task, uint64_t decode, uint64_t tiles) {
+    atomic_fetch_add_explicit(&prof->gemm_task_ns, task, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof->gemm_decode_ns, decode, memory_order_relaxed);
+    atomic_fetch_add_explicit(&prof->gemm_tiles_ns, tiles, memory_order_relaxed);
+}
 
 /* The pool's profiler, or NULL (CMF_CPU_PROFILE unset / 0, or p NULL). pool.c. */
 cmf_cpu_prof *cmf_cpu_pool_prof(const cmf_cpu_pool *p);
