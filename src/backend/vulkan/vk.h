@@ -394,6 +394,8 @@ bool cmf_vk_op_begin(vk_ctx *vk);
 void cmf_vk_op_end(vk_ctx *vk);
 void cmf_vk_begin(vk_ctx *vk);
 cmf_status cmf_vk_submit(vk_ctx *vk, cmf_error *err);
+/* The shader's short name (profiles, CMF_VK_PIPE_STATS); "?" past the table. vk_record.c. */
+const char *cmf_vk_shader_name(vk_shader sh);
 /* One dispatch of shader sh (spec constants 0 WG, 1 DT = dt & 0xffff,
  * 2 NT, 3 = dt >> 16) with push data, followed by a barrier for the next
  * dispatch (unless vk->no_barrier was set: the caller's next dispatch

@@ -1011,7 +1011,8 @@ static void print_pipe_stats(vk_ctx *vk, VkPipeline p, vk_shader sh, uint32_t wg
     for (uint32_t i = 0; i < n; i++) st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
     VkResult r = get_stats(vk->dev, &ei, &n, st);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE) return;
-    fprintf(stderr, "vulkan: pipeline shader %d wg %u spec %u/%u nt %u:", (int)sh, wg, dt & 0xffffu, dt >> 16, nt);
+    fprintf(stderr, "vulkan: pipeline %s wg %u spec %u/%u nt %u:", cmf_vk_shader_name(sh), wg, dt & 0xffffu, dt >> 16,
+            nt);
     for (uint32_t i = 0; i < n; i++) {
         fprintf(stderr, " %s=", st[i].name);
         switch (st[i].format) {

@@ -376,6 +376,8 @@ static const char *const sh_names[VK_SH_COUNT] = {
     "moe_combine", "lora", "topk", "matmul_coop", "moe_route", "moe_mm", "attn_coop", "matmul_dot", "attn_dec",
     "attn_comb", "rope_kv", "matmul_bdec", "attn_dec2"};
 
+const char *cmf_vk_shader_name(vk_shader sh) { return (unsigned)sh < VK_SH_COUNT ? sh_names[sh] : "?"; }
+
 /* What a group's specialization constants say, for the matrix shaders: the
  * weight dtype, matmul_dot's fusion bits, the tokens a workgroup. */
 static void group_desc(const vk_prof_group *g, char *out, size_t cap) {
