@@ -7,7 +7,9 @@
  * panels or 16-row tiles, inputs not a multiple of the K chunks (q8: not
  * even of 32), token counts around the 16-token tiles, row sub-ranges,
  * ldy > nrows, a 4-thread pool against a 1-thread one, and
- * cmf_cpu_matmul_parts_split (decode rows + prompt rows). Also that the
+ * cmf_cpu_matmul_parts_split (decode rows + prompt rows), q8 at n <= 64
+ * (weight rows as the tiles' A operand, in place or through a buffer at
+ * the edges). Also that the
  * threshold rows below the GEMM (n < MM_GEMM_MIN_N_*) agree (the decode
  * kernels are shared).
  *
@@ -150,6 +152,10 @@ int main(void) {
         run_case(p1, p4, dts[d], 1030, q8 ? 2048 : 2048, 24, 0, 1030, -1);
         run_case(p1, p4, dts[d], 70, 1536, 64, 0, 70, -1); /* whole token tiles, then one token past them */
         run_case(p1, p4, dts[d], 70, 1536, 65, 0, 70, -1);
+        /* q8 with n <= 64: weight rows as the A tiles (cmf_cpu_pool_amx_wrows),
+         * read in place where the panel is whole and in % 64 == 0 */
+        run_case(p1, p4, dts[d], 256, 1024, 16, 0, 256, -1);
+        run_case(p1, p4, dts[d], 160, 2112, 48, 32, 96, -1);
         run_case(p1, p4, dts[d], 99, q8 ? 300 : 320, 21, 0, 99, 3);
         run_case(p1, p4, dts[d], 99, q8 ? 300 : 320, 4, 0, 99, -1); /* below the GEMM */
     }

@@ -189,6 +189,14 @@ int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p);
  * packed X once for more panels; results do not depend on it (the order
  * of operations per output is fixed by the shape). p NULL: 4. */
 int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p);
+/* The q8 prompt GEMM at level amx with at most max_n tokens (0..64, clamped;
+ * default 64, CMF_AMX_WROWS=0..64 in the environment when the pool is
+ * created, for benchmarks) takes the weight rows as the tiles' A operand,
+ * straight from the matrix, instead of decoding 32-row panels per call
+ * (gemm_avx512.c panel_q8_rows; same bits). 0: always the panels. Same
+ * threading rule as cmf_cpu_pool_set_level; p NULL: no-op / 64. */
+void cmf_cpu_pool_set_amx_wrows(cmf_cpu_pool *p, int max_n);
+int cmf_cpu_pool_amx_wrows(const cmf_cpu_pool *p);
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the

@@ -64,7 +64,10 @@
  * no memory beyond the VNNI path's, 512 B (q4) / 2 KiB (q8) of zero slack after the packed X
  * and 10 KiB (q4) / 18 KiB (q8) more stack per thread. q8's tile products take
  * K = 64 (a pair of blocks: its superblocks share one scale), q4's K = 32
- * (a scale per block).
+ * (a scale per block). q8 calls of at most cmf_cpu_pool_amx_wrows tokens
+ * (default 64: batched decode, speculative verify) swap the operands
+ * instead: the weight rows are the A tiles, loaded in place from the
+ * matrix, X the B tiles, so nothing is decoded (panel_q8_rows; same bits).
  */
 #include "backend/cpu/matmul_int.h"
 #include "backend/cpu/avx512_util.h"
@@ -304,23 +307,41 @@ static void act_tile_at(const mm_act *a, int g, int *s, int *T) {
     *T = a->n - *s < AMX_T ? a->n - *s : AMX_T;
 }
 
+/* mm_act.gamx of q8 X packed as B tiles for weight rows as the A tiles
+ * (panel_q8_rows; 1: X as the A tiles of amx_q8 / amx_q4). */
+#define AMX_WROWS 2
+
 /* An AMX tile load reads AMX_T rows of a token tile even where it holds
  * fewer tokens: up to AMX_T cells past the plane, kept as zero slack. */
 #define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 128))
 
+/* The quantized X's bytes: q8 with weight rows as A (gamx == AMX_WROWS)
+ * keeps AMX_T token columns in every tile, the last one's unused columns
+ * zero; the other packings hold n tokens and (AMX) the zero slack. */
+static size_t act_x_bytes(const mm_act *a, bool q4) {
+    if (a->gamx == AMX_WROWS && !q4) return (size_t)act_tiles(a) * AMX_T * act_nb(a, q4) * 64;
+    return (size_t)a->n * act_nb(a, q4) * (q4 ? 32 : 64) + (a->gamx ? AMX_SLACK(q4) : 0);
+}
+
 size_t mm_gemm_act_bytes(const mm_act *a, bool q4) {
-    size_t per_blk = (q4 ? 32 + 4 : 64) + 4; /* x, (sx), dx per token and block */
-    return (size_t)a->n * act_nb(a, q4) * per_blk + (a->gamx ? AMX_SLACK(q4) : 0);
+    size_t per_blk = (q4 ? 4 : 0) + 4; /* (sx), dx per token and block */
+    return act_x_bytes(a, q4) + (size_t)a->n * act_nb(a, q4) * per_blk;
 }
 
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     size_t cells = (size_t)a->n * act_nb(a, q4); /* token-blocks */
     uint8_t *p = buf;
     a->xg = (int32_t *)p;
-    p += cells * (q4 ? 32 : 64);
-    if (a->gamx) {
-        memset(p, 0, AMX_SLACK(q4));
-        p += AMX_SLACK(q4);
+    if (a->gamx == AMX_WROWS && !q4) {
+        size_t tile = (size_t)AMX_T * act_nb(a, q4) * 64;
+        if (a->n % AMX_T) memset(p + (size_t)(a->n / AMX_T) * tile, 0, tile); /* the last tile's free columns */
+        p += act_x_bytes(a, q4);
+    } else {
+        p += cells * (q4 ? 32 : 64);
+        if (a->gamx) {
+            memset(p, 0, AMX_SLACK(q4));
+            p += AMX_SLACK(q4);
+        }
     }
     a->dxg = (float *)p;
     p += cells * 4;
@@ -328,14 +349,41 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     return act_tiles(a);
 }
 
+/* q8's superblock scale of X from its max |x| (amax) and whether it holds
+ * inf or NaN: d = amax / 32767 and *inv = 32767 / amax, with
+ * mm_block_scale's edge rules applied to the superblock (non-finite: zeros
+ * with d = NaN; an inverse that overflows: zeros with d = 0; *inv = 0 then). */
+AI float sb_scale_q8(float amax, bool nonfinite, float *inv) {
+    float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    if (nonfinite || !(id <= 3.4028234e38f)) {
+        id = 0.0f;
+        d = nonfinite ? __builtin_nanf("") : 0.0f;
+    }
+    *inv = id;
+    return d;
+}
+
+/* A 32-block v0, v1 as 32 int16 q = round to nearest even (x * inv) (MXCSR
+ * default; |q| <= 32767), zero for inv = 0. */
+AI __m512i block_q16(__m512 v0, __m512 v1, float inv) {
+    if (inv == 0.0f) return _mm512_setzero_si512();
+    const __m512 vid = _mm512_set1_ps(inv);
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)), _mm512_cvtsepi32_epi16(q1), 1);
+}
+
+AI bool nonfinite32(__m512 v0, __m512 v1) { /* 0x99: QNaN, SNaN, +inf, -inf */
+    return (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) != 0;
+}
+
 /* q8: token l of a tile of T (X row x) quantized to int16 with one scale
  * per superblock of MM_SB inputs (GEMM_SBB blocks; the last one of the row
  * may be shorter): d = max|x| / 32767 over the superblock, q = round to
- * nearest even (x / d), mm_block_scale's edge rules applied to the
- * superblock (a non-finite value anywhere in it zeroes all of it with d =
- * NaN). Each 32-block cell gets the superblock's d, so the layout is that of
- * per-block scales. Cells: int16 in natural order, or (AMX) high and low
- * bytes in pairs of blocks, the pad block (nb odd) zero. */
+ * nearest even (x / d) (sb_scale_q8, block_q16). Each 32-block cell gets
+ * the superblock's d, so the layout is that of per-block scales. Cells:
+ * int16 in natural order, or (AMX) high and low bytes in pairs of blocks,
+ * the pad block (nb odd) zero. */
 static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, int l, int T, int32_t *xg,
                          float *dg) {
     const uint64_t in = a->in, nb = a->nb;
@@ -355,35 +403,74 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
             if (in - i > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
             if (in - i > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
             float m = mm_load_block32(x, col, i, in, &sv[b - s0][0], &sv[b - s0][1]);
-            nonfinite |= (_mm512_fpclass_ps_mask(sv[b - s0][0], 0x99) |
-                          _mm512_fpclass_ps_mask(sv[b - s0][1], 0x99)) != 0;
+            nonfinite |= nonfinite32(sv[b - s0][0], sv[b - s0][1]);
             amax = m > amax ? m : amax;
         }
-        float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
-        if (nonfinite || !(id <= 3.4028234e38f)) { /* as mm_block_scale: zeros, d = NaN (non-finite) or 0 */
-            id = 0.0f;
-            d = nonfinite ? __builtin_nanf("") : 0.0f;
-        }
-        const __m512 vid = _mm512_set1_ps(id);
+        float id, d = sb_scale_q8(amax, nonfinite, &id);
         for (uint64_t b = s0; b < s1; b++) {
             const size_t cell = b * (uint64_t)T + (uint64_t)l;
-            int32_t *xb = xg + cell * 16;
-            __m512 v0 = sv[b - s0][0], v1 = sv[b - s0][1];
-            __m512i q16 = _mm512_setzero_si512();
-            if (id != 0.0f) { /* round to nearest even (MXCSR default); |q| <= 32767 */
-                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
-                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
-                q16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)), _mm512_cvtsepi32_epi16(q1),
-                                         1);
-            }
+            __m512i q16 = block_q16(sv[b - s0][0], sv[b - s0][1], id);
             if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned), by pairs of blocks */
                 int8_t *hb = (int8_t *)xg + (b / 2 * (uint64_t)T + (uint64_t)l) * 128 + (b & 1) * 32;
                 _mm256_store_si256((__m256i *)hb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
                 _mm256_store_si256((__m256i *)(hb + 64), _mm512_cvtepi16_epi8(q16));
             } else {
-                _mm512_store_si512(xb, q16);
+                _mm512_store_si512(xg + cell * 16, q16);
             }
             dg[cell] = d;
+        }
+    }
+}
+
+/* q8, weight rows as A (gamx == AMX_WROWS): superblocks [sb0, sb1) of all
+ * T tokens of the tile at xt (dg: its dx cells), quantized as quant_row_q8
+ * does, into the B tiles of panel_q8_rows: per block the 16 tokens' high
+ * and low bytes (8 dwords each, in one zmm per token) go through one 16 x
+ * 16 dword transpose, so every 64-byte row of a B tile is written whole by
+ * one task (a task per token wrote one dword of every line: 16 cores on the
+ * same lines). Columns past T stay as bound (zero). */
+static void quant_tile_q8_rows(const mm_act *a, const float *X, const uint8_t *col, int s0, int T,
+                               int8_t *xt, float *dg, uint64_t sb0, uint64_t sb1) {
+    const uint64_t in = a->in, nb = a->nb;
+    for (uint64_t sb = sb0; sb < sb1; sb++) {
+        const uint64_t b0 = sb * GEMM_SBB, b1 = nb - b0 < GEMM_SBB ? nb : b0 + GEMM_SBB;
+        float d[AMX_T], id[AMX_T];
+        for (int l = 0; l < T; l++) {
+            const float *x = X + (size_t)(s0 + l) * in;
+            float amax = 0.0f;
+            bool nonfinite = false;
+            for (uint64_t b = b0; b < b1; b++) {
+                __m512 v0, v1;
+                float m = mm_load_block32(x, col, b * 32, in, &v0, &v1);
+                nonfinite |= nonfinite32(v0, v1);
+                amax = m > amax ? m : amax;
+            }
+            d[l] = sb_scale_q8(amax, nonfinite, &id[l]);
+        }
+        for (uint64_t b = b0; b < b1; b++) {
+            __m512 v[AMX_T];
+            for (int l = 0; l < AMX_T; l++) {
+                v[l] = _mm512_setzero_ps();
+                if (l >= T) continue;
+                __m512 v0, v1;
+                (void)mm_load_block32(X + (size_t)(s0 + l) * in, col, b * 32, in, &v0, &v1);
+                __m512i q16 = block_q16(v0, v1, id[l]);
+                __m256i hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)), lo = _mm512_cvtepi16_epi8(q16);
+                v[l] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(hi), lo, 1));
+                dg[b * (uint64_t)T + (uint64_t)l] = d[l];
+            }
+            mm_tr16(v); /* v[c] = dword c of every token: high bytes' quads 0-7, then the low bytes' */
+            int8_t *tb = xt + b / 2 * 2048 + (b & 1) * 512;
+            for (int c = 0; c < 8; c++) {
+                _mm512_store_ps((float *)(tb + 64 * c), v[c]);
+                _mm512_store_ps((float *)(tb + 1024 + 64 * c), v[8 + c]);
+            }
+        }
+        if ((nb & 1) && b1 == nb) { /* the pair's pad block: zeros */
+            int8_t *tb = xt + nb / 2 * 2048 + 512;
+            memset(tb, 0, 512);
+            memset(tb + 1024, 0, 512);
+            for (int l = 0; l < T; l++) dg[nb * (uint64_t)T + (uint64_t)l] = 0.0f;
         }
     }
 }
@@ -401,6 +488,12 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
      * takes x[8(c&3) + 2m + (c>>2)] */
     const __m512i perm = _mm512_load_si512(mm_even_odd16);
     assert(parts >= 1 && part >= 0 && part < parts);
+    if (!q4 && a->gamx == AMX_WROWS) { /* parts of the tile: ranges of superblocks, all its tokens */
+        const uint64_t nsb = (a->nb + GEMM_SBB - 1) / GEMM_SBB;
+        quant_tile_q8_rows(a, X, col, s0, T, (int8_t *)xg, dg, nsb * (uint64_t)part / (uint64_t)parts,
+                           nsb * (uint64_t)(part + 1) / (uint64_t)parts);
+        return;
+    }
     for (int l = T * part / parts; l < T * (part + 1) / parts; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
         if (!q4) {
@@ -541,6 +634,7 @@ static void emu_dp(amx_emu *e, int c, int a, int b, int sa, int sb) {
 #define AMX_ZERO(tmm) memset(amx_tiles.t[tmm], 0, sizeof amx_tiles.t[tmm])
 #define AMX_DPBSSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 1)
 #define AMX_DPBUSD(c, a, b) emu_dp(&amx_tiles, c, a, b, 0, 1)
+#define AMX_DPBSUD(c, a, b) emu_dp(&amx_tiles, c, a, b, 1, 0)
 #else
 static void amx_begin(int q8) {
     amx_cfg c;
@@ -564,7 +658,24 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 /* C += A (signed) . B (signed / unsigned); AT&T order: B, A, C */
 #define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #define AMX_DPBUSD(c, a, b) __asm__ volatile("tdpbusd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+#define AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #endif
+
+/* q8's four C tiles (tmm0-3) zeroed / stored to c[0..3], 16 x 64 B each */
+#define AMX_ZERO_C4()                                                                   \
+    do {                                                                                \
+        AMX_ZERO(0);                                                                    \
+        AMX_ZERO(1);                                                                    \
+        AMX_ZERO(2);                                                                    \
+        AMX_ZERO(3);                                                                    \
+    } while (0)
+#define AMX_STORE_C4(c)                                                                 \
+    do {                                                                                \
+        AMX_STORE(0, (c)[0], 64);                                                       \
+        AMX_STORE(1, (c)[1], 64);                                                       \
+        AMX_STORE(2, (c)[2], 64);                                                       \
+        AMX_STORE(3, (c)[3], 64);                                                       \
+    } while (0)
 
 /* The accumulators of one token tile into Y as store_acc does (first K
  * chunk stores, later ones add), tokens [0, T). */
@@ -648,10 +759,7 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
         const uint64_t ng = nsb - g < AMX_G8 ? nsb - g : AMX_G8;
         for (uint64_t i = 0; i < ng; i++) { /* superblock g + i: its blocks' products summed in the tiles */
             const uint64_t b0 = (g + i) * GEMM_SBB, b1 = nblk - b0 < GEMM_SBB ? nblk : b0 + GEMM_SBB;
-            AMX_ZERO(0);
-            AMX_ZERO(1);
-            AMX_ZERO(2);
-            AMX_ZERO(3);
+            AMX_ZERO_C4();
             for (uint64_t b = b0; b < b1; b += 2) { /* b0 is even: GEMM_SBB is */
                 const int32_t *pb = pan + b * 8 * GEMM_MR;
                 const int8_t *xb = (const int8_t *)xq + b / 2 * (uint64_t)T * 128;
@@ -664,10 +772,7 @@ static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const f
                 AMX_DPBUSD(2, 5, 6);
                 AMX_DPBUSD(3, 5, 7);
             }
-            AMX_STORE(0, cb[i][0], 64);
-            AMX_STORE(1, cb[i][1], 64);
-            AMX_STORE(2, cb[i][2], 64);
-            AMX_STORE(3, cb[i][3], 64);
+            AMX_STORE_C4(cb[i]);
         }
         for (int t = 0; t < T; t++) {
             __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
@@ -818,6 +923,134 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
         else TILE_CALL(T, UK8);
     }
     if (j->prof) ph[0] += t1 - t0, ph[1] += cmf_cpu_prof_now(j->prof) - t1;
+}
+
+/* ---- AMX q8, few tokens: weight rows as the A tiles ---------------------
+ * With few token tiles (a batched decode step of 16-64 sequences, a
+ * speculative verify) the panel decode costs more than the tile products
+ * it feeds: one core, 16 tokens x 32 rows x 512 inputs, decode 621 ns (L2)
+ * to 1,336 ns (DRAM) against 466 ns for amx_q8 (README "The AMX GEMM's
+ * pieces on one core"). With the operands swapped there is no decode: A =
+ * 16 weight rows x 64 inputs, loaded by TILELOADD straight from the q8
+ * matrix (row stride `in`), B = X of a pair of blocks as 16 k-quads x 16
+ * tokens, C[r][t] = sum_k W[r][k] X[t][k] (TDPBSSD for X's high bytes,
+ * TDPBSUD, signed W x unsigned bytes, for its low ones). The packing
+ * (gamx == AMX_WROWS): tile g of AMX_T token columns starts at byte
+ * 2048 g npairs of xg (npairs = nb / 2, nb even), pair c at 2048 c, its
+ * high bytes then (+1024) its low bytes, k-quad q at 64 q, token l at 4 l;
+ * a tile's unused columns are zero. dx is laid out as for the other
+ * packings. The int32 sums of a superblock are those of amx_q8 / ukern_q8
+ * and each output takes the same float steps (an fma a superblock, the row
+ * scale a K chunk, added into Y a K chunk), vectorised over 16 tokens
+ * instead of 32 rows: bit-identical to avx512vnni. The K chunks' partial
+ * sums stay in a [tile][row][token] buffer (at most WA_TILES x 2 KiB) until
+ * the panel ends, then are transposed into Y. A panel of fewer than 32 rows
+ * or a width not a multiple of 64 copies each pair's 32 x 64 bytes
+ * (zero-padded) into a buffer first. Tiles: tmm0-1 C of the high bytes
+ * (rows 0-15, 16-31), tmm2-3 of the low bytes, tmm4-5 A, tmm6-7 B (all
+ * 16 x 64 B: amx_shape for q8). */
+#define WA_TILES 4 /* the most token tiles this path takes (matmul.c: n <= 64) */
+#ifndef CMF_WA_PF
+#define CMF_WA_PF 512 /* bytes ahead in each weight row that the first token tile prefetches */
+#endif
+
+/* Inputs [k, k + 64) of the panel's 32 rows into buf (row stride 64), zero
+ * past `in` and for the rows past the matrix. */
+static void wa_bounce(const prow *pr, uint64_t k, uint64_t in, uint8_t *buf) {
+    const uint64_t len = in - k < 64 ? in - k : 64;
+    const __mmask64 m = len >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << len) - 1;
+    for (int i = 0; i < GEMM_MR; i++)
+        _mm512_store_si512(buf + 64 * i, pr[i].live ? _mm512_maskz_loadu_epi8(m, pr[i].w + k) : _mm512_setzero_si512());
+}
+
+/* The 32-row panel [r0, r0 + nr) over all tokens (at most WA_TILES tiles);
+ * next: the task's next panel follows (its rows are prefetched once this
+ * one's run out). */
+static void panel_q8_rows(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, int next) {
+    const mm_act *a = j->a;
+    const uint64_t in = j->in, nb = act_nb(a, false), npairs = nb / 2;
+    const int ntiles = act_tiles(a);
+    const long st = (long)in;
+    const size_t ldy = (size_t)j->ldy;
+    const int direct = nr == GEMM_MR && in % 64 == 0;
+    const uint8_t *w = pr[0].w; /* row r0; the rows follow at stride in */
+    float yacc[WA_TILES][GEMM_MR][AMX_T] __attribute__((aligned(64)));
+    int32_t cb[AMX_G8][4][16][16] __attribute__((aligned(64)));
+    uint8_t bounce[GEMM_MR * 64] __attribute__((aligned(64)));
+    assert(a->gamx == AMX_WROWS && ntiles >= 1 && ntiles <= WA_TILES && pr[0].live);
+    AMX_TILES(1);
+    if (direct) /* the first lines of every row: the steady-state prefetch below runs CMF_WA_PF ahead */
+        for (int i = 0; i < GEMM_MR; i++)
+            for (long o = 0; o < CMF_WA_PF && o < st; o += 128) _mm_prefetch((const char *)w + i * st + o, _MM_HINT_T0);
+    for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC8) {
+        const uint64_t kc = in - k0 < GEMM_KC8 ? in - k0 : GEMM_KC8, nblk = (kc + 31) / 32;
+        const uint64_t nsb = (nblk + GEMM_SBB - 1) / GEMM_SBB;
+        const int first = k0 == 0;
+        for (int g = 0; g < ntiles; g++) {
+            int s, T;
+            act_tile_at(a, g, &s, &T);
+            const int8_t *xt = (const int8_t *)a->xg + ((size_t)g * npairs + k0 / 64) * 2048;
+            const float *dx = a->dxg + (size_t)s * nb + k0 / 32 * (uint64_t)T;
+            for (uint64_t i = 0; i < nsb; i++) { /* superblock i of the chunk: its pairs summed in the tiles */
+                const uint64_t b0 = i * GEMM_SBB, b1 = nblk - b0 < GEMM_SBB ? nblk : b0 + GEMM_SBB;
+                AMX_ZERO_C4();
+                for (uint64_t b = b0; b < b1; b += 2) {
+                    const uint64_t k = k0 + b * 32;
+                    const uint8_t *wa = bounce;
+                    long ws = 64;
+                    if (direct) {
+                        wa = w + k, ws = st;
+                        if (g == 0) { /* this row's line CMF_WA_PF ahead, or the next panel's */
+                            long o = (long)k + CMF_WA_PF, ro = o < st ? 0 : 31 * st;
+                            if (o < st || next)
+                                for (int r = 0; r < GEMM_MR; r++)
+                                    _mm_prefetch((const char *)w + r * st + o + ro, _MM_HINT_T0);
+                        }
+                    } else {
+                        wa_bounce(pr, k, in, bounce);
+                    }
+                    const int8_t *xb = xt + b / 2 * 2048;
+                    AMX_LOAD(4, wa, ws);
+                    AMX_LOAD(5, wa + 16 * ws, ws);
+                    AMX_LOAD(6, xb, 64);
+                    AMX_LOAD(7, xb + 1024, 64);
+                    AMX_DPBSSD(0, 4, 6);
+                    AMX_DPBSSD(1, 5, 6);
+                    AMX_DPBSUD(2, 4, 7);
+                    AMX_DPBSUD(3, 5, 7);
+                }
+                AMX_STORE_C4(cb[i]);
+            }
+            /* ukern_q8's float steps per output: fma a superblock, the row scale, into Y */
+            const __mmask16 tm = T >= AMX_T ? 0xFFFF : (__mmask16)((1u << T) - 1);
+            __m512 d[AMX_G8];
+            for (uint64_t i = 0; i < nsb; i++) d[i] = _mm512_maskz_loadu_ps(tm, dx + i * GEMM_SBB * (uint64_t)T);
+            for (int r = 0; r < GEMM_MR; r++) {
+                const int h = r / 16, rr = r % 16;
+                __m512 acc = _mm512_setzero_ps();
+                for (uint64_t i = 0; i < nsb; i++) {
+                    __m512i v = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][h][rr]), 8),
+                                                 _mm512_load_si512(cb[i][2 + h][rr]));
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), d[i], acc);
+                }
+                acc = _mm512_mul_ps(acc, _mm512_set1_ps(pr[r].live ? pr[r].ws : 0.0f));
+                if (!first) acc = _mm512_add_ps(acc, _mm512_load_ps(yacc[g][r]));
+                _mm512_store_ps(yacc[g][r], acc);
+            }
+        }
+    }
+    const __mmask16 m0 = mm_rmask0(nr), m1 = mm_rmask1(nr);
+    for (int g = 0; g < ntiles; g++) { /* [row][token] -> Y[token][row] */
+        int s, T;
+        act_tile_at(a, g, &s, &T);
+        for (int h = 0; h < GEMM_MR / 16; h++) {
+            __m512 v[16];
+            for (int i = 0; i < 16; i++) v[i] = _mm512_load_ps(yacc[g][16 * h + i]);
+            mm_tr16(v);
+            for (int t = 0; t < T; t++)
+                _mm512_mask_storeu_ps(j->Y + (size_t)(s + t) * ldy + r0 + 16 * (uint64_t)h, h ? m1 : m0, v[t]);
+        }
+    }
 }
 
 /* ---- q4 weights: unsigned nibbles x int8 X, vpdpbusd -------------------
@@ -1090,7 +1323,13 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
             else if (vnni) task_int(j, pr, tb, te, stride, 1, 1, 0, ph);
             else task_int(j, pr, tb, te, stride, 1, 0, 0, ph);
         } else if (q8) {
-            if (amx) task_int(j, pr, tb, te, stride, 0, 1, 1, ph);
+            if (amx && j->a->gamx == AMX_WROWS) {
+                uint64_t t0 = cmf_cpu_prof_now(j->prof);
+                for (uint64_t r0 = tb; r0 < te; r0 += GEMM_MR)
+                    panel_q8_rows(j, pr[(r0 - tb) / GEMM_MR], r0, te - r0 < GEMM_MR ? te - r0 : GEMM_MR,
+                                  r0 + GEMM_MR < re);
+                if (j->prof) ph[1] += cmf_cpu_prof_now(j->prof) - t0;
+            } else if (amx) task_int(j, pr, tb, te, stride, 0, 1, 1, ph);
             else if (vnni) task_int(j, pr, tb, te, stride, 0, 1, 0, ph);
             else task_int(j, pr, tb, te, stride, 0, 0, 0, ph);
         } else {

@@ -21,7 +21,9 @@
  * get int16 and q4 weights int8 activations, packed in token tiles by
  * mm_gemm_quant_avx512 (a tile, or a part of one, per task). At the amx level the same GEMM
  * runs its int8 products on AMX tiles (tiles of 16 tokens; gemm_avx512.c),
- * bit-identical to avx512gfni; rows below the GEMM threshold keep the
+ * bit-identical to avx512gfni (q8 with at most cmf_cpu_pool_amx_wrows
+ * tokens: weight rows as the A tiles, X packed as B tiles, quantized a
+ * range of superblocks per task); rows below the GEMM threshold keep the
  * decode kernels of avx512gfni. f16/bf16 weights at the amx level on CPUs
  * with AMX-BF16: the TDPBF16PS GEMM of gemm_amxbf16_avx512.c instead, X
  * rounded to bf16 once per call (one token row per task).
@@ -570,7 +572,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         if (in > (1u << 30))
             return cmf_error_set(err, CMF_ERR_LIMIT, "cmf_cpu_matmul: tensor '%s': in too large", nm);
         bool q4 = fam == FAM_Q4;
-        act.gamx = lv == CMF_CPU_AMX; /* tiles of 16 tokens for the AMX path */
+        /* tiles of 16 tokens for the AMX path; q8 with few tokens: X as the B
+         * tiles of weight rows read in place (gemm_avx512.c panel_q8_rows) */
+        act.gamx = lv != CMF_CPU_AMX ? 0 : !q4 && n <= cmf_cpu_pool_amx_wrows(p) ? 2 : 1;
         size_t bytes = mm_gemm_act_bytes(&act, q4);
         void *buf = act_buffer(p, bytes, &heap);
         if (!buf)

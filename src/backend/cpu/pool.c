@@ -99,6 +99,7 @@ struct cmf_cpu_pool {
     cmf_cpu_level level; /* kernel level of this pool's jobs */
     bool amx_f16;        /* f16 weights on the AMX-BF16 GEMM too */
     int amx_dec;         /* q8 decode class on AMX tiles from this many rows; 0 off */
+    int amx_wrows;       /* q8 prompt GEMM at level amx: weight rows as A up to this many tokens */
     int gemm_split;      /* prompt GEMM: row tasks per thread aimed at (cmf_cpu_pool_gemm_split) */
     cmf_cpu_prof *prof;  /* CMF_CPU_PROFILE=1: per-op wall times (prof_cpu.h); else NULL */
 };
@@ -240,6 +241,8 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     }
     const char *gs = getenv("CMF_GEMM_SPLIT"); /* benchmarks of the split; bad values keep 4 */
     p->gemm_split = gs && atoi(gs) >= 1 && atoi(gs) <= 64 ? atoi(gs) : 4;
+    const char *wr = getenv("CMF_AMX_WROWS"); /* benchmarks of the crossover; bad values keep 64 */
+    p->amx_wrows = wr && atoi(wr) >= 0 && atoi(wr) <= 64 && (atoi(wr) > 0 || strcmp(wr, "0") == 0) ? atoi(wr) : 64;
     const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
     if (amxd) p->amx_dec = atoi(amxd) > 0 ? atoi(amxd) : 0;
     const char *pin = getenv("CMF_PIN");
@@ -317,6 +320,12 @@ void cmf_cpu_pool_set_amx_dec(cmf_cpu_pool *p, int min_n) {
 int cmf_cpu_pool_amx_dec(const cmf_cpu_pool *p) { return p ? p->amx_dec : 0; }
 
 int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p) { return p ? p->gemm_split : 4; }
+
+void cmf_cpu_pool_set_amx_wrows(cmf_cpu_pool *p, int max_n) {
+    if (p) p->amx_wrows = max_n < 0 ? 0 : max_n > 64 ? 64 : max_n;
+}
+
+int cmf_cpu_pool_amx_wrows(const cmf_cpu_pool *p) { return p ? p->amx_wrows : 64; }
 
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv) {
     if (p) p->level = cmf_cpu_level_cap(p->features, lv);
