@@ -316,8 +316,9 @@ static void act_tile_at(const mm_act *a, int g, int *s, int *T) {
 #define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 128))
 
 /* The quantized X's bytes: q8 with weight rows as A (gamx == AMX_WROWS)
- * keeps AMX_T token columns in every tile, the last one's unused columns
- * zero; the other packings hold n tokens and (AMX) the zero slack. */
+ * keeps AMX_T token columns in every tile (the last one's unused columns
+ * are written zero); the other packings hold n tokens and (AMX) the zero
+ * slack. */
 static size_t act_x_bytes(const mm_act *a, bool q4) {
     if (a->gamx == AMX_WROWS && !q4) return (size_t)act_tiles(a) * AMX_T * act_nb(a, q4) * 64;
     return (size_t)a->n * act_nb(a, q4) * (q4 ? 32 : 64) + (a->gamx ? AMX_SLACK(q4) : 0);
@@ -332,9 +333,7 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     size_t cells = (size_t)a->n * act_nb(a, q4); /* token-blocks */
     uint8_t *p = buf;
     a->xg = (int32_t *)p;
-    if (a->gamx == AMX_WROWS && !q4) {
-        size_t tile = (size_t)AMX_T * act_nb(a, q4) * 64;
-        if (a->n % AMX_T) memset(p + (size_t)(a->n / AMX_T) * tile, 0, tile); /* the last tile's free columns */
+    if (a->gamx == AMX_WROWS && !q4) { /* every line is written whole by quant_tile_q8_rows */
         p += act_x_bytes(a, q4);
     } else {
         p += cells * (q4 ? 32 : 64);
@@ -428,7 +427,7 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
  * and low bytes (8 dwords each, in one zmm per token) go through one 16 x
  * 16 dword transpose, so every 64-byte row of a B tile is written whole by
  * one task (a task per token wrote one dword of every line: 16 cores on the
- * same lines). Columns past T stay as bound (zero). */
+ * same lines); columns past T are written zero. */
 static void quant_tile_q8_rows(const mm_act *a, const float *X, const uint8_t *col, int s0, int T,
                                int8_t *xt, float *dg, uint64_t sb0, uint64_t sb1) {
     const uint64_t in = a->in, nb = a->nb;

@@ -242,7 +242,9 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     const char *gs = getenv("CMF_GEMM_SPLIT"); /* benchmarks of the split; bad values keep 4 */
     p->gemm_split = gs && atoi(gs) >= 1 && atoi(gs) <= 64 ? atoi(gs) : 4;
     const char *wr = getenv("CMF_AMX_WROWS"); /* benchmarks of the crossover; bad values keep 64 */
-    p->amx_wrows = wr && atoi(wr) >= 0 && atoi(wr) <= 64 && (atoi(wr) > 0 || strcmp(wr, "0") == 0) ? atoi(wr) : 64;
+    char *wr_end = NULL;
+    long wr_n = wr ? strtol(wr, &wr_end, 10) : -1;
+    p->amx_wrows = wr && *wr && !*wr_end && wr_n >= 0 && wr_n <= 64 ? (int)wr_n : 64;
     const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
     if (amxd) p->amx_dec = atoi(amxd) > 0 ? atoi(amxd) : 0;
     const char *pin = getenv("CMF_PIN");
