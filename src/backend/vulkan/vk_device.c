@@ -517,9 +517,9 @@ cmf_status cmf_vk_ctx_new(int index, vk_ctx **out, cmf_error *err) {
     /* CMF_VK_PIPE_STATS=1: the driver's statistics of each pipeline as it is created (registers, shared
      * memory, ...: VK_KHR_pipeline_executable_properties), on stderr, to see a kernel's occupancy */
     const char *pst = getenv("CMF_VK_PIPE_STATS");
-    vk->pipe_stats = pst && *pst && strcmp(pst, "0") != 0 &&
-                     has_ext(vk->phys, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
-    if (pst && *pst && strcmp(pst, "0") != 0 && !vk->pipe_stats)
+    const bool want_stats = pst && *pst && strcmp(pst, "0") != 0;
+    vk->pipe_stats = want_stats && has_ext(vk->phys, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    if (want_stats && !vk->pipe_stats)
         fprintf(stderr, "vulkan:%d: CMF_VK_PIPE_STATS: the device has no VK_KHR_pipeline_executable_properties\n", index);
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pef = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
