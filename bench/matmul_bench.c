@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
                 for (int k = 0; k < 2 * copies; k++) {
                     const cmf_tensor *W = &set[k].t;
                     int rows = (int)W->shape[0], in = (int)W->shape[1];
-                    cmf_cpu_mm_part part = {W, 0, (uint64_t)rows, Y, rows};
+                    cmf_cpu_mm_part part = {W, 0, (uint64_t)rows, Y, rows, NULL, 0.0f};
                     cmf_status st = CMF_OK;
                     if (how_ == 0) st = cmf_cpu_matmul_parts_split(pool, &part, 1, X, n_dec, n_dec, &e);
                     for (int t = 0; how_ == 1 && t < n_dec && st == CMF_OK; t++)

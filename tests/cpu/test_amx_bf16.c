@@ -33,7 +33,7 @@ static cmf_status product(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
                           const float *X, int n, int n_dec, float *Y, int ldy) {
     cmf_error e;
     for (size_t i = 0; i < (size_t)n * (size_t)ldy; i++) Y[i] = NAN;
-    cmf_cpu_mm_part part = {W, row0, nrows, Y, ldy};
+    cmf_cpu_mm_part part = {W, row0, nrows, Y, ldy, NULL, 0.0f};
     cmf_status st = n_dec < 0 ? cmf_cpu_matmul(p, W, row0, nrows, X, n, Y, ldy, &e)
                               : cmf_cpu_matmul_parts_split(p, &part, 1, X, n, n_dec, &e);
     if (st != CMF_OK) fprintf(stderr, "matmul: %s\n", e.msg);

@@ -72,11 +72,11 @@ static void run_case(cmf_cpu_pool *p, cmf_dtype dt, uint64_t rows, uint64_t in, 
     if (n > 2) X[in + 3] = 0.0f, X[(size_t)2 * in] = 40.0f; /* an outlier in one block */
     for (size_t i = 0; i < ny; i++) Yb[i] = Y1[i] = NAN;
     cmf_error e;
-    cmf_cpu_mm_part part = {&W, row0, nrows, Yb, ldy};
+    cmf_cpu_mm_part part = {&W, row0, nrows, Yb, ldy, NULL, 0.0f};
     cmf_status st = cmf_cpu_matmul_parts_split(p, &part, 1, X, n, n_dec, &e);
     CHECK(st == CMF_OK, "split: %s", st ? e.msg : "");
     for (int t = 0; t < n_dec && st == CMF_OK; t++) {
-        cmf_cpu_mm_part one = {&W, row0, nrows, Y1 + (size_t)t * (size_t)ldy, ldy};
+        cmf_cpu_mm_part one = {&W, row0, nrows, Y1 + (size_t)t * (size_t)ldy, ldy, NULL, 0.0f};
         st = cmf_cpu_matmul_parts_split(p, &one, 1, X + (size_t)t * in, 1, 1, &e);
         CHECK(st == CMF_OK, "one row: %s", st ? e.msg : "");
     }

@@ -303,8 +303,9 @@ static void test_parts(cmf_cpu_pool *pool) {
             return;
         }
     float *X = malloc(sizeof(float) * NMAX * IN), *Y = malloc(sizeof(float) * NMAX * 4 * 80),
-          *Y1 = malloc(sizeof(float) * NMAX * 4 * 80);
-    if (!X || !Y || !Y1) {
+          *Y1 = malloc(sizeof(float) * NMAX * 4 * 80), *R = malloc(sizeof(float) * NMAX * 4 * 80),
+          *R1 = malloc(sizeof(float) * NMAX * 4 * 80);
+    if (!X || !Y || !Y1 || !R || !R1) {
         CHECK(0, "alloc");
         goto out;
     }
@@ -326,7 +327,7 @@ static void test_parts(cmf_cpu_pool *pool) {
                 for (; np < 4 && sets[si][np][0] >= 0; np++) {
                     const int *d = sets[si][np];
                     parts[np] = (cmf_cpu_mm_part){&w[d[0]].t, (uint64_t)d[1], (uint64_t)d[2],
-                                                  Y + (size_t)np * NMAX * 80, 80};
+                                                  Y + (size_t)np * NMAX * 80, 80, NULL, 0.0f};
                 }
                 memset(Y, 0, sizeof(float) * NMAX * 4 * 80);
                 memset(Y1, 0, sizeof(float) * NMAX * 4 * 80);
@@ -339,19 +340,48 @@ static void test_parts(cmf_cpu_pool *pool) {
                 CHECK(memcmp(Y, Y1, sizeof(float) * NMAX * 4 * 80) == 0,
                       "level %s set %zu n %d: parts differ from single products",
                       cmf_cpu_level_name(levels[li]), si, n);
+                /* the fused residual add (cmf_cpu_mm_part.add), whole and with a decode/prompt split:
+                 * R + s·P in every row of every part, nothing outside them */
+                for (int v = 0; v < 2; v++) {
+                    float sc = v ? 0.5f : 1.0f;
+                    int n_dec = v ? n / 2 : -1;
+                    for (int i = 0; i < NMAX * 4 * 80; i++) R[i] = R1[i] = frand();
+                    for (int k = 0; k < np; k++) {
+                        parts[k].add = R + (size_t)k * NMAX * 80;
+                        parts[k].add_s = sc;
+                        for (int t = 0; t < n; t++)
+                            cmf_cpu_axpy(R1 + (size_t)k * NMAX * 80 + (size_t)t * 80,
+                                         Y1 + (size_t)k * NMAX * 80 + (size_t)t * 80, parts[k].nrows, sc);
+                    }
+                    CHECK(cmf_cpu_matmul_parts_split(pool, parts, np, X, n, n_dec, &e) == CMF_OK, "add: %s", e.msg);
+                    if (n_dec < 0)
+                        CHECK(memcmp(R, R1, sizeof(float) * NMAX * 4 * 80) == 0,
+                              "level %s set %zu n %d s %g: fused add differs", cmf_cpu_level_name(levels[li]), si, n,
+                              (double)sc);
+                    else /* decode rows are computed with other kernels: compare their P as the call left it */
+                        for (int k = 0; k < np; k++)
+                            for (int t = 0; t < n; t++)
+                                for (uint64_t r = 0; r < parts[k].nrows; r++) {
+                                    size_t o = (size_t)k * NMAX * 80 + (size_t)t * 80 + r;
+                                    float want = (R1[o] - sc * Y1[o]) + sc * Y[o]; /* R before, plus s·P */
+                                    CHECK(fabsf(R[o] - want) <= 1e-5f * (1.0f + fabsf(want)),
+                                          "split add k %d t %d r %llu", k, t, (unsigned long long)r);
+                                }
+                    for (int k = 0; k < np; k++) parts[k].add = NULL;
+                }
             }
     }
     cmf_cpu_pool_set_level(pool, default_level);
     {
         cmf_error e;
         cmf_cpu_mm_part parts[5];
-        for (int k = 0; k < 5; k++) parts[k] = (cmf_cpu_mm_part){&w[0].t, 0, 4, Y, 80};
+        for (int k = 0; k < 5; k++) parts[k] = (cmf_cpu_mm_part){&w[0].t, 0, 4, Y, 80, NULL, 0.0f};
         CHECK(cmf_cpu_matmul_parts(pool, parts, 0, X, 1, &e) == CMF_ERR_ARG, "0 parts");
         CHECK(cmf_cpu_matmul_parts(pool, parts, 5, X, 1, &e) == CMF_ERR_ARG, "5 parts");
         parts[1].nrows = 38;
         CHECK(cmf_cpu_matmul_parts(pool, parts, 2, X, 1, &e) == CMF_ERR_ARG, "rows past end");
         CHECK(strstr(e.msg, "'w'") != NULL, "message names the tensor: %s", e.msg);
-        parts[1] = (cmf_cpu_mm_part){&w[1].t, 0, 9, Y, 80};
+        parts[1] = (cmf_cpu_mm_part){&w[1].t, 0, 9, Y, 80, NULL, 0.0f};
         w[1].t.shape[1] = 32; /* in mismatch with part 0 would be wrong: make it a bad shape */
         w[1].t.nelem = 9 * 32;
         CHECK(cmf_cpu_matmul_parts(pool, parts, 2, X, 1, &e) == CMF_ERR_FORMAT, "payload/shape mismatch");
@@ -362,6 +392,8 @@ out:
     free(X);
     free(Y);
     free(Y1);
+    free(R);
+    free(R1);
     for (int i = 0; i < 5; i++) unbuild(&w[i]);
 }
 

@@ -197,6 +197,32 @@ int cmf_cpu_pool_gemm_split(const cmf_cpu_pool *p);
  * threading rule as cmf_cpu_pool_set_level; p NULL: no-op / 64. */
 void cmf_cpu_pool_set_amx_wrows(cmf_cpu_pool *p, int max_n);
 int cmf_cpu_pool_amx_wrows(const cmf_cpu_pool *p);
+/* Fused steps around a product (default on; CMF_CPU_FUSE=0 in the
+ * environment when the pool is created turns them off, for A/B runs): the
+ * activation quantization runs as the first phase of the product's own
+ * pool job instead of a job of its own, and the backend's matmul_add adds
+ * each task's rows into the residual stream as soon as they are computed
+ * (instead of a separate add over the whole output). Results are the same
+ * bits either way. Same threading rule as cmf_cpu_pool_set_level; p NULL:
+ * no-op / true. */
+void cmf_cpu_pool_set_fuse(cmf_cpu_pool *p, bool on);
+bool cmf_cpu_pool_fuse(const cmf_cpu_pool *p);
+
+/* One step of a wait for other threads of a job (spins: the steps so far):
+ * a pause while the wait is short, then sched_yield (a busy machine may
+ * have descheduled the thread being waited for). Thread-safe. */
+void cmf_cpu_spin_wait(int spins);
+
+/* y[i] += s·x[i] for i < n, as one rounding of s·x then one of the sum (s
+ * = 1: y[i] + x[i] exactly as s·x would give it): the residual add of the
+ * backend's add_scaled and of the products' fused epilogue, one expression
+ * so that both give the same bits. */
+static inline void cmf_cpu_axpy(float *y, const float *x, size_t n, float s) {
+    if (s == 1.0f)
+        for (size_t i = 0; i < n; i++) y[i] += x[i];
+    else
+        for (size_t i = 0; i < n; i++) y[i] += s * x[i];
+}
 
 /* Run fn(ctx, task, n_tasks) for task = 0 .. n_tasks-1, spread over the
  * pool's threads (dynamic: each thread claims the next task index; the
@@ -267,6 +293,12 @@ typedef struct cmf_cpu_mm_part {
     uint64_t row0, nrows;
     float *Y;
     int ldy;
+    /* Optional (NULL: none): add[t][r] += add_s · Y[t][r] (cmf_cpu_axpy)
+     * once the part's product is in Y, rows of the same stride ldy; done
+     * per task for its rows while they are in its cache (the residual add
+     * of the backend's matmul_add). */
+    float *add;
+    float add_s;
 } cmf_cpu_mm_part;
 cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                 const float *X, int n, cmf_error *err);

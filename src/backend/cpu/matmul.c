@@ -357,23 +357,60 @@ static cmf_status check_payload(const cmf_tensor *W, uint64_t rows, uint64_t in,
 }
 
 /* The pool tasks of one call: part i owns tasks [first[i], first[i+1]),
- * each a chunk of chunk[i] output rows of jobs[i]. */
+ * each a chunk of chunk[i] output rows of jobs[i], then (adds[i]) added
+ * into adds[i] times add_s[i].
+ * The call's activation quantization, when fused (cmf_cpu_pool_fuse), is
+ * the job's first phase: n_pre tasks of pre(pre_ctx, k, n_pre) that the
+ * first threads to start claim one at a time (pre_next); every row task
+ * waits until all of them are done (pre_done) before it reads X. No
+ * deadlock: a quantization task once claimed is being run by a thread
+ * that never waits inside it. This saves the pool round trip of a job of
+ * its own per product (publish, wake, join), and the threads that finish
+ * it go straight on to their rows. */
 typedef struct run_ctx {
     mm_job *jobs;
     mm_kernel_fn fn;
     int nparts;
     uint64_t chunk[CMF_CPU_MM_MAX_PARTS], nrows[CMF_CPU_MM_MAX_PARTS];
     int first[CMF_CPU_MM_MAX_PARTS + 1];
+    float *adds[CMF_CPU_MM_MAX_PARTS];
+    float add_s[CMF_CPU_MM_MAX_PARTS];
+    cmf_cpu_task_fn pre;
+    void *pre_ctx;
+    int n_pre;
+    _Alignas(64) atomic_int pre_next; /* claims, on their own line */
+    _Alignas(64) atomic_int pre_done; /* finished quantization tasks */
+    uint64_t t_pre;                   /* CMF_CPU_PROFILE: when the last one finished (ns) */
+    cmf_cpu_prof *prof;
 } run_ctx;
+
+/* The fused quantization phase (see run_ctx): help with it, then wait for it. */
+static void pre_phase(run_ctx *c) {
+    if (atomic_load_explicit(&c->pre_done, memory_order_acquire) >= c->n_pre) return;
+    for (int k; (k = atomic_fetch_add_explicit(&c->pre_next, 1, memory_order_relaxed)) < c->n_pre;) {
+        c->pre(c->pre_ctx, k, c->n_pre);
+        if (atomic_fetch_add_explicit(&c->pre_done, 1, memory_order_acq_rel) + 1 == c->n_pre && c->prof)
+            c->t_pre = cmf_cpu_prof_now(c->prof);
+    }
+    for (int spins = 0; atomic_load_explicit(&c->pre_done, memory_order_acquire) < c->n_pre; spins++)
+        cmf_cpu_spin_wait(spins);
+}
 
 static void rows_task(void *vctx, int task, int n_tasks) {
     (void)n_tasks;
     run_ctx *c = vctx;
+    if (c->n_pre) pre_phase(c);
     int i = 0;
     while (task >= c->first[i + 1]) i++;
     uint64_t rb = (uint64_t)(task - c->first[i]) * c->chunk[i];
     uint64_t re = rb + c->chunk[i] < c->nrows[i] ? rb + c->chunk[i] : c->nrows[i];
-    c->fn(&c->jobs[i], rb, re);
+    mm_job *j = &c->jobs[i];
+    c->fn(j, rb, re);
+    if (c->adds[i] && re > rb && !atomic_load_explicit(&j->failed, memory_order_relaxed)) /* the fused residual add */
+        for (int t = 0; t < j->n; t++) {
+            size_t o = (size_t)t * (size_t)j->ldy + rb;
+            cmf_cpu_axpy(c->adds[i] + o, j->Y + o, re - rb, c->add_s[i]);
+        }
 }
 
 static mm_kernel_fn pick(int fam, cmf_cpu_level lv) {
@@ -446,7 +483,7 @@ static bool can_share(const cmf_cpu_mm_part *parts, int nparts, uint64_t in) {
 
 cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, uint64_t nrows,
                           const float *X, int n, float *Y, int ldy, cmf_error *err) {
-    cmf_cpu_mm_part part = {W, row0, nrows, Y, ldy};
+    cmf_cpu_mm_part part = {W, row0, nrows, Y, ldy, NULL, 0.0f};
     return cmf_cpu_matmul_parts(p, &part, 1, X, n, err);
 }
 
@@ -477,6 +514,7 @@ cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *pa
     for (int i = 0; i < nparts; i++) {
         rest[i] = parts[i];
         rest[i].Y = parts[i].Y + (size_t)n_dec * (size_t)(parts[i].ldy > 0 ? parts[i].ldy : 0);
+        if (parts[i].add) rest[i].add = parts[i].add + (size_t)n_dec * (size_t)(parts[i].ldy > 0 ? parts[i].ldy : 0);
     }
     uint64_t in = parts[0].W && parts[0].W->ndim ? parts[0].W->shape[parts[0].W->ndim - 1] : 0;
     return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, err);
@@ -539,7 +577,10 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
 #endif
     cmf_cpu_prof *prof = cmf_cpu_pool_prof(p); /* NULL unless CMF_CPU_PROFILE=1 */
     uint64_t t_prof = cmf_cpu_prof_now(prof);
-    bool quantized = false; /* an activation pass ran (profiled on its own) */
+    cmf_cpu_task_fn pre = NULL; /* the activation quantization: n_pre tasks of pre(&qc, ...) */
+    int n_pre = 0;
+    quant_ctx qc;
+    memset(&qc, 0, sizeof qc);
     mm_act act;
     memset(&act, 0, sizeof act);
     act.n = n;
@@ -562,10 +603,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         mm_act_bind(&act, buf, layout);
-        quant_ctx qc = {X, NULL, &act, layout, amxdec, 1};
+        qc = (quant_ctx){X, NULL, &act, layout, amxdec, 1};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
-        cmf_cpu_pool_run(p, quant_task, &qc, n);
-        quantized = true;
+        pre = quant_task, n_pre = n;
     }
 #if defined(__x86_64__) || defined(__i386__)
     if (gemm && (fam == FAM_Q8 || fam == FAM_Q4)) {
@@ -586,10 +626,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
          * each is cut into parts of whole tokens, ~2 tasks per thread */
         int parts = tiles >= 2 * cmf_cpu_pool_threads(p) ? 1 : (2 * cmf_cpu_pool_threads(p) + tiles - 1) / tiles;
         parts = parts > 16 ? 16 : parts;
-        quant_ctx qc = {X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false, parts};
+        qc = (quant_ctx){X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false, parts};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
-        cmf_cpu_pool_run(p, quant16_task, &qc, tiles * parts);
-        quantized = true;
+        pre = quant16_task, n_pre = tiles * parts;
     }
     if (amxbf) {
         size_t bytes = mm_amxbf16_act_bytes(&act);
@@ -599,13 +638,16 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': bf16 activation buffer (%zu bytes)", nm,
                                  bytes);
         act.xbf = buf;
-        quant_ctx qc = {X, NULL, &act, 0, false, 1};
-        cmf_cpu_pool_run(p, bf16_task, &qc, (n + 15) / 16 * 16);
-        quantized = true;
+        qc = (quant_ctx){X, NULL, &act, 0, false, 1};
+        pre = bf16_task, n_pre = (n + 15) / 16 * 16;
     }
 #endif
-
-    if (prof && quantized) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_ACT_QUANT, t_prof);
+    /* the quantization as a job of its own, or (fused) the first phase of the rows' job */
+    bool fuse = cmf_cpu_pool_fuse(p) && n_pre > 1; /* one task (a decode row) runs inline: X is in this core's cache */
+    if (n_pre && !fuse) {
+        cmf_cpu_pool_run(p, pre, &qc, n_pre);
+        if (prof) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_ACT_QUANT, t_prof);
+    }
 
     mm_job jobs[CMF_CPU_MM_MAX_PARTS];
     run_ctx rc;
@@ -613,6 +655,11 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     rc.jobs = jobs;
     rc.fn = fn;
     rc.nparts = nparts;
+    if (n_pre && fuse) {
+        rc.pre = pre, rc.pre_ctx = &qc, rc.n_pre = n_pre, rc.prof = prof;
+        atomic_init(&rc.pre_next, 0);
+        atomic_init(&rc.pre_done, 0);
+    }
     int threads = cmf_cpu_pool_threads(p);
     uint64_t total = 0;
     for (int i = 0; i < nparts; i++) {
@@ -631,6 +678,8 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         job->level = lv;
         job->prof = gemm ? prof : NULL;
         atomic_init(&job->failed, 0);
+        rc.adds[i] = parts[i].add;
+        rc.add_s[i] = parts[i].add_s;
         uint64_t row_bytes = Wi->nbytes / rows_of[i] + 1;
         uint64_t chunk = (nrows + (uint64_t)threads * 4 - 1) / ((uint64_t)threads * 4);
         /* at most 256 KiB of weights per task: each task is one forward
@@ -656,6 +705,10 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     }
     rc.first[nparts] = (int)total;
     cmf_cpu_pool_run_ranged(p, rows_task, &rc, (int)total);
+    if (prof && rc.n_pre) { /* the fused quantization phase: from the job's start until its last task */
+        cmf_cpu_prof_op_add(prof, CMF_PROF_ACT_QUANT, t_prof, rc.t_pre);
+        t_prof = rc.t_pre;
+    }
     if (prof) {
         uint64_t flop = 0;
         for (int i = 0; i < nparts; i++) flop += 2 * (uint64_t)n * parts[i].nrows * in;

@@ -81,7 +81,7 @@ static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
 static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0, uint64_t n_rows,
                              const float *X, uint32_t n, int32_t n_dec, float *Y, size_t ldy,
                              cmf_error *err) {
-    cmf_cpu_mm_part part = {W, row0, n_rows, Y, (int)ldy};
+    cmf_cpu_mm_part part = {W, row0, n_rows, Y, (int)ldy, NULL, 0.0f};
     return cmf_cpu_matmul_parts_split(pool_of(b), &part, 1, X, (int)n, (int)n_dec, err);
 }
 
@@ -91,8 +91,24 @@ static cmf_status cpu_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uin
     if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "cpu matmul_parts: %u parts", n_parts);
     for (uint32_t i = 0; i < n_parts; i++)
-        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy};
+        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy, NULL, 0.0f};
     return cmf_cpu_matmul_parts_split(pool_of(b), pp, (int)n_parts, X, (int)n, (int)n_dec, err);
+}
+
+static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s);
+
+/* The residual add in the product's tasks (cmf_cpu_mm_part.add): each task
+ * adds its rows into Y while they are in its cache, instead of a pass over
+ * the whole output after the product (a decode step's adds ran on one
+ * thread). Same bits as matmul then add_scaled (cmf_cpu_axpy), which is what
+ * it does with the pool's fusion off (CMF_CPU_FUSE=0). */
+static cmf_status cpu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
+                                 int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err) {
+    bool fuse = cmf_cpu_pool_fuse(pool_of(b));
+    cmf_cpu_mm_part part = {W, 0, n_rows, tmp, (int)n_rows, fuse ? Y : NULL, s};
+    cmf_status st = cmf_cpu_matmul_parts_split(pool_of(b), &part, 1, X, (int)n, (int)n_dec, err);
+    if (st == CMF_OK && !fuse) cpu_add_scaled(b, Y, tmp, (size_t)n * n_rows, s);
+    return st;
 }
 
 static cmf_status cpu_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
@@ -553,12 +569,7 @@ static void add_task(void *vctx, int task, int n_tasks) {
     const ew_ctx *c = vctx;
     size_t lo, hi;
     ew_range(c, task, n_tasks, &lo, &hi);
-    float *y = c->y, s = c->s;
-    const float *x = c->x;
-    if (s == 1.0f)
-        for (size_t i = lo; i < hi; i++) y[i] += x[i];
-    else
-        for (size_t i = lo; i < hi; i++) y[i] += s * x[i];
+    if (hi > lo) cmf_cpu_axpy(c->y + lo, c->x + lo, hi - lo, c->s);
 }
 
 static void softcap_task(void *vctx, int task, int n_tasks) {
@@ -674,6 +685,7 @@ static const cmf_backend_ops cpu_ops = {
     .pool_copy = cpu_pool_copy,
     .matmul = cpu_matmul,
     .matmul_parts = cpu_matmul_parts,
+    .matmul_add = cpu_matmul_add,
     .lora = cpu_lora,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,

@@ -101,6 +101,7 @@ struct cmf_cpu_pool {
     int amx_dec;         /* q8 decode class on AMX tiles from this many rows; 0 off */
     int amx_wrows;       /* q8 prompt GEMM at level amx: weight rows as A up to this many tokens */
     int gemm_split;      /* prompt GEMM: row tasks per thread aimed at (cmf_cpu_pool_gemm_split) */
+    bool fuse;           /* quantization and residual adds inside the products' jobs (cmf_cpu_pool_fuse) */
     cmf_cpu_prof *prof;  /* CMF_CPU_PROFILE=1: per-op wall times (prof_cpu.h); else NULL */
 };
 
@@ -110,6 +111,11 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__)
     __asm__ volatile("yield");
 #endif
+}
+
+void cmf_cpu_spin_wait(int spins) {
+    if (spins < SPIN_ITERS) cpu_relax();
+    else sched_yield();
 }
 
 /* Run one task of the current job (claimed by the caller) and count it
@@ -245,6 +251,8 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     char *wr_end = NULL;
     long wr_n = wr ? strtol(wr, &wr_end, 10) : -1;
     p->amx_wrows = wr && *wr && !*wr_end && wr_n >= 0 && wr_n <= 64 ? (int)wr_n : 64;
+    const char *fz = getenv("CMF_CPU_FUSE"); /* A/B runs: "0" turns the fused steps off */
+    p->fuse = !(fz && strcmp(fz, "0") == 0);
     const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
     if (amxd) p->amx_dec = atoi(amxd) > 0 ? atoi(amxd) : 0;
     const char *pin = getenv("CMF_PIN");
@@ -329,6 +337,12 @@ void cmf_cpu_pool_set_amx_wrows(cmf_cpu_pool *p, int max_n) {
 
 int cmf_cpu_pool_amx_wrows(const cmf_cpu_pool *p) { return p ? p->amx_wrows : 64; }
 
+void cmf_cpu_pool_set_fuse(cmf_cpu_pool *p, bool on) {
+    if (p) p->fuse = on;
+}
+
+bool cmf_cpu_pool_fuse(const cmf_cpu_pool *p) { return p ? p->fuse : true; }
+
 void cmf_cpu_pool_set_level(cmf_cpu_pool *p, cmf_cpu_level lv) {
     if (p) p->level = cmf_cpu_level_cap(p->features, lv);
 }
@@ -371,11 +385,7 @@ static void run_job(cmf_cpu_pool *p, cmf_cpu_task_fn fn, cmf_cpu_task_fn_t fn_t,
     }
     run_tasks(p, 0);
     run_ranged(p, 0);
-    int spins = 0;
-    while (done_count(p) < (uint64_t)n_tasks) {
-        if (++spins < SPIN_ITERS) cpu_relax();
-        else sched_yield();
-    }
+    for (int spins = 0; done_count(p) < (uint64_t)n_tasks; spins++) cmf_cpu_spin_wait(spins);
     atomic_store(&p->busy, 0);
 }
 

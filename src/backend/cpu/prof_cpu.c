@@ -20,13 +20,17 @@ static void span(cmf_cpu_prof *prof, uint64_t t0, uint64_t t1) {
     if (t1 > prof->last_ns) prof->last_ns = t1;
 }
 
-uint64_t cmf_cpu_prof_op_end(cmf_cpu_prof *prof, cmf_cpu_prof_op op, uint64_t t0) {
-    if (!prof) return 0;
-    uint64_t t1 = cmf_cpu_prof_now(prof);
-    if ((unsigned)op >= CMF_PROF_N_OPS) return t1;
+void cmf_cpu_prof_op_add(cmf_cpu_prof *prof, cmf_cpu_prof_op op, uint64_t t0, uint64_t t1) {
+    if (!prof || (unsigned)op >= CMF_PROF_N_OPS || t1 < t0) return;
     prof->op_ns[op] += t1 - t0;
     prof->op_calls[op]++;
     span(prof, t0, t1);
+}
+
+uint64_t cmf_cpu_prof_op_end(cmf_cpu_prof *prof, cmf_cpu_prof_op op, uint64_t t0) {
+    if (!prof) return 0;
+    uint64_t t1 = cmf_cpu_prof_now(prof);
+    cmf_cpu_prof_op_add(prof, op, t0, t1);
     return t1;
 }
 

@@ -73,6 +73,8 @@ static inline uint64_t cmf_cpu_prof_now(const cmf_cpu_prof *prof) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Add [t0, t1) to class op (a phase that ended before now). No-op for NULL. */
+void cmf_cpu_prof_op_add(cmf_cpu_prof *prof, cmf_cpu_prof_op op, uint64_t t0, uint64_t t1);
 /* Add [t0, now) to class op; returns now (to chain phases). No-op for NULL. */
 uint64_t cmf_cpu_prof_op_end(cmf_cpu_prof *prof, cmf_cpu_prof_op op, uint64_t t0);
 /* The hook of an op: cmf_cpu_prof_op_end behind one NULL test. */
