@@ -952,9 +952,6 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
 #ifndef CMF_WA_PF
 #define CMF_WA_PF 512 /* bytes ahead in each weight row that the first token tile prefetches */
 #endif
-#ifndef CMF_WA_PFMODE
-#define CMF_WA_PFMODE 0
-#endif
 
 /* Inputs [k, k + 64) of the panel's 32 rows into buf (row stride 64), zero
  * past `in` and for the rows past the matrix. */
@@ -968,7 +965,7 @@ static void wa_bounce(const prow *pr, uint64_t k, uint64_t in, uint8_t *buf) {
 /* The 32-row panel [r0, r0 + nr) over all tokens (at most WA_TILES tiles);
  * next: the task's next panel follows (its rows are prefetched once this
  * one's run out). */
-static void panel_q8_rows(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, int next, int cold) {
+static void panel_q8_rows(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, int next) {
     const mm_act *a = j->a;
     const uint64_t in = j->in, nb = act_nb(a, false), npairs = nb / 2;
     const int ntiles = act_tiles(a);
@@ -981,7 +978,7 @@ static void panel_q8_rows(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, i
     uint8_t bounce[GEMM_MR * 64] __attribute__((aligned(64)));
     assert(a->gamx == AMX_WROWS && ntiles >= 1 && ntiles <= WA_TILES && pr[0].live);
     AMX_TILES(1);
-    if (direct && CMF_WA_PFMODE != 3 && (CMF_WA_PFMODE != 2 || cold)) /* the first lines of every row: the steady-state prefetch below runs CMF_WA_PF ahead */
+    if (direct) /* the first lines of every row: the steady-state prefetch below runs CMF_WA_PF ahead */
         for (int i = 0; i < GEMM_MR; i++)
             for (long o = 0; o < CMF_WA_PF && o < st; o += 128) _mm_prefetch((const char *)w + i * st + o, _MM_HINT_T0);
     for (uint64_t k0 = 0; k0 < in; k0 += GEMM_KC8) {
@@ -1002,20 +999,12 @@ static void panel_q8_rows(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, i
                     long ws = 64;
                     if (direct) {
                         wa = w + k, ws = st;
-#if CMF_WA_PFMODE == 0 || CMF_WA_PFMODE == 1 || CMF_WA_PFMODE == 2
-                        if (g == 0 && (CMF_WA_PFMODE != 2 || cold)) { /* this row's line CMF_WA_PF ahead, or the next panel's */
+                        if (g == 0) { /* this row's line CMF_WA_PF ahead, or the next panel's */
                             long o = (long)k + CMF_WA_PF, ro = o < st ? 0 : 31 * st;
-                            if (o < st || (next && CMF_WA_PFMODE != 2))
+                            if (o < st || next)
                                 for (int r = 0; r < GEMM_MR; r++)
-                                    _mm_prefetch((const char *)w + r * st + o + ro, CMF_WA_PFMODE == 1 ? _MM_HINT_T1 : _MM_HINT_T0);
+                                    _mm_prefetch((const char *)w + r * st + o + ro, _MM_HINT_T0);
                         }
-#endif
-#if CMF_WA_PFMODE == 2
-                        if (g == 0 && next) { /* the next panel, in memory order, into L2: 2 KiB a pair step */
-                            const char *np = (const char *)w + 32 * st + (long)k * 32;
-                            for (int l = 0; l < 32; l++) _mm_prefetch(np + 64 * l, _MM_HINT_T1);
-                        }
-#endif
                     } else {
                         wa_bounce(pr, k, in, bounce);
                     }
@@ -1337,7 +1326,7 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
                 uint64_t t0 = cmf_cpu_prof_now(j->prof);
                 for (uint64_t r0 = tb; r0 < te; r0 += GEMM_MR)
                     panel_q8_rows(j, pr[(r0 - tb) / GEMM_MR], r0, te - r0 < GEMM_MR ? te - r0 : GEMM_MR,
-                                  r0 + GEMM_MR < re, r0 == rb);
+                                  r0 + GEMM_MR < re);
                 if (j->prof) ph[1] += cmf_cpu_prof_now(j->prof) - t0;
             } else if (amx) task_int(j, pr, tb, te, stride, 0, 1, 1, ph);
             else if (vnni) task_int(j, pr, tb, te, stride, 0, 1, 0, ph);

@@ -512,9 +512,10 @@ cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *pa
     /* the prompt rows: the same parts, their Y rows after the decode rows */
     cmf_cpu_mm_part rest[CMF_CPU_MM_MAX_PARTS];
     for (int i = 0; i < nparts; i++) {
+        size_t skip = (size_t)n_dec * (size_t)(parts[i].ldy > 0 ? parts[i].ldy : 0); /* Y (and add) rows */
         rest[i] = parts[i];
-        rest[i].Y = parts[i].Y + (size_t)n_dec * (size_t)(parts[i].ldy > 0 ? parts[i].ldy : 0);
-        if (parts[i].add) rest[i].add = parts[i].add + (size_t)n_dec * (size_t)(parts[i].ldy > 0 ? parts[i].ldy : 0);
+        rest[i].Y = parts[i].Y + skip;
+        if (parts[i].add) rest[i].add = parts[i].add + skip;
     }
     uint64_t in = parts[0].W && parts[0].W->ndim ? parts[0].W->shape[parts[0].W->ndim - 1] : 0;
     return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, err);
