@@ -83,13 +83,15 @@ static void test_levels(void) {
     CHECK(cmf_cpu_level_cap(all, CMF_CPU_REF) == CMF_CPU_REF, "cap at ref");
 #if !defined(__aarch64__)
     /* AMX sits above avx512gfni; CMF_CPU=avx512vnni forces the VNNI path */
-    const unsigned amx = all | CMF_CPU_F_AMXINT8;
+    const unsigned amx = all | CMF_CPU_F_AMXINT8 | CMF_CPU_F_VBMI;
     CHECK(cmf_cpu_level_choose(amx, NULL) == CMF_CPU_AMX, "AMX: the best level");
     CHECK(cmf_cpu_level_choose(amx, "avx512vnni") == CMF_CPU_AVX512VNNI, "CMF_CPU=avx512vnni on AMX");
     CHECK(cmf_cpu_level_choose(amx, "avx512gfni") == CMF_CPU_AVX512GFNI, "CMF_CPU=avx512gfni on AMX");
     CHECK(cmf_cpu_level_choose(all, "amx") == CMF_CPU_AVX512GFNI, "CMF_CPU=amx without AMX");
     CHECK(cmf_cpu_level_choose(amx & ~CMF_CPU_F_GFNI, NULL) == CMF_CPU_AVX512VNNI,
           "AMX without GFNI: avx512vnni");
+    CHECK(cmf_cpu_level_choose(amx & ~CMF_CPU_F_VBMI, NULL) == CMF_CPU_AVX512GFNI,
+          "AMX without VBMI: avx512gfni (the amx quantizers use vpermt2b)");
     CHECK(strcmp(cmf_cpu_level_name(CMF_CPU_AMX), "amx") == 0, "amx name");
 #endif
 

@@ -62,8 +62,17 @@ static void check_matmul(cmf_cpu_pool *p) {
     if (prof->mm_calls[CMF_DT_Q8_ROW][1] == 1 && cmf_cpu_level_is_avx512(cmf_cpu_pool_level(p))) {
         CHECK(prof->gemm_int_ns > 0 && task > 0, "the q8 GEMM's tasks were not timed (%llu ns, call %llu ns)",
               (unsigned long long)task, (unsigned long long)prof->gemm_int_ns);
-        CHECK(dec > 0 && til > 0 && dec + til <= task, "GEMM phases: decode %llu + tiles %llu ns > tasks %llu ns",
-              (unsigned long long)dec, (unsigned long long)til, (unsigned long long)task);
+        /* at level amx a call of up to cmf_cpu_pool_amx_wrows tokens reads the weight rows in place as
+         * the A tiles: no panel decode */
+        bool wrows = cmf_cpu_pool_level(p) == CMF_CPU_AMX && 20 <= cmf_cpu_pool_amx_wrows(p);
+        CHECK((wrows ? dec == 0 : dec > 0) && til > 0 && dec + til <= task,
+              "GEMM phases: decode %llu + tiles %llu ns, tasks %llu ns (weight rows in place: %d)",
+              (unsigned long long)dec, (unsigned long long)til, (unsigned long long)task, (int)wrows);
+        /* the n = 20 call's quantization ran as the fused first phase of its job (several tasks) */
+        if (cmf_cpu_pool_fuse(p))
+            CHECK(prof->pre_calls == 1 && prof->pre_tasks > 1 && atomic_load(&prof->pre_work_ns) > 0,
+                  "fused quantization phase: %llu calls, %llu tasks", (unsigned long long)prof->pre_calls,
+                  (unsigned long long)prof->pre_tasks);
     } else {
         CHECK(task == 0 || prof->mm_calls[CMF_DT_Q8_ROW][1] > 0, "GEMM phases timed without a GEMM call");
     }

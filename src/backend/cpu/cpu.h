@@ -39,6 +39,7 @@ extern "C" {
  * cmf_cpu_detect_features; refused: the bit stays clear) */
 #define CMF_CPU_F_AMXINT8 (1u << 8)
 #define CMF_CPU_F_AMXBF16 (1u << 9)   /* AMX-BF16 (with CMF_CPU_F_AMXINT8) */
+#define CMF_CPU_F_VBMI (1u << 10)     /* x86 AVX512-VBMI (vpermb, vpermt2b); level amx asks for it */
 
 /* Kernel levels, in increasing capability. A pool uses the best one the
  * CPU supports, unless the environment variable CMF_CPU names one:

@@ -18,7 +18,9 @@
  * its first tile instruction (else SIGILL). Detection asks (idempotent,
  * process-wide: a permission, not state of ours); a refusal (older kernel,
  * a sandbox that does not pass it on) leaves the AMX bits clear, so the
- * level falls back to avx512gfni/avx512vnni.
+ * level falls back to avx512gfni/avx512vnni. Level amx also asks for GFNI
+ * and AVX512-VBMI (CPUID.(7,0):ECX bits 8 and 1), which every CPU with AMX
+ * has: its activation quantizers use vpermt2b (gemm_avx512.c).
  * CMF_CPU=<level name> forces a level (capped by what the CPU has). Also
  * counts physical cores for the default thread count.
  */
@@ -75,7 +77,7 @@ static unsigned detect(void) {
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = (b >> 5) & 1;
     bool f512 = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
-    bool vnni = (c >> 11) & 1, gfni = (c >> 8) & 1;
+    bool vnni = (c >> 11) & 1, gfni = (c >> 8) & 1, vbmi = (c >> 1) & 1;
     bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
     bool tile_ok = (xcr0 & 0x60000) == 0x60000;
     unsigned a1, b1, c1, d1;
@@ -88,6 +90,7 @@ static unsigned detect(void) {
         if (vnni) f |= CMF_CPU_F_AVX512VNNI;
         if (bf16) f |= CMF_CPU_F_AVX512BF16;
         if (gfni) f |= CMF_CPU_F_GFNI;
+        if (vbmi) f |= CMF_CPU_F_VBMI;
 #if defined(CMF_AMX_EMULATE)
         amx_tile = amx_int8 = tile_ok = true;
 #endif
@@ -120,7 +123,7 @@ cmf_cpu_level cmf_cpu_level_cap(unsigned f, cmf_cpu_level cap) {
     if (cap >= CMF_CPU_NEON && (f & CMF_CPU_F_NEON)) return CMF_CPU_NEON;
 #else
     if (cap == CMF_CPU_AMX && (f & CMF_CPU_F_AMXINT8) && (f & CMF_CPU_F_AVX512VNNI) &&
-        (f & CMF_CPU_F_GFNI))
+        (f & CMF_CPU_F_GFNI) && (f & CMF_CPU_F_VBMI)) /* every AMX CPU has GFNI and VBMI */
         return CMF_CPU_AMX;
     if (cap > CMF_CPU_AVX512GFNI) cap = CMF_CPU_AVX512GFNI;
     if (cap >= CMF_CPU_AVX512GFNI && (f & CMF_CPU_F_AVX512VNNI) && (f & CMF_CPU_F_GFNI))

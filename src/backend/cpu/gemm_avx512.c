@@ -376,17 +376,83 @@ AI bool nonfinite32(__m512 v0, __m512 v1) { /* 0x99: QNaN, SNaN, +inf, -inf */
     return (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) != 0;
 }
 
+/* vpermt2b indices: of the 32 int32 q of a block (q0 lanes 0-15, q1 16-31,
+ * each |q| <= 32767), the high bytes (byte 1: q >> 8, signed) then the low
+ * bytes (byte 0) - the two halves block_q16's int16 gives through a shift
+ * and two narrowing conversions (ten port-5 uops), in one. */
+static const uint8_t q32_hilo_idx[64] __attribute__((aligned(64))) = {
+    1,  5,  9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69, 73, 77, 81, 85,
+    89, 93, 97, 101, 105, 109, 113, 117, 121, 125, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44,
+    48, 52, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 124};
+
+/* The 32-block v0, v1 as block_q16 quantizes it (inv = 0: zeros), returned
+ * as its high bytes (low 32 bytes of the result) and low bytes. AVX512-VBMI
+ * (every CPU with AMX has it; cmf_cpu_level_cap asks for it at level amx). */
+__attribute__((target("avx512vbmi"))) AI __m512i block_q16_hilo(__m512 v0, __m512 v1, __m512 vid, __m512i idx) {
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    return _mm512_permutex2var_epi8(q0, idx, q1);
+}
+
+/* max |x| over the blocks [b0, b1) of row x (col: the q8_2f column scales)
+ * as one running maximum and one reduction, on the bits of |x| (for
+ * non-negative floats their order as unsigned integers; inf and NaN are
+ * the patterns from 0x7F800000 up, so *nonfinite: whether any is). The
+ * same amax as a float maximum per block. */
+AI float sb_amax(const float *x, const uint8_t *col, uint64_t in, uint64_t b0, uint64_t b1, bool *nonfinite) {
+    const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512i m = _mm512_setzero_si512();
+    for (uint64_t b = b0; b < b1; b++) {
+        __m512 v0, v1;
+        uint64_t i = b * 32, left = i < in ? in - i : 0;
+        __mmask16 m0 = mm_rmask0(left), m1 = mm_rmask1(left);
+        v0 = _mm512_maskz_loadu_ps(m0, x + i);
+        v1 = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        if (col) {
+            v0 = _mm512_mul_ps(v0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, col + 2 * i)));
+            v1 = _mm512_mul_ps(v1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, col + 2 * i + 32)));
+        }
+        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(v0), abs));
+        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(v1), abs));
+    }
+    uint32_t bits = _mm512_reduce_max_epu32(m);
+    *nonfinite = bits >= 0x7F800000u;
+    float amax;
+    memcpy(&amax, &bits, sizeof amax);
+    return amax;
+}
+
 /* q8: token l of a tile of T (X row x) quantized to int16 with one scale
  * per superblock of MM_SB inputs (GEMM_SBB blocks; the last one of the row
  * may be shorter): d = max|x| / 32767 over the superblock, q = round to
  * nearest even (x / d) (sb_scale_q8, block_q16). Each 32-block cell gets
  * the superblock's d, so the layout is that of per-block scales. Cells:
- * int16 in natural order, or (AMX) high and low bytes in pairs of blocks,
- * the pad block (nb odd) zero. */
+ * int16 in natural order (levels avx512*), or (amx, quant_row_q8_amx) high
+ * and low bytes in pairs of blocks, the pad block (nb odd) zero. */
 static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, int l, int T, int32_t *xg,
                          float *dg) {
     const uint64_t in = a->in, nb = a->nb;
-    if (a->gamx && (nb & 1)) { /* the pair's pad block: zeros (its weights in the panel are zero too) */
+    for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
+        const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
+        for (uint64_t b = s0; b < s1; b++) /* 2 KiB ahead */
+            for (uint64_t i = b * 32 + 512; i < b * 32 + 544 && i < in; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T0);
+        bool nonfinite;
+        float amax = sb_amax(x, col, in, s0, s1, &nonfinite), id, d = sb_scale_q8(amax, nonfinite, &id);
+        for (uint64_t b = s0; b < s1; b++) {
+            const size_t cell = b * (uint64_t)T + (uint64_t)l;
+            __m512 v0, v1;
+            (void)mm_load_block32(x, col, b * 32, in, &v0, &v1);
+            _mm512_store_si512(xg + cell * 16, block_q16(v0, v1, id));
+            dg[cell] = d;
+        }
+    }
+}
+
+__attribute__((target("avx512vbmi"))) static void quant_row_q8_amx(const mm_act *a, const float *x,
+                                                                   const uint8_t *col, int l, int T, int32_t *xg,
+                                                                   float *dg) {
+    const uint64_t in = a->in, nb = a->nb;
+    const __m512i idx = _mm512_load_si512(q32_hilo_idx);
+    if (nb & 1) { /* the pair's pad block: zeros (its weights in the panel are zero too) */
         int8_t *hb = (int8_t *)xg + (nb / 2 * (uint64_t)T + (uint64_t)l) * 128 + 32;
         memset(hb, 0, 32);
         memset(hb + 64, 0, 32);
@@ -394,29 +460,23 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
     }
     for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
         const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
-        float amax = 0.0f;
-        bool nonfinite = false;
-        __m512 sv[GEMM_SBB][2]; /* the superblock's values, loaded once for the max and the rounding */
+        for (uint64_t b = s0; b < s1; b++) /* 2 KiB ahead */
+            for (uint64_t i = b * 32 + 512; i < b * 32 + 544 && i < in; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T0);
+        bool nonfinite;
+        float amax = sb_amax(x, col, in, s0, s1, &nonfinite), id, d = sb_scale_q8(amax, nonfinite, &id);
+        const __m512 vid = _mm512_set1_ps(id);
         for (uint64_t b = s0; b < s1; b++) {
-            uint64_t i = b * 32;
-            if (in - i > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
-            if (in - i > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
-            float m = mm_load_block32(x, col, i, in, &sv[b - s0][0], &sv[b - s0][1]);
-            nonfinite |= nonfinite32(sv[b - s0][0], sv[b - s0][1]);
-            amax = m > amax ? m : amax;
-        }
-        float id, d = sb_scale_q8(amax, nonfinite, &id);
-        for (uint64_t b = s0; b < s1; b++) {
-            const size_t cell = b * (uint64_t)T + (uint64_t)l;
-            __m512i q16 = block_q16(sv[b - s0][0], sv[b - s0][1], id);
-            if (a->gamx) { /* AMX: high bytes (signed), then low bytes (unsigned), by pairs of blocks */
-                int8_t *hb = (int8_t *)xg + (b / 2 * (uint64_t)T + (uint64_t)l) * 128 + (b & 1) * 32;
-                _mm256_store_si256((__m256i *)hb, _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)));
-                _mm256_store_si256((__m256i *)(hb + 64), _mm512_cvtepi16_epi8(q16));
-            } else {
-                _mm512_store_si512(xg + cell * 16, q16);
+            /* high bytes (signed), then low bytes (unsigned), by pairs of blocks */
+            int8_t *hb = (int8_t *)xg + (b / 2 * (uint64_t)T + (uint64_t)l) * 128 + (b & 1) * 32;
+            __m512i hl = _mm512_setzero_si512();
+            if (id != 0.0f) {
+                __m512 v0, v1;
+                (void)mm_load_block32(x, col, b * 32, in, &v0, &v1);
+                hl = block_q16_hilo(v0, v1, vid, idx);
             }
-            dg[cell] = d;
+            _mm256_store_si256((__m256i *)hb, _mm512_castsi512_si256(hl));
+            _mm256_store_si256((__m256i *)(hb + 64), _mm512_extracti64x4_epi64(hl, 1));
+            dg[b * (uint64_t)T + (uint64_t)l] = d;
         }
     }
 }
@@ -427,23 +487,18 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
  * and low bytes (8 dwords each, in one zmm per token) go through one 16 x
  * 16 dword transpose, so every 64-byte row of a B tile is written whole by
  * one task (a task per token wrote one dword of every line: 16 cores on the
- * same lines); columns past T are written zero. */
-static void quant_tile_q8_rows(const mm_act *a, const float *X, const uint8_t *col, int s0, int T,
-                               int8_t *xt, float *dg, uint64_t sb0, uint64_t sb1) {
+ * same lines); columns past T are written zero. Level amx only (VBMI). */
+__attribute__((target("avx512vbmi"))) static void quant_tile_q8_rows(const mm_act *a, const float *X,
+                                                                     const uint8_t *col, int s0, int T, int8_t *xt,
+                                                                     float *dg, uint64_t sb0, uint64_t sb1) {
     const uint64_t in = a->in, nb = a->nb;
+    const __m512i idx = _mm512_load_si512(q32_hilo_idx);
     for (uint64_t sb = sb0; sb < sb1; sb++) {
         const uint64_t b0 = sb * GEMM_SBB, b1 = nb - b0 < GEMM_SBB ? nb : b0 + GEMM_SBB;
         float d[AMX_T], id[AMX_T];
         for (int l = 0; l < T; l++) {
-            const float *x = X + (size_t)(s0 + l) * in;
-            float amax = 0.0f;
-            bool nonfinite = false;
-            for (uint64_t b = b0; b < b1; b++) {
-                __m512 v0, v1;
-                float m = mm_load_block32(x, col, b * 32, in, &v0, &v1);
-                nonfinite |= nonfinite32(v0, v1);
-                amax = m > amax ? m : amax;
-            }
+            bool nonfinite;
+            float amax = sb_amax(X + (size_t)(s0 + l) * in, col, in, b0, b1, &nonfinite);
             d[l] = sb_scale_q8(amax, nonfinite, &id[l]);
         }
         for (uint64_t b = b0; b < b1; b++) {
@@ -451,12 +506,11 @@ static void quant_tile_q8_rows(const mm_act *a, const float *X, const uint8_t *c
             for (int l = 0; l < AMX_T; l++) {
                 v[l] = _mm512_setzero_ps();
                 if (l >= T) continue;
+                dg[b * (uint64_t)T + (uint64_t)l] = d[l];
+                if (id[l] == 0.0f) continue; /* block_q16's zeros */
                 __m512 v0, v1;
                 (void)mm_load_block32(X + (size_t)(s0 + l) * in, col, b * 32, in, &v0, &v1);
-                __m512i q16 = block_q16(v0, v1, id[l]);
-                __m256i hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(q16, 8)), lo = _mm512_cvtepi16_epi8(q16);
-                v[l] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(hi), lo, 1));
-                dg[b * (uint64_t)T + (uint64_t)l] = d[l];
+                v[l] = _mm512_castsi512_ps(block_q16_hilo(v0, v1, _mm512_set1_ps(id[l]), idx));
             }
             mm_tr16(v); /* v[c] = dword c of every token: high bytes' quads 0-7, then the low bytes' */
             int8_t *tb = xt + b / 2 * 2048 + (b & 1) * 512;
@@ -496,7 +550,8 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     for (int l = T * part / parts; l < T * (part + 1) / parts; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
         if (!q4) {
-            quant_row_q8(a, x, col, l, T, xg, dg);
+            if (a->gamx) quant_row_q8_amx(a, x, col, l, T, xg, dg); /* level amx */
+            else quant_row_q8(a, x, col, l, T, xg, dg);
             continue;
         }
         for (uint64_t b = 0; b < nb; b++) {

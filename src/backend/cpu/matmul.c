@@ -380,7 +380,8 @@ typedef struct run_ctx {
     int n_pre;
     _Alignas(64) atomic_int pre_next; /* claims, on their own line */
     _Alignas(64) atomic_int pre_done; /* finished quantization tasks */
-    uint64_t t_pre;                   /* CMF_CPU_PROFILE: when the last one finished (ns) */
+    uint64_t t_pre;                   /* CMF_CPU_PROFILE: when the last one finished (ns), */
+    uint64_t t_claim0, t_claim1;      /* when the first and the last were claimed */
     cmf_cpu_prof *prof;
 } run_ctx;
 
@@ -388,9 +389,14 @@ typedef struct run_ctx {
 static void pre_phase(run_ctx *c) {
     if (atomic_load_explicit(&c->pre_done, memory_order_acquire) >= c->n_pre) return;
     for (int k; (k = atomic_fetch_add_explicit(&c->pre_next, 1, memory_order_relaxed)) < c->n_pre;) {
+        uint64_t t0 = cmf_cpu_prof_now(c->prof); /* 0 without the profiler */
+        if (c->prof && k == 0) c->t_claim0 = t0;
+        if (c->prof && k == c->n_pre - 1) c->t_claim1 = t0;
         c->pre(c->pre_ctx, k, c->n_pre);
+        uint64_t t1 = cmf_cpu_prof_now(c->prof);
+        if (c->prof) atomic_fetch_add_explicit(&c->prof->pre_work_ns, t1 - t0, memory_order_relaxed);
         if (atomic_fetch_add_explicit(&c->pre_done, 1, memory_order_acq_rel) + 1 == c->n_pre && c->prof)
-            c->t_pre = cmf_cpu_prof_now(c->prof);
+            c->t_pre = t1;
     }
     for (int spins = 0; atomic_load_explicit(&c->pre_done, memory_order_acquire) < c->n_pre; spins++)
         cmf_cpu_spin_wait(spins);
@@ -708,6 +714,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     cmf_cpu_pool_run_ranged(p, rows_task, &rc, (int)total);
     if (prof && rc.n_pre) { /* the fused quantization phase: from the job's start until its last task */
         cmf_cpu_prof_op_add(prof, CMF_PROF_ACT_QUANT, t_prof, rc.t_pre);
+        prof->pre_calls++, prof->pre_tasks += (uint64_t)rc.n_pre;
+        prof->pre_wake_ns += rc.t_claim0 - t_prof, prof->pre_claim_ns += rc.t_claim1 - rc.t_claim0;
+        prof->pre_tail_ns += rc.t_pre - rc.t_claim1;
         t_prof = rc.t_pre;
     }
     if (prof) {

@@ -95,4 +95,13 @@ void cmf_cpu_prof_print(const cmf_cpu_prof *prof, FILE *f) {
                 (double)task / 1e6, busy, (double)prof->gemm_int_ns / 1e6, prof->n_threads, 100.0 * (double)dec / (double)task,
                 100.0 * (double)til / (double)task, 100.0 * (double)(task - dec - til) / (double)task);
     }
+    if (prof->pre_calls) {
+        double c = (double)prof->pre_calls;
+        fprintf(f, "  fused activation quantization, per call (%llu calls, %.1f tasks a call): call start to first claim"
+                   " %.2f us,\n    first to last claim %.2f us, last claim to last task's end %.2f us; the tasks' own"
+                   " time %.2f us a task\n",
+                (unsigned long long)prof->pre_calls, (double)prof->pre_tasks / c, (double)prof->pre_wake_ns / 1e3 / c,
+                (double)prof->pre_claim_ns / 1e3 / c, (double)prof->pre_tail_ns / 1e3 / c,
+                prof->pre_tasks ? (double)atomic_load(&prof->pre_work_ns) / 1e3 / (double)prof->pre_tasks : 0.0);
+    }
 }

@@ -53,6 +53,13 @@ typedef struct cmf_cpu_prof {
      * setup. Added with relaxed atomics by the workers, one add per task. */
     atomic_ullong gemm_task_ns, gemm_decode_ns, gemm_tiles_ns;
     uint64_t gemm_int_ns; /* wall time of those GEMM calls (driving thread) */
+    /* The fused quantization phase of the products (matmul.c run_ctx),
+     * summed over calls: from the driver's start of the call to the first
+     * task's claim (setup + wake), from the first claim to the last one,
+     * from the last claim to the last task's end, and the tasks' own time
+     * summed over all threads (relaxed atomic adds by the workers). */
+    uint64_t pre_calls, pre_tasks, pre_wake_ns, pre_claim_ns, pre_tail_ns;
+    atomic_ullong pre_work_ns;
 } cmf_cpu_prof;
 
 /* A GEMM task's phase times (ns): task, panel decode, token tiles. */
