@@ -397,6 +397,74 @@ out:
     for (int i = 0; i < 5; i++) unbuild(&w[i]);
 }
 
+/* cmf_cpu_matmul_glu_split == cmf_cpu_glu_run then cmf_cpu_matmul_parts_split,
+ * bit for bit (Y, the residual add and H left in G), at every level, for
+ * each weight family, the three activations, decode/prompt splits, and
+ * the quantization phase fused into the product's job or not. */
+static void test_glu(cmf_cpu_pool *pool) {
+    static const cmf_cpu_level levels[] = {CMF_CPU_REF,        CMF_CPU_AVX2,       CMF_CPU_AVX512, CMF_CPU_AVX512VNNI,
+                                           CMF_CPU_AVX512GFNI, CMF_CPU_AMX,        CMF_CPU_NEON,   CMF_CPU_NEONDOT};
+    enum { NMAX = 40, ROWS = 70 };
+    static const cmf_dtype dts[] = {CMF_DT_Q8_ROW, CMF_DT_Q4TP, CMF_DT_F16, CMF_DT_BF16, CMF_DT_Q8_2F};
+    static const uint64_t ins[] = {512, 288};
+    static const int ns[] = {1, 5, 16, 33, NMAX};
+    int cases = 0;
+    for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+        const uint64_t in = ins[ii];
+        float *G = malloc(sizeof(float) * NMAX * in), *G1 = malloc(sizeof(float) * NMAX * in),
+              *U = malloc(sizeof(float) * NMAX * in), *Y = malloc(sizeof(float) * NMAX * ROWS),
+              *Y1 = malloc(sizeof(float) * NMAX * ROWS), *R = malloc(sizeof(float) * NMAX * ROWS),
+              *R1 = malloc(sizeof(float) * NMAX * ROWS);
+        if (!G || !G1 || !U || !Y || !Y1 || !R || !R1) {
+            CHECK(0, "alloc");
+            free(G), free(G1), free(U), free(Y), free(Y1), free(R), free(R1);
+            return;
+        }
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+            built w;
+            if (build(dts[d], ROWS, in, &w) != 0) {
+                CHECK(0, "build %s", cmf_dtype_name(dts[d]));
+                continue;
+            }
+            for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+                cmf_cpu_pool_set_level(pool, levels[li]);
+                if (cmf_cpu_pool_level(pool) != levels[li]) continue;
+                for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+                    for (int v = 0; v < 4; v++) {
+                        const int n = ns[k], act = (int)((k + (size_t)v) % 3), n_dec = v & 1 ? n / 2 : -1;
+                        const bool fuse = v < 2;
+                        cmf_cpu_pool_set_fuse(pool, fuse);
+                        for (size_t i = 0; i < (size_t)n * in; i++) G[i] = G1[i] = 3.0f * frand(), U[i] = frand();
+                        for (int i = 0; i < n * ROWS; i++) R[i] = R1[i] = frand();
+                        memset(Y, 0, sizeof(float) * NMAX * ROWS);
+                        memset(Y1, 0, sizeof(float) * NMAX * ROWS);
+                        cmf_cpu_mm_part part = {&w.t, 0, ROWS, Y, ROWS, R, 0.5f}, ref = {&w.t, 0, ROWS, Y1, ROWS, R1, 0.5f};
+                        cmf_error e;
+                        CHECK(cmf_cpu_matmul_glu_split(pool, &part, G, U, act, n, n_dec, &e) == CMF_OK, "glu split: %s",
+                              e.msg);
+                        cmf_cpu_glu_run(pool, act, G1, in, G1, U, in, (uint32_t)n, (uint32_t)in);
+                        CHECK(cmf_cpu_matmul_parts_split(pool, &ref, 1, G1, n, n_dec, &e) == CMF_OK, "ref: %s", e.msg);
+                        bool same = memcmp(G, G1, sizeof(float) * (size_t)n * in) == 0 &&
+                                    memcmp(Y, Y1, sizeof(float) * (size_t)n * ROWS) == 0 &&
+                                    memcmp(R, R1, sizeof(float) * (size_t)n * ROWS) == 0;
+                        CHECK(same, "level %s %s in %llu n %d n_dec %d act %d fuse %d: glu_split differs",
+                              cmf_cpu_level_name(levels[li]), cmf_dtype_name(dts[d]), (unsigned long long)in, n, n_dec,
+                              act, (int)fuse);
+                        cases++;
+                    }
+            }
+            unbuild(&w);
+        }
+        free(G), free(G1), free(U), free(Y), free(Y1), free(R), free(R1);
+    }
+    cmf_cpu_pool_set_fuse(pool, true);
+    cmf_cpu_pool_set_level(pool, default_level);
+    cmf_error e;
+    cmf_cpu_mm_part part = {NULL, 0, 0, NULL, 0, NULL, 0.0f};
+    CHECK(cmf_cpu_matmul_glu_split(pool, &part, NULL, NULL, 0, 1, -1, &e) == CMF_ERR_ARG, "glu split: NULL G");
+    fprintf(stderr, "test_glu: %d cases\n", cases);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 /* The AVX-512 activation quantizer against the portable one, byte for byte
  * on every plane (q4: q, d, s, de, se, dsx; q8: q, q2, dsb, ssb), odd lengths and
@@ -590,6 +658,7 @@ int main(void) {
     test_nan(pool);
     test_errors();
     test_parts(pool);
+    test_glu(pool);
     cmf_cpu_pool_free(pool);
     cmf_cpu_pool_free(serial_pool);
     return test_done();

@@ -135,6 +135,15 @@ typedef struct cmf_cpu_vec {
 } cmf_cpu_vec;
 const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l);
 
+/* The gated MLP's H = act(gate) · up (Shazeer 2020, "GLU Variants Improve
+ * Transformer") over tokens [t0, t1) x columns [c0, c1):
+ * out[t*ld_out + c] = act(gate[t*ld_in + c]) · up[t*ld_in + c], act a
+ * cmf_act of backend.h (0 SiLU through vec->silu_mul, 1 GELU tanh, 2 GELU
+ * erf). Element-wise: regions whose columns start at multiples of 16 give
+ * the bits of one call over whole rows. out may alias gate. (vec.c) */
+void cmf_cpu_glu_region(const cmf_cpu_vec *vec, int act, float *out, size_t ld_out, const float *gate,
+                        const float *up, size_t ld_in, uint32_t t0, uint32_t t1, uint64_t c0, uint64_t c1);
+
 /* ---- thread pool (pool.c) ---------------------------------------------- */
 
 typedef struct cmf_cpu_pool cmf_cpu_pool;
@@ -315,6 +324,26 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
  * cmf_cpu_matmul; CMF_ERR_ARG for n_dec > n. */
 cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                       const float *X, int n, int n_dec, cmf_error *err);
+
+/* The down projection of a gated MLP with its inputs still split
+ * (backend.h glu_matmul_add): the product of part (with its add, as for
+ * cmf_cpu_matmul_parts_split) of H [n][in] = act(G) · U (cmf_cpu_glu_region;
+ * G, U [n][in], in = the width of part->W). H is formed in place in G:
+ * inside the product's activation quantization phase when the call has one
+ * of several tasks (each forms the region of H it quantizes, while it is in
+ * its cache; the profiler counts it there), else by cmf_cpu_glu_run first.
+ * Same bits as cmf_cpu_glu_run then cmf_cpu_matmul_parts_split. G holds H
+ * after (unless part has no rows). Errors: those of
+ * cmf_cpu_matmul_parts_split (NULL G or U: CMF_ERR_ARG). */
+cmf_status cmf_cpu_matmul_glu_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *part, float *G, const float *U, int act,
+                                    int n, int n_dec, cmf_error *err);
+
+/* H = act(gate) · up into out for n rows of dim columns (strides ld_out,
+ * ld_in; cmf_cpu_glu_region), spread over the pool by rows once the call
+ * is prompt-sized (a decode step's stays on the calling thread). p NULL:
+ * on the calling thread. (ops_cpu.c) */
+void cmf_cpu_glu_run(cmf_cpu_pool *p, int act, float *out, size_t ld_out, const float *gate, const float *up,
+                     size_t ld_in, uint32_t n, uint32_t dim);
 
 /* True when cmf_cpu_matmul has a direct kernel for dt (no slow path). */
 bool cmf_cpu_matmul_fast(cmf_dtype dt);

@@ -528,6 +528,22 @@ __attribute__((target("avx512vbmi"))) static void quant_tile_q8_rows(const mm_ac
     }
 }
 
+void mm_gemm_quant_region(const mm_act *a, bool q4, int g, int part, int parts, int *t0, int *t1, uint64_t *c0,
+                          uint64_t *c1) {
+    int s0, T;
+    act_tile_at(a, g, &s0, &T);
+    assert(parts >= 1 && part >= 0 && part < parts);
+    if (!q4 && a->gamx == AMX_WROWS) { /* ranges of superblocks, all the tile's tokens */
+        const uint64_t nsb = (a->nb + GEMM_SBB - 1) / GEMM_SBB;
+        uint64_t e = nsb * (uint64_t)(part + 1) / (uint64_t)parts * MM_SB;
+        *t0 = s0, *t1 = s0 + T;
+        *c0 = nsb * (uint64_t)part / (uint64_t)parts * MM_SB, *c1 = e < a->in ? e : a->in;
+        return;
+    }
+    *t0 = s0 + T * part / parts, *t1 = s0 + T * (part + 1) / parts; /* whole tokens */
+    *c0 = 0, *c1 = a->in;
+}
+
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
                           int parts) {
     const uint64_t in = a->in, nb = act_nb(a, q4);
@@ -540,14 +556,14 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     /* q4: even elements then odd, so int8 lane o = 4c + m of a block's quads
      * takes x[8(c&3) + 2m + (c>>2)] */
     const __m512i perm = _mm512_load_si512(mm_even_odd16);
-    assert(parts >= 1 && part >= 0 && part < parts);
+    int r0, r1;
+    uint64_t c0, c1;
+    mm_gemm_quant_region(a, q4, g, part, parts, &r0, &r1, &c0, &c1);
     if (!q4 && a->gamx == AMX_WROWS) { /* parts of the tile: ranges of superblocks, all its tokens */
-        const uint64_t nsb = (a->nb + GEMM_SBB - 1) / GEMM_SBB;
-        quant_tile_q8_rows(a, X, col, s0, T, (int8_t *)xg, dg, nsb * (uint64_t)part / (uint64_t)parts,
-                           nsb * (uint64_t)(part + 1) / (uint64_t)parts);
+        quant_tile_q8_rows(a, X, col, s0, T, (int8_t *)xg, dg, c0 / MM_SB, (c1 + MM_SB - 1) / MM_SB);
         return;
     }
-    for (int l = T * part / parts; l < T * (part + 1) / parts; l++) {
+    for (int l = r0 - s0; l < r1 - s0; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
         if (!q4) {
             if (a->gamx) quant_row_q8_amx(a, x, col, l, T, xg, dg); /* level amx */

@@ -117,6 +117,14 @@ void mm_q4_scales(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, u
 
 /* ---- activation quantization ------------------------------------------- */
 
+/* A gated MLP's inputs whose H = act(G) · U is X (cmf_cpu_matmul_glu_split):
+ * G [n][in] (X itself, H formed in place), U [n][in], act a cmf_act. */
+typedef struct mm_glu {
+    float *G;
+    const float *U;
+    int act;
+} mm_glu;
+
 typedef struct quant_ctx {
     const float *X;
     const uint8_t *col; /* q8_2f column factors (f16 [in]) or NULL */
@@ -124,7 +132,17 @@ typedef struct quant_ctx {
     int layout; /* MM_LAYOUT_* (matmul_int.h) */
     bool amxdec; /* MM_LAYOUT_SB permuted for mm_q8_decode_rows_amx */
     int parts;   /* quant16_task: tasks per token tile */
+    const mm_glu *glu;      /* non-NULL: each task first forms the region of H = X it reads */
+    const cmf_cpu_vec *vec; /* with glu: the pool level's */
 } quant_ctx;
+
+/* With c->glu: H over tokens [t0, t1) x inputs [c0, c1) of the call's X. */
+static void glu_region(const quant_ctx *c, int t0, int t1, uint64_t c0, uint64_t c1) {
+    if (!c->glu || t1 <= t0) return;
+    const size_t in = (size_t)c->a->in;
+    cmf_cpu_glu_region(c->vec, c->glu->act, c->glu->G, in, c->glu->G, c->glu->U, in, (uint32_t)t0, (uint32_t)t1,
+                       c0, c1);
+}
 
 #define ACT_PLANES 9
 /* bytes of plane i of a in `layout` (0 for a plane the layout lacks), in
@@ -290,6 +308,7 @@ void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layou
 static void quant_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
+    glu_region(c, t, t + 1, 0, c->a->in);
 #if defined(__x86_64__) || defined(__i386__)
     if (c->layout == MM_LAYOUT_QUAD || c->layout == MM_LAYOUT_SB) { /* AVX-512: same bits */
         mm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_QUAD, t);
@@ -306,14 +325,21 @@ static void quant_task(void *vctx, int t, int n_tasks) {
 static void quant16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    mm_gemm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_EVENODD, t / c->parts, t % c->parts,
-                         c->parts); /* q4 */
+    bool q4 = c->layout == MM_LAYOUT_EVENODD;
+    if (c->glu) {
+        int t0, t1;
+        uint64_t c0, c1;
+        mm_gemm_quant_region(c->a, q4, t / c->parts, t % c->parts, c->parts, &t0, &t1, &c0, &c1);
+        glu_region(c, t0, t1, c0, c1);
+    }
+    mm_gemm_quant_avx512(c->a, c->X, c->col, q4, t / c->parts, t % c->parts, c->parts);
 }
 
 /* X rounded to bf16 for the AMX-BF16 GEMM, one token row per task */
 static void bf16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
+    if (t < (int)c->a->n) glu_region(c, t, t + 1, 0, c->a->in);
     mm_amxbf16_act_fill(c->a, c->a->xbf, t);
 }
 
@@ -498,21 +524,22 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
 enum { MM_CLASS_AUTO, MM_CLASS_DECODE, MM_CLASS_PROMPT };
 
 static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
-                           const float *X, int n, int cls, cmf_error *err);
+                           const float *X, int n, int cls, const mm_glu *glu, cmf_error *err);
 
 cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                 const float *X, int n, cmf_error *err) {
-    return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, err);
+    return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, NULL, err);
 }
 
-cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
-                                      const float *X, int n, int n_dec, cmf_error *err) {
-    if (n_dec < 0) return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, err);
+/* cmf_cpu_matmul_parts_split, and with glu cmf_cpu_matmul_glu_split (X = glu->G) */
+static cmf_status split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts, const float *X, int n,
+                        int n_dec, const mm_glu *glu, cmf_error *err) {
+    if (n_dec < 0) return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, glu, err);
     if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS || n_dec > n)
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts, %d parts or n_dec %d > n %d",
                              nparts, n_dec, n);
     if (n_dec > 0) {
-        cmf_status st = mm_parts(p, parts, nparts, X, n_dec, MM_CLASS_DECODE, err);
+        cmf_status st = mm_parts(p, parts, nparts, X, n_dec, MM_CLASS_DECODE, glu, err);
         if (st != CMF_OK || n_dec == n) return st;
     }
     /* the prompt rows: the same parts, their Y rows after the decode rows */
@@ -524,13 +551,28 @@ cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *pa
         if (parts[i].add) rest[i].add = parts[i].add + skip;
     }
     uint64_t in = parts[0].W && parts[0].W->ndim ? parts[0].W->shape[parts[0].W->ndim - 1] : 0;
-    return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, err);
+    mm_glu g2;
+    if (glu) g2 = (mm_glu){glu->G + (size_t)n_dec * in, glu->U + (size_t)n_dec * in, glu->act};
+    return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, glu ? &g2 : NULL, err);
+}
+
+cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
+                                      const float *X, int n, int n_dec, cmf_error *err) {
+    return split(p, parts, nparts, X, n, n_dec, NULL, err);
+}
+
+cmf_status cmf_cpu_matmul_glu_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *part, float *G, const float *U, int act,
+                                    int n, int n_dec, cmf_error *err) {
+    if (!part || !G || !U) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul_glu_split: NULL part, G or U");
+    mm_glu glu = {G, U, act};
+    return split(p, part, 1, G, n, n_dec, &glu, err);
 }
 
 static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
-                           const float *X, int n, int cls, cmf_error *err) {
+                           const float *X, int n, int cls, const mm_glu *glu, cmf_error *err) {
     if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts or %d parts", nparts);
+    assert(!glu || (nparts == 1 && X == glu->G)); /* H formed once, in X */
     uint64_t rows_of[CMF_CPU_MM_MAX_PARTS], in = 0;
     for (int i = 0; i < nparts; i++) {
         cmf_status st = check_part(&parts[i], n, "cmf_cpu_matmul", &rows_of[i], &in, err);
@@ -541,7 +583,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     if (empty) return CMF_OK;
     if (nparts > 1 && !can_share(parts, nparts, in)) {
         for (int i = 0; i < nparts; i++) {
-            cmf_status st = mm_parts(p, &parts[i], 1, X, n, cls, err);
+            cmf_status st = mm_parts(p, &parts[i], 1, X, n, cls, NULL, err);
             if (st != CMF_OK) return st;
         }
         return CMF_OK;
@@ -610,7 +652,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': activation buffer (%zu bytes)", nm,
                                  bytes);
         mm_act_bind(&act, buf, layout);
-        qc = (quant_ctx){X, NULL, &act, layout, amxdec, 1};
+        qc = (quant_ctx){X, NULL, &act, layout, amxdec, 1, NULL, NULL};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         pre = quant_task, n_pre = n;
     }
@@ -633,7 +675,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
          * each is cut into parts of whole tokens, ~2 tasks per thread */
         int parts = tiles >= 2 * cmf_cpu_pool_threads(p) ? 1 : (2 * cmf_cpu_pool_threads(p) + tiles - 1) / tiles;
         parts = parts > 16 ? 16 : parts;
-        qc = (quant_ctx){X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false, parts};
+        qc = (quant_ctx){X, NULL, &act, q4 ? MM_LAYOUT_EVENODD : MM_LAYOUT_NATURAL, false, parts, NULL, NULL};
         if (W->dtype == CMF_DT_Q8_2F) qc.col = (const uint8_t *)W->data + rows * in + 2 * rows;
         pre = quant16_task, n_pre = tiles * parts;
     }
@@ -645,12 +687,19 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
                                  "cmf_cpu_matmul: tensor '%s': bf16 activation buffer (%zu bytes)", nm,
                                  bytes);
         act.xbf = buf;
-        qc = (quant_ctx){X, NULL, &act, 0, false, 1};
+        qc = (quant_ctx){X, NULL, &act, 0, false, 1, NULL, NULL};
         pre = bf16_task, n_pre = (n + 15) / 16 * 16;
     }
 #endif
     /* the quantization as a job of its own, or (fused) the first phase of the rows' job */
     bool fuse = cmf_cpu_pool_fuse(p) && n_pre > 1; /* one task (a decode row) runs inline: X is in this core's cache */
+    if (glu && n_pre && fuse) { /* each quantization task forms its region of H first */
+        qc.glu = glu;
+        qc.vec = cmf_cpu_vec_for(lv);
+    } else if (glu) { /* no phase of several tasks: H first, as the glu op does */
+        cmf_cpu_glu_run(p, glu->act, glu->G, in, glu->G, glu->U, in, (uint32_t)n, (uint32_t)in);
+        if (prof) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_GLU, t_prof);
+    }
     if (n_pre && !fuse) {
         cmf_cpu_pool_run(p, pre, &qc, n_pre);
         if (prof) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_ACT_QUANT, t_prof);

@@ -207,6 +207,12 @@ size_t mm_gemm_act_bytes(const mm_act *a, bool q4);
 int mm_gemm_act_bind(mm_act *a, void *buf, bool q4);
 void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, bool q4, int g, int part,
                           int parts);
+/* What part `part` of `parts` of tile g reads of X: tokens [*t0, *t1) x
+ * inputs [*c0, *c1) (q8 weight rows in place: a range of superblocks of
+ * the tile's tokens; else whole tokens). mm_gemm_quant_avx512 quantizes
+ * exactly that region. */
+void mm_gemm_quant_region(const mm_act *a, bool q4, int g, int part, int parts, int *t0, int *t1, uint64_t *c0,
+                          uint64_t *c1);
 /* gemm_amxbf16_avx512.c: the prompt GEMM of f16/bf16 weights on AMX-BF16
  * tiles (level amx, CPU feature CMF_CPU_F_AMXBF16); X rounded to bf16 into
  * a->xbf first: act_bytes is the buffer's size (n rounded up to 16 rows,

@@ -111,6 +111,18 @@ static cmf_status cpu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n
     return st;
 }
 
+/* backend.h glu_matmul_add: the GLU formed inside the down product's
+ * quantization phase (cmf_cpu_matmul_glu_split), the add as matmul_add's */
+static cmf_status cpu_glu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, float *G, const float *U,
+                                     uint32_t n, int32_t n_dec, cmf_act act, float s, float *Y, float *tmp,
+                                     cmf_error *err) {
+    bool fuse = cmf_cpu_pool_fuse(pool_of(b));
+    cmf_cpu_mm_part part = {W, 0, n_rows, tmp, (int)n_rows, fuse ? Y : NULL, s};
+    cmf_status st = cmf_cpu_matmul_glu_split(pool_of(b), &part, G, U, (int)act, (int)n, (int)n_dec, err);
+    if (st == CMF_OK && !fuse) cpu_add_scaled(b, Y, tmp, (size_t)n * n_rows, s);
+    return st;
+}
+
 static cmf_status cpu_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
                            float *Y, size_t ldy, uint32_t n_out, cmf_error *err) {
     PROF_BEGIN(b);
@@ -502,24 +514,12 @@ static cmf_status cpu_attention(cmf_backend *b, const cmf_attn_args *a, cmf_erro
 
 /* ---- GLU, adds, softcap ------------------------------------------------ */
 
-/* gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
- * (Hendrycks & Gimpel 2016, tanh approximation); silu: x·σ(x). */
-static inline float act_apply(float x, cmf_act act) {
-    switch (act) {
-    case CMF_ACT_GELU_TANH:
-        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case CMF_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-    case CMF_ACT_SILU:
-    default: return x / (1.0f + expf(-x));
-    }
-}
-
 typedef struct {
     float *out;
     const float *gate, *up;
     size_t ld_out, ld_in;
     uint32_t n, dim;
-    cmf_act act;
+    int act;                /* cmf_act */
     const cmf_cpu_vec *vec; /* of the pool's level */
 } glu_ctx;
 
@@ -527,25 +527,21 @@ static void glu_task(void *vctx, int task, int n_tasks) {
     glu_ctx *c = vctx;
     uint32_t lo, hi;
     chunk(task, n_tasks, c->n, &lo, &hi);
-    if (c->act == CMF_ACT_SILU) { /* SwiGLU: the vector path */
-        for (uint32_t i = lo; i < hi; i++)
-            c->vec->silu_mul(c->out + (size_t)i * c->ld_out, c->gate + (size_t)i * c->ld_in,
-                             c->up + (size_t)i * c->ld_in, c->dim);
-        return;
-    }
-    for (uint32_t i = lo; i < hi; i++)
-        for (uint32_t j = 0; j < c->dim; j++)
-            c->out[(size_t)i * c->ld_out + j] =
-                act_apply(c->gate[(size_t)i * c->ld_in + j], c->act) * c->up[(size_t)i * c->ld_in + j];
+    cmf_cpu_glu_region(c->vec, c->act, c->out, c->ld_out, c->gate, c->up, c->ld_in, lo, hi, 0, c->dim);
+}
+
+void cmf_cpu_glu_run(cmf_cpu_pool *p, int act, float *out, size_t ld_out, const float *gate, const float *up,
+                     size_t ld_in, uint32_t n, uint32_t dim) {
+    glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act, cmf_cpu_vec_for(p ? cmf_cpu_pool_level(p) : CMF_CPU_REF)};
+    int threads = p ? cmf_cpu_pool_threads(p) : 1;
+    if (!p || (size_t)n * dim < 65536) glu_task(&c, 0, 1); /* decode: not worth a wake-up */
+    else cmf_cpu_pool_run(p, glu_task, &c, (uint32_t)threads > n ? (int)(n ? n : 1) : threads);
 }
 
 static void cpu_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
                     size_t ld_in, uint32_t n, uint32_t dim, cmf_act act) {
     PROF_BEGIN(b);
-    glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act,
-                 cmf_cpu_vec_for(cmf_cpu_pool_level(pool_of(b)))};
-    if ((size_t)n * dim < 65536) glu_task(&c, 0, 1); /* decode: not worth a wake-up */
-    else cmf_cpu_pool_run(pool_of(b), glu_task, &c, n_tasks_for(b, n));
+    cmf_cpu_glu_run(pool_of(b), (int)act, out, ld_out, gate, up, ld_in, n, dim);
     PROF_END(CMF_PROF_GLU);
 }
 
@@ -686,6 +682,7 @@ static const cmf_backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .matmul_parts = cpu_matmul_parts,
     .matmul_add = cpu_matmul_add,
+    .glu_matmul_add = cpu_glu_matmul_add,
     .lora = cpu_lora,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,

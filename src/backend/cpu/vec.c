@@ -1,7 +1,9 @@
 /*
  * vec.c — small float-vector primitives of the CPU backend: rows of the
  * f16 KV cache to float and back, dot products and y += a*x, the inner
- * loops of attention, RMSNorm's sum of squares (ops_cpu.c). Chosen by CPU level like the matmul kernels: the
+ * loops of attention, RMSNorm's sum of squares (ops_cpu.c), and the GLU
+ * activations over a region of rows (cmf_cpu_glu_region: the GLU op and
+ * the down projection's fused quantization phase). Chosen by CPU level like the matmul kernels: the
  * AVX2 level uses vec_avx2.c (AVX2 + FMA + F16C), the AVX-512 levels
  * vec_avx512.c, every other level (and CMF_CPU=ref) the plain C below.
  */
@@ -107,5 +109,31 @@ const cmf_cpu_vec *cmf_cpu_vec_for(cmf_cpu_level l) {
     case CMF_CPU_AMX: return &vec_avx512;
 #endif
     default: return &vec_c;
+    }
+}
+
+/* gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+ * (Hendrycks & Gimpel 2016, tanh approximation); gelu: 0.5·x·(1 + erf(x/√2));
+ * silu: x·σ(x). act: cmf_act (backend.h). */
+static inline float act_apply(float x, int act) {
+    switch (act) {
+    case 1: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case 2: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+    case 0:
+    default: return x / (1.0f + expf(-x));
+    }
+}
+
+void cmf_cpu_glu_region(const cmf_cpu_vec *vec, int act, float *out, size_t ld_out, const float *gate,
+                        const float *up, size_t ld_in, uint32_t t0, uint32_t t1, uint64_t c0, uint64_t c1) {
+    if (c1 <= c0) return;
+    for (uint32_t i = t0; i < t1; i++) {
+        float *o = out + (size_t)i * ld_out + c0;
+        const float *g = gate + (size_t)i * ld_in + c0, *u = up + (size_t)i * ld_in + c0;
+        if (act == 0) { /* SwiGLU: the vector path */
+            vec->silu_mul(o, g, u, (size_t)(c1 - c0));
+            continue;
+        }
+        for (uint64_t j = 0; j < c1 - c0; j++) o[j] = act_apply(g[j], act) * u[j];
     }
 }
