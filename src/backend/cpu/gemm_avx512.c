@@ -421,6 +421,16 @@ AI float sb_amax(const float *x, const uint8_t *col, uint64_t in, uint64_t b0, u
     return amax;
 }
 
+/* Superblock blocks [s0, s1) of token row x (a prompt's row: its lines 2
+ * KiB ahead prefetched): d = sb_scale_q8 of its max |x|, *inv = 1/d's rule. */
+AI float sb_row_scale(const float *x, const uint8_t *col, uint64_t in, uint64_t s0, uint64_t s1, float *inv) {
+    for (uint64_t b = s0; b < s1; b++)
+        for (uint64_t i = b * 32 + 512; i < b * 32 + 544 && i < in; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T0);
+    bool nonfinite;
+    float amax = sb_amax(x, col, in, s0, s1, &nonfinite);
+    return sb_scale_q8(amax, nonfinite, inv);
+}
+
 /* q8: token l of a tile of T (X row x) quantized to int16 with one scale
  * per superblock of MM_SB inputs (GEMM_SBB blocks; the last one of the row
  * may be shorter): d = max|x| / 32767 over the superblock, q = round to
@@ -433,10 +443,7 @@ static void quant_row_q8(const mm_act *a, const float *x, const uint8_t *col, in
     const uint64_t in = a->in, nb = a->nb;
     for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
         const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
-        for (uint64_t b = s0; b < s1; b++) /* 2 KiB ahead */
-            for (uint64_t i = b * 32 + 512; i < b * 32 + 544 && i < in; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T0);
-        bool nonfinite;
-        float amax = sb_amax(x, col, in, s0, s1, &nonfinite), id, d = sb_scale_q8(amax, nonfinite, &id);
+        float id, d = sb_row_scale(x, col, in, s0, s1, &id);
         for (uint64_t b = s0; b < s1; b++) {
             const size_t cell = b * (uint64_t)T + (uint64_t)l;
             __m512 v0, v1;
@@ -460,10 +467,7 @@ __attribute__((target("avx512vbmi"))) static void quant_row_q8_amx(const mm_act 
     }
     for (uint64_t s0 = 0; s0 < nb; s0 += GEMM_SBB) {
         const uint64_t s1 = nb - s0 < GEMM_SBB ? nb : s0 + GEMM_SBB;
-        for (uint64_t b = s0; b < s1; b++) /* 2 KiB ahead */
-            for (uint64_t i = b * 32 + 512; i < b * 32 + 544 && i < in; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T0);
-        bool nonfinite;
-        float amax = sb_amax(x, col, in, s0, s1, &nonfinite), id, d = sb_scale_q8(amax, nonfinite, &id);
+        float id, d = sb_row_scale(x, col, in, s0, s1, &id);
         const __m512 vid = _mm512_set1_ps(id);
         for (uint64_t b = s0; b < s1; b++) {
             /* high bytes (signed), then low bytes (unsigned), by pairs of blocks */
