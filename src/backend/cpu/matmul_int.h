@@ -236,10 +236,8 @@ void mm_q8_neon(mm_job *j, uint64_t rb, uint64_t re);
 void mm_q4_neon(mm_job *j, uint64_t rb, uint64_t re);
 #endif
 
-/* pool.c: the pool's matmul activation buffer for one call (64-byte
- * aligned, owned by the pool; valid until the next call: decode-sized
- * calls rotate over a few buffers, larger ones share one grown on demand);
- * NULL on allocation failure or p NULL. */
+/* pool.c: the pool's matmul activation buffer (64-byte aligned, grown on
+ * demand, owned by the pool); NULL on allocation failure or p NULL. */
 void *cmf_cpu_pool_mm_buffer(cmf_cpu_pool *p, size_t bytes);
 /* pool.c: exp2f of every f16 value, indexed by its bits (the q4tp ladder's
  * t[0] = exp2(lo) and exp2(step) without a libm call per row; same bits as

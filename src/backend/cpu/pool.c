@@ -61,8 +61,6 @@
 #define SPIN_ITERS 2000 /* pause loops (~10-20 us) before parking */
 #define MAX_TASKS 0xFFFFFF
 #define RANGE_STRIDE 8 /* uint64 words: one range word per 64-byte line */
-#define MM_RING_SLOTS 4
-#define MM_RING_BYTES (256u << 10)
 
 typedef struct worker {
     cmf_cpu_pool *pool;
@@ -96,10 +94,6 @@ struct cmf_cpu_pool {
     size_t *scratch_sz; /* [n_threads] */
     void *mm_buf;       /* matmul activation buffer, 64-aligned */
     size_t mm_buf_sz;
-    /* decode-sized calls' activation buffers, taken in turn (cmf_cpu_pool_mm_buffer) */
-    void *mm_ring[MM_RING_SLOTS];
-    unsigned mm_ring_next;
-    bool mm_ring_on; /* CMF_CPU_ACT_RING=0: off, every call uses mm_buf */
     float *exp2_f16;    /* [65536] exp2f(f16 value), or NULL */
     unsigned features;  /* CMF_CPU_F_* at creation */
     cmf_cpu_level level; /* kernel level of this pool's jobs */
@@ -257,8 +251,6 @@ cmf_status cmf_cpu_pool_new(int n_threads, cmf_cpu_pool **out, cmf_error *err) {
     char *wr_end = NULL;
     long wr_n = wr ? strtol(wr, &wr_end, 10) : -1;
     p->amx_wrows = wr && *wr && !*wr_end && wr_n >= 0 && wr_n <= 64 ? (int)wr_n : 64;
-    const char *ring = getenv("CMF_CPU_ACT_RING"); /* A/B runs: "0" turns the ring off */
-    p->mm_ring_on = !(ring && strcmp(ring, "0") == 0);
     const char *fz = getenv("CMF_CPU_FUSE"); /* A/B runs: "0" turns the fused steps off */
     p->fuse = !(fz && strcmp(fz, "0") == 0);
     const char *amxd = getenv("CMF_AMX_DEC"); /* cmf_cpu_pool_set_amx_dec's rows, e.g. for tests */
@@ -304,7 +296,6 @@ void cmf_cpu_pool_free(cmf_cpu_pool *p) {
     free(p->scratch);
     free(p->scratch_sz);
     free(p->mm_buf);
-    for (int i = 0; i < MM_RING_SLOTS; i++) free(p->mm_ring[i]);
     free(p->exp2_f16);
     if (p->prof) cmf_cpu_prof_print(p->prof, stderr); /* the run's profile, at its end */
     free(p->prof);
@@ -423,23 +414,8 @@ void *cmf_cpu_pool_scratch(cmf_cpu_pool *p, int thread, size_t bytes) {
     return q;
 }
 
-/* A call of up to MM_RING_BYTES (a decode step's product: 16 tokens x 5,632
- * inputs are 180 KiB) takes the next of MM_RING_SLOTS buffers in turn:
- * the lines one call's quantization writes were then read by every core in
- * an earlier product, not in the one just before, so fewer of them still
- * sit shared in the other cores' caches, each write an invalidation of up
- * to n_threads - 1 copies. Larger calls (prompts) use one buffer grown on
- * demand: their work dwarfs those writes, and 4 copies would cost memory. */
 void *cmf_cpu_pool_mm_buffer(cmf_cpu_pool *p, size_t bytes) {
     if (!p) return NULL;
-    if (p->mm_ring_on && bytes <= MM_RING_BYTES) {
-        unsigned k = p->mm_ring_next++ % MM_RING_SLOTS;
-        if (!p->mm_ring[k] && posix_memalign(&p->mm_ring[k], 64, MM_RING_BYTES) != 0) {
-            p->mm_ring[k] = NULL;
-            return NULL;
-        }
-        return p->mm_ring[k];
-    }
     if (p->mm_buf_sz >= bytes && p->mm_buf) return p->mm_buf;
     size_t sz = (bytes + 63) & ~(size_t)63;
     void *q = NULL;
