@@ -532,6 +532,96 @@ __attribute__((target("avx512vbmi"))) static void quant_tile_q8_rows(const mm_ac
     }
 }
 
+/* Lane i of the result: the unsigned max (add: the sum) of v[i]'s 16
+ * lanes, for i < 16 - one tree of 30 shuffles for 16 vectors instead of 4
+ * shuffles each. A halving step takes the two halves of each pair of
+ * vectors (256-bit, then 128-bit quarters, then 64- and 32-bit lanes); the
+ * lanes come out in the order of hred_order, restored by one permute. */
+static const int32_t hred_order[16] __attribute__((aligned(64))) = {0, 1, 2,  3,  8,  9,  10, 11,
+                                                                   4, 5, 6, 7, 12, 13, 14, 15};
+#define HRED16(NAME, OP)                                                                            \
+    AI __m512i NAME(__m512i v[16]) {                                                                \
+        for (int i = 0; i < 8; i++)                                                                 \
+            v[i] = OP(_mm512_shuffle_i64x2(v[i], v[i + 8], 0x44), _mm512_shuffle_i64x2(v[i], v[i + 8], 0xEE)); \
+        for (int i = 0; i < 4; i++)                                                                 \
+            v[i] = OP(_mm512_shuffle_i64x2(v[i], v[i + 4], 0x88), _mm512_shuffle_i64x2(v[i], v[i + 4], 0xDD)); \
+        for (int i = 0; i < 2; i++)                                                                 \
+            v[i] = OP(_mm512_unpacklo_epi64(v[i], v[i + 2]), _mm512_unpackhi_epi64(v[i], v[i + 2]));   \
+        __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);      \
+        __m512i r = OP(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));                \
+        return _mm512_permutexvar_epi32(_mm512_load_si512(hred_order), r);                           \
+    }
+HRED16(hmax16_epu32, _mm512_max_epu32)
+HRED16(hadd16_epi32, _mm512_add_epi32)
+
+/* vpermt2b indices: q4's packed block (even elements, then odd) from the
+ * low bytes of its 32 int32 q (q0 lanes 0-15, q1 16-31; |q| <= 127) */
+static const uint8_t q4_evenodd_idx[64] __attribute__((aligned(64))) = {
+    0,  8,  16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120,
+    4,  12, 20, 28, 36, 44, 52, 60, 68, 76, 84, 92, 100, 108, 116, 124};
+
+/* q4 (level amx): token l of a tile of T (X row x) in 32-blocks, as the
+ * avx512 levels' loop in mm_gemm_quant_avx512 does them one by one (d =
+ * max|x| / 127, q = round to nearest even (x / d), mm_block_scale's edge
+ * rules; cells of 32 bytes, even elements then odd, sg = -8 sum q): 16
+ * blocks at a time, their maxima (on the bits of |x|, as sb_amax) and sums
+ * through one reduction tree each, the scales as vector divisions (the
+ * same IEEE quotients), the bytes by one vpermt2b. Same bits. */
+__attribute__((target("avx512vbmi"))) static void quant_row_q4_amx(const mm_act *a, const float *x,
+                                                                   const uint8_t *col, int l, int T, int32_t *xg,
+                                                                   float *dg, int32_t *sg) {
+    const uint64_t in = a->in, nb = a->nb;
+    const __m512i idx = _mm512_load_si512(q4_evenodd_idx), absm = _mm512_set1_epi32(0x7FFFFFFF);
+    for (uint64_t g0 = 0; g0 < nb; g0 += 16) {
+        const int ng = nb - g0 < 16 ? (int)(nb - g0) : 16;
+        __m512i m[16];
+        for (int i = 0; i < 16; i++) {
+            m[i] = _mm512_setzero_si512();
+            if (i >= ng) continue;
+            uint64_t k = (g0 + (uint64_t)i) * 32, left = in - k;
+            if (left > 512) _mm_prefetch((const char *)(x + k + 512), _MM_HINT_T0); /* 2 KiB ahead */
+            if (left > 528) _mm_prefetch((const char *)(x + k + 528), _MM_HINT_T0);
+            __m512 v0, v1;
+            (void)mm_load_block32(x, col, k, in, &v0, &v1);
+            m[i] = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), absm),
+                                    _mm512_and_si512(_mm512_castps_si512(v1), absm));
+        }
+        const __m512i bits = hmax16_epu32(m);
+        const __mmask16 nonfinite = _mm512_cmpge_epu32_mask(bits, _mm512_set1_epi32(0x7F800000));
+        const __m512 amax = _mm512_castsi512_ps(bits), qmax = _mm512_set1_ps(127.0f);
+        __m512 d = _mm512_div_ps(amax, qmax);
+        __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ), qmax, amax);
+        const __mmask16 ovf = ~_mm512_cmp_ps_mask(id, _mm512_set1_ps(3.4028234e38f), _CMP_LE_OQ);
+        d = _mm512_mask_mov_ps(d, ovf, _mm512_setzero_ps()); /* mm_block_scale: zeros, d = 0 */
+        d = _mm512_mask_mov_ps(d, nonfinite, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))); /* d = NaN */
+        id = _mm512_maskz_mov_ps((__mmask16) ~(ovf | nonfinite), id);
+        float dv[16], iv[16];
+        _mm512_storeu_ps(dv, d);
+        _mm512_storeu_ps(iv, id);
+        __m512i qs[16];
+        for (int i = 0; i < 16; i++) {
+            qs[i] = _mm512_setzero_si512();
+            if (i >= ng) continue;
+            const uint64_t b = g0 + (uint64_t)i;
+            const size_t cell = b * (uint64_t)T + (uint64_t)l;
+            __m512i q8 = _mm512_setzero_si512();
+            if (iv[i] != 0.0f) {
+                __m512 v0, v1;
+                (void)mm_load_block32(x, col, b * 32, in, &v0, &v1);
+                const __m512 vid = _mm512_set1_ps(iv[i]);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+                q8 = _mm512_permutex2var_epi8(q0, idx, q1);
+                qs[i] = _mm512_add_epi32(q0, q1);
+            }
+            _mm256_store_si256((__m256i *)(xg + cell * 8), _mm512_castsi512_si256(q8));
+            dg[cell] = dv[i];
+        }
+        int32_t sv[16];
+        _mm512_storeu_si512(sv, _mm512_mullo_epi32(hadd16_epi32(qs), _mm512_set1_epi32(-8)));
+        for (int i = 0; i < ng; i++) sg[(g0 + (uint64_t)i) * (uint64_t)T + (uint64_t)l] = sv[i];
+    }
+}
+
 void mm_gemm_quant_region(const mm_act *a, bool q4, int g, int part, int parts, int *t0, int *t1, uint64_t *c0,
                           uint64_t *c1) {
     int s0, T;
@@ -569,6 +659,10 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     }
     for (int l = r0 - s0; l < r1 - s0; l++) {
         const float *x = X + (size_t)(s0 + l) * in;
+        if (q4 && a->gamx) { /* level amx */
+            quant_row_q4_amx(a, x, col, l, T, xg, dg, sg);
+            continue;
+        }
         if (!q4) {
             if (a->gamx) quant_row_q8_amx(a, x, col, l, T, xg, dg); /* level amx */
             else quant_row_q8(a, x, col, l, T, xg, dg);
