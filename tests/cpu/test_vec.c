@@ -186,6 +186,41 @@ static void check_level(const cmf_cpu_vec *v, const char *lv) {
     }
 }
 
+/* dotb over whole blocks of keys (attention's 32-key blocks, LoRA's wide
+ * rows): near the double sum, and each score bit for bit the one a call of
+ * the same rows with that key alone gives (a score never depends on the
+ * keys around it: attention's blocks of keys, LoRA's batch rows). */
+static void check_dotb_blocks(const cmf_cpu_vec *v, const char *lv) {
+    static const size_t ds[] = {64, 80, 128, 256, 300};
+    static const size_t nqs[] = {3, 8, 13};
+    enum { NK = 37, MAXQ = 13, MAXD = 300 };
+    static float Q[MAXQ * MAXD], K[NK * MAXD], S[MAXQ * NK];
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+        for (size_t qi = 0; qi < sizeof nqs / sizeof nqs[0]; qi++) {
+            size_t d = ds[di], nq = nqs[qi];
+            for (size_t i = 0; i < nq * d; i++) Q[i] = frand();
+            for (size_t i = 0; i < NK * d; i++) K[i] = frand();
+            v->dotb(K, NK, Q, d, nq, d, S, NK);
+            int bad = 0;
+            for (size_t r = 0; r < nq; r++)
+                for (size_t p = 0; p < NK; p++) {
+                    double want = 0, mag = 0;
+                    for (size_t j = 0; j < d; j++) {
+                        want += (double)Q[r * d + j] * K[p * d + j];
+                        mag += fabs((double)Q[r * d + j] * K[p * d + j]);
+                    }
+                    bad += !(fabs(S[r * NK + p] - want) <= 1e-5 * mag);
+                }
+            for (size_t p = 0; p < NK; p++) {
+                float one[MAXQ];
+                v->dotb(K + p * d, 1, Q, d, nq, d, one, 1);
+                for (size_t r = 0; r < nq; r++) bad += memcmp(&one[r], &S[r * NK + p], 4) != 0;
+            }
+            CHECK(bad == 0, "%s: dotb d=%zu nq=%zu nk=%d: %d scores off the double sum or differ from one-key calls",
+                  lv, d, nq, (int)NK, bad);
+        }
+}
+
 int main(void) {
     static const cmf_cpu_level levels[] = {CMF_CPU_REF, CMF_CPU_AVX2, CMF_CPU_AVX512,
                                            CMF_CPU_AVX512VNNI, CMF_CPU_AVX512GFNI, CMF_CPU_NEON, CMF_CPU_NEONDOT};
@@ -193,6 +228,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
         if (cmf_cpu_level_cap(features, levels[i]) != levels[i]) continue; /* not on this CPU */
         check_level(cmf_cpu_vec_for(levels[i]), cmf_cpu_level_name(levels[i]));
+        check_dotb_blocks(cmf_cpu_vec_for(levels[i]), cmf_cpu_level_name(levels[i]));
     }
     return test_done();
 }

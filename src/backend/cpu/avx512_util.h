@@ -1,6 +1,6 @@
 /*
  * avx512_util.h — small AVX-512 helpers shared by the AVX-512 kernel files
- * (matmul_avx512.c, gemm_avx512.c); include it only from files compiled
+ * (matmul_avx512.c, gemm_avx512.c, vec_avx512.c); include it only from files compiled
  * with the AVX-512 flags (*_avx512.c). Not a public header.
  */
 #ifndef CMF_CPU_AVX512_UTIL_H
@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* In-register transpose of a 16x16 float matrix (r[i] = row i). */
 static inline __attribute__((always_inline)) void mm_tr16(__m512 r[16]) {

@@ -3,10 +3,18 @@
  * (compiled with -mavx512f/bw/vl/dq -mf16c; chosen at the AVX-512 levels).
  * Same contracts as vec_avx2.c, 16 lanes per vector, tails masked instead
  * of scalar. The attention blocks are register-blocked:
- *  - dotb: 8 query rows x 2 keys = 16 accumulators, so each query vector
- *    loaded feeds two keys; the 8 row sums of a key are reduced together
- *    (512 -> 256 fold, then the hadd tree of vec_avx2.c); a tail of 1-7
- *    rows runs the same loop with fewer rows;
+ *  - dotb, head dims up to DOTB_T_MAX (attention): a block of 16 keys is
+ *    transposed once ([d][16], 16x16 register transposes) and 8 query
+ *    rows run over it as outer products: per input j one load of the 16
+ *    keys' values, 8 broadcasts of q[r][j], 8 FMAs into accumulators whose
+ *    lanes are the keys, so each score is one FMA chain along j in
+ *    increasing order (whatever the rows, keys or block around it) and no
+ *    horizontal sums are needed;
+ *  - dotb, wider rows (the LoRA's A rows): 8 query rows x 2 keys = 16
+ *    accumulators, so each query vector loaded feeds two keys; the 8 row
+ *    sums of a key are reduced together (512 -> 256 fold, then the hadd
+ *    tree of vec_avx2.c); a tail of 1-7 rows runs the same loop with fewer
+ *    rows;
  *  - axpyb: 4 output rows x 64 columns stay in 16 accumulators while the
  *    whole key block is summed into them (per key: 4 loads of V, 4
  *    broadcasts, 16 FMAs), where one-key-at-a-time code loads and stores
@@ -15,6 +23,7 @@
  * exp16 is exp8 of vec_avx2.c at 16 lanes (Cephes expf scheme, relative
  * error about 2e-7); silu_mul's reciprocal is rcp14 + one Newton step.
  */
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/vec_int.h"
 
 #include <immintrin.h>
@@ -110,8 +119,58 @@ AI void dot_rows(const float *K, size_t nk, const int R, const float *q, size_t 
 
 /* Rows in groups of 8; a tail of 1-7 (decode with a GQA group under 8)
  * takes the same loop with fewer rows. */
+#define DOTB_T_MAX 256 /* head dims up to this: the transposed key block (16 KiB of stack) */
+
+/* Query rows [0, R) (R <= 8) against the 16 keys of Kt [d][16]: lane p of
+ * row r's accumulator = sum over j of q[r][j] * k[p][j], j in order. */
+AI void dot_keys16(const float *Kt, size_t d, const int R, const float *q, size_t ldq, float *s, size_t lds,
+                   __mmask16 km) {
+    __m512 acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t j = 0; j < d; j++) {
+        const __m512 k = _mm512_load_ps(Kt + 16 * j);
+        for (int i = 0; i < R; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)i * ldq + j]), k, acc[i]);
+    }
+    for (int i = 0; i < R; i++) _mm512_mask_storeu_ps(s + (size_t)i * lds, km, acc[i]);
+}
+
+static void dotb_t(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d, float *S,
+                   size_t lds) {
+    float Kt[DOTB_T_MAX * 16] __attribute__((aligned(64)));
+    for (size_t p0 = 0; p0 < nk; p0 += 16) {
+        const size_t np = nk - p0 < 16 ? nk - p0 : 16;
+        for (size_t j = 0; j < d; j += 16) { /* Kt[j + c][i] = K[p0 + i][j + c] */
+            const __mmask16 m = lanes(d - j);
+            __m512 v[16];
+            for (size_t i = 0; i < 16; i++)
+                v[i] = i < np ? _mm512_maskz_loadu_ps(m, K + (p0 + i) * d + j) : _mm512_setzero_ps();
+            mm_tr16(v);
+            for (size_t c = 0; c < 16 && j + c < d; c++) _mm512_store_ps(Kt + 16 * (j + c), v[c]);
+        }
+        const __mmask16 km = lanes(np);
+        size_t r = 0;
+        for (; r + 8 <= nq; r += 8) dot_keys16(Kt, d, 8, Q + r * ldq, ldq, S + r * lds + p0, lds, km);
+        const float *q = Q + r * ldq;
+        float *s = S + r * lds + p0;
+        switch (nq - r) {
+        case 7: dot_keys16(Kt, d, 7, q, ldq, s, lds, km); break;
+        case 6: dot_keys16(Kt, d, 6, q, ldq, s, lds, km); break;
+        case 5: dot_keys16(Kt, d, 5, q, ldq, s, lds, km); break;
+        case 4: dot_keys16(Kt, d, 4, q, ldq, s, lds, km); break;
+        case 3: dot_keys16(Kt, d, 3, q, ldq, s, lds, km); break;
+        case 2: dot_keys16(Kt, d, 2, q, ldq, s, lds, km); break;
+        case 1: dot_keys16(Kt, d, 1, q, ldq, s, lds, km); break;
+        default: break;
+        }
+    }
+}
+
 void vec_dotb_avx512(const float *K, size_t nk, const float *Q, size_t ldq, size_t nq, size_t d,
                      float *S, size_t lds) {
+    if (d <= DOTB_T_MAX) {
+        dotb_t(K, nk, Q, ldq, nq, d, S, lds);
+        return;
+    }
     size_t r = 0;
     for (; r + 8 <= nq; r += 8) dot_rows(K, nk, 8, Q + r * ldq, ldq, d, S + r * lds, lds);
     const float *q = Q + r * ldq;
