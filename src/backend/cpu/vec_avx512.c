@@ -119,6 +119,20 @@ AI void dot_rows(const float *K, size_t nk, const int R, const float *q, size_t 
 
 /* Rows in groups of 8; a tail of 1-7 (decode with a GQA group under 8)
  * takes the same loop with fewer rows. */
+/* F(R) for a tail of 1-7 query rows, R a constant in each case (so each
+ * tail size gets its own unrolled kernel) */
+#define TAIL_ROWS(left, F)                                                                          \
+    switch (left) {                                                                                \
+    case 7: F(7); break;                                                                           \
+    case 6: F(6); break;                                                                           \
+    case 5: F(5); break;                                                                           \
+    case 4: F(4); break;                                                                           \
+    case 3: F(3); break;                                                                           \
+    case 2: F(2); break;                                                                           \
+    case 1: F(1); break;                                                                           \
+    default: break;                                                                                \
+    }
+
 #define DOTB_T_MAX 256 /* head dims up to this: the transposed key block (16 KiB of stack) */
 
 /* Query rows [0, R) (R <= 8) against the 16 keys of Kt [d][16]: lane p of
@@ -152,16 +166,9 @@ static void dotb_t(const float *K, size_t nk, const float *Q, size_t ldq, size_t
         for (; r + 8 <= nq; r += 8) dot_keys16(Kt, d, 8, Q + r * ldq, ldq, S + r * lds + p0, lds, km);
         const float *q = Q + r * ldq;
         float *s = S + r * lds + p0;
-        switch (nq - r) {
-        case 7: dot_keys16(Kt, d, 7, q, ldq, s, lds, km); break;
-        case 6: dot_keys16(Kt, d, 6, q, ldq, s, lds, km); break;
-        case 5: dot_keys16(Kt, d, 5, q, ldq, s, lds, km); break;
-        case 4: dot_keys16(Kt, d, 4, q, ldq, s, lds, km); break;
-        case 3: dot_keys16(Kt, d, 3, q, ldq, s, lds, km); break;
-        case 2: dot_keys16(Kt, d, 2, q, ldq, s, lds, km); break;
-        case 1: dot_keys16(Kt, d, 1, q, ldq, s, lds, km); break;
-        default: break;
-        }
+#define KEYS16(R) dot_keys16(Kt, d, R, q, ldq, s, lds, km)
+        TAIL_ROWS(nq - r, KEYS16);
+#undef KEYS16
     }
 }
 
@@ -175,16 +182,9 @@ void vec_dotb_avx512(const float *K, size_t nk, const float *Q, size_t ldq, size
     for (; r + 8 <= nq; r += 8) dot_rows(K, nk, 8, Q + r * ldq, ldq, d, S + r * lds, lds);
     const float *q = Q + r * ldq;
     float *s = S + r * lds;
-    switch (nq - r) {
-    case 7: dot_rows(K, nk, 7, q, ldq, d, s, lds); break;
-    case 6: dot_rows(K, nk, 6, q, ldq, d, s, lds); break;
-    case 5: dot_rows(K, nk, 5, q, ldq, d, s, lds); break;
-    case 4: dot_rows(K, nk, 4, q, ldq, d, s, lds); break;
-    case 3: dot_rows(K, nk, 3, q, ldq, d, s, lds); break;
-    case 2: dot_rows(K, nk, 2, q, ldq, d, s, lds); break;
-    case 1: dot_rows(K, nk, 1, q, ldq, d, s, lds); break;
-    default: break;
-    }
+#define ROWS(R) dot_rows(K, nk, R, q, ldq, d, s, lds)
+    TAIL_ROWS(nq - r, ROWS);
+#undef ROWS
 }
 
 /* Rows [0, R) of O, columns [j, j + 64) (lanes past d masked), += the
