@@ -465,6 +465,70 @@ static void test_glu(cmf_cpu_pool *pool) {
     fprintf(stderr, "test_glu: %d cases\n", cases);
 }
 
+/* cmf_cpu_matmul_parts_norm_split == cmf_cpu_rmsnorm_run then
+ * cmf_cpu_matmul_parts_split, bit for bit (every part's Y and xn), at every
+ * level: q/k/v-like ranges of one tensor, parts of two families (run one by
+ * one), weights with and without a norm weight, decode/prompt splits, the
+ * phase fused or not. */
+static void test_norm(cmf_cpu_pool *pool) {
+    static const cmf_cpu_level levels[] = {CMF_CPU_REF,        CMF_CPU_AVX2, CMF_CPU_AVX512, CMF_CPU_AVX512VNNI,
+                                           CMF_CPU_AVX512GFNI, CMF_CPU_AMX,  CMF_CPU_NEON,   CMF_CPU_NEONDOT};
+    enum { IN = 512, NMAX = 40, LDY = 96 };
+    static const cmf_dtype dts[] = {CMF_DT_Q8_ROW, CMF_DT_Q4TP, CMF_DT_BF16};
+    static const int ns[] = {1, 7, 16, NMAX};
+    built w[3];
+    for (int i = 0; i < 3; i++)
+        if (build(dts[i], 90, IN, &w[i]) != 0) {
+            CHECK(0, "build");
+            for (int k = 0; k < i; k++) unbuild(&w[k]);
+            return;
+        }
+    static float X[NMAX * IN], xn[NMAX * IN], xn1[NMAX * IN], nw[IN], Y[3 * NMAX * LDY], Y1[3 * NMAX * LDY];
+    for (int i = 0; i < IN; i++) nw[i] = 0.5f + frand();
+    int cases = 0;
+    for (size_t li = 0; li < sizeof levels / sizeof levels[0]; li++) {
+        cmf_cpu_pool_set_level(pool, levels[li]);
+        if (cmf_cpu_pool_level(pool) != levels[li]) continue;
+        for (int set = 0; set < 4; set++)
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+                for (int v = 0; v < 4; v++) {
+                    const int n = ns[k], n_dec = v & 1 ? n / 2 : -1, np = set == 3 ? 2 : 3;
+                    const bool fuse = v < 2;
+                    const float *wn = (set + v) % 3 ? nw : NULL, add_one = set == 1 ? 1.0f : 0.0f;
+                    cmf_cpu_pool_set_fuse(pool, fuse);
+                    cmf_cpu_mm_part parts[3], ref[3];
+                    for (int q = 0; q < np; q++) {
+                        const cmf_tensor *W = set == 3 ? &w[q].t : &w[set < 3 ? set : 0].t; /* set 3: two families */
+                        uint64_t r0 = set == 3 ? 0 : (uint64_t)q * 30, nr = set == 3 ? 90 : 30;
+                        parts[q] = (cmf_cpu_mm_part){W, r0, nr, Y + (size_t)q * NMAX * LDY, LDY, NULL, 0.0f};
+                        ref[q] = (cmf_cpu_mm_part){W, r0, nr, Y1 + (size_t)q * NMAX * LDY, LDY, NULL, 0.0f};
+                    }
+                    for (int i = 0; i < n * IN; i++) X[i] = 4.0f * frand();
+                    memset(Y, 0, sizeof Y);
+                    memset(Y1, 0, sizeof Y1);
+                    memset(xn, 0, sizeof xn);
+                    cmf_error e;
+                    CHECK(cmf_cpu_matmul_parts_norm_split(pool, parts, np, X, xn, wn, add_one, 1e-5f, n, n_dec, &e) ==
+                              CMF_OK,
+                          "norm split: %s", e.msg);
+                    cmf_cpu_rmsnorm_run(pool, xn1, X, IN, (uint32_t)n, IN, wn, add_one, 1e-5f);
+                    CHECK(cmf_cpu_matmul_parts_split(pool, ref, np, xn1, n, n_dec, &e) == CMF_OK, "ref: %s", e.msg);
+                    bool same = memcmp(xn, xn1, sizeof(float) * (size_t)n * IN) == 0 && memcmp(Y, Y1, sizeof Y) == 0;
+                    CHECK(same, "level %s set %d n %d n_dec %d fuse %d: norm split differs",
+                          cmf_cpu_level_name(levels[li]), set, n, n_dec, (int)fuse);
+                    cases++;
+                }
+    }
+    cmf_cpu_pool_set_fuse(pool, true);
+    cmf_cpu_pool_set_level(pool, default_level);
+    cmf_error e;
+    cmf_cpu_mm_part part = {&w[0].t, 0, 4, Y, LDY, NULL, 0.0f};
+    CHECK(cmf_cpu_matmul_parts_norm_split(pool, &part, 1, X, NULL, NULL, 0.0f, 1e-5f, 1, -1, &e) == CMF_ERR_ARG,
+          "norm split: NULL xn");
+    for (int i = 0; i < 3; i++) unbuild(&w[i]);
+    fprintf(stderr, "test_norm: %d cases\n", cases);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 /* The AVX-512 activation quantizer against the portable one, byte for byte
  * on every plane (q4: q, d, s, de, se, dsx; q8: q, q2, dsb, ssb), odd lengths and
@@ -659,6 +723,7 @@ int main(void) {
     test_errors();
     test_parts(pool);
     test_glu(pool);
+    test_norm(pool);
     cmf_cpu_pool_free(pool);
     cmf_cpu_pool_free(serial_pool);
     return test_done();

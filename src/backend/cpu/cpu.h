@@ -325,6 +325,32 @@ cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, i
 cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                       const float *X, int n, int n_dec, cmf_error *err);
 
+/* RMSNorm (Zhang & Sennrich 2019) of rows [lo, hi) of x into y (stride ld
+ * for both, dim columns): y = x · (1/sqrt(mean(x²) + eps)) · (w + add_one),
+ * w NULL: 1; the sum of squares is vec->dot(x, x) (its SIMD order), so a
+ * row's bits depend on the row alone. y may alias x. (vec.c) */
+void cmf_cpu_rmsnorm_rows(const cmf_cpu_vec *vec, float *y, const float *x, size_t ld, uint32_t lo, uint32_t hi,
+                          uint32_t dim, const float *w, float add_one, float eps);
+
+/* cmf_cpu_rmsnorm_rows over n rows, spread over the pool by rows once the
+ * call is prompt-sized (p NULL: the calling thread). (ops_cpu.c) */
+void cmf_cpu_rmsnorm_run(cmf_cpu_pool *p, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
+                         const float *w, float add_one, float eps);
+
+/* The products of rmsnorm(X) (backend.h matmul_parts_norm): X [n][in]
+ * un-normalised, normed as cmf_cpu_rmsnorm_rows (w, add_one, eps) into xn
+ * [n][in], then the parts as cmf_cpu_matmul_parts_split computes them of
+ * xn. The rows are normed inside the products' activation quantization
+ * phase when its tasks take whole token rows (each task the rows it then
+ * quantizes, while they are in its cache; the profiler counts it there),
+ * else by cmf_cpu_rmsnorm_run first (decode rows, q8 weight rows in place
+ * at level amx: their tasks take superblocks of every token). Same bits
+ * either way; xn holds rmsnorm(X) after. Errors: those of
+ * cmf_cpu_matmul_parts_split (NULL X or xn: CMF_ERR_ARG). */
+cmf_status cmf_cpu_matmul_parts_norm_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts, const float *X,
+                                           float *xn, const float *w, float add_one, float eps, int n, int n_dec,
+                                           cmf_error *err);
+
 /* The down projection of a gated MLP with its inputs still split
  * (backend.h glu_matmul_add): the product of part (with its add, as for
  * cmf_cpu_matmul_parts_split) of H [n][in] = act(G) · U (cmf_cpu_glu_region;
@@ -333,7 +359,7 @@ cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *pa
  * of several tasks (each forms the region of H it quantizes, while it is in
  * its cache; the profiler counts it there), else by cmf_cpu_glu_run first.
  * Same bits as cmf_cpu_glu_run then cmf_cpu_matmul_parts_split. G holds H
- * after (unless part has no rows). Errors: those of
+ * after. Errors: those of
  * cmf_cpu_matmul_parts_split (NULL G or U: CMF_ERR_ARG). */
 cmf_status cmf_cpu_matmul_glu_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *part, float *G, const float *U, int act,
                                     int n, int n_dec, cmf_error *err);

@@ -117,12 +117,20 @@ void mm_q4_scales(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, u
 
 /* ---- activation quantization ------------------------------------------- */
 
-/* A gated MLP's inputs whose H = act(G) · U is X (cmf_cpu_matmul_glu_split):
- * G [n][in] (X itself, H formed in place), U [n][in], act a cmf_act. */
+/* The op that produces a call's X from its inputs, run on each region of X
+ * just before it is quantized (or on all of X first where the phase cannot):
+ *   MM_PRE_GLU:  X = G (formed in place) = act(G) · U, src = U, act a cmf_act
+ *                (cmf_cpu_matmul_glu_split; any region);
+ *   MM_PRE_NORM: X = rmsnorm(src) with w, add_one, eps
+ *                (cmf_cpu_matmul_parts_norm_split; whole rows only). */
+enum { MM_PRE_GLU, MM_PRE_NORM };
 typedef struct mm_glu {
-    float *G;
-    const float *U;
+    int kind;
+    float *G;         /* the call's X: where the op writes */
+    const float *src; /* [n][in]: U, or the rows to norm */
     int act;
+    const float *w;
+    float add_one, eps;
 } mm_glu;
 
 typedef struct quant_ctx {
@@ -136,12 +144,27 @@ typedef struct quant_ctx {
     const cmf_cpu_vec *vec; /* with glu: the pool level's */
 } quant_ctx;
 
-/* With c->glu: H over tokens [t0, t1) x inputs [c0, c1) of the call's X. */
+/* With c->glu: its op over tokens [t0, t1) x inputs [c0, c1) of the call's
+ * X (MM_PRE_NORM: whole rows, c0 = 0 and c1 = in; mm_parts sees to it). */
 static void glu_region(const quant_ctx *c, int t0, int t1, uint64_t c0, uint64_t c1) {
     if (!c->glu || t1 <= t0) return;
+    const mm_glu *g = c->glu;
     const size_t in = (size_t)c->a->in;
-    cmf_cpu_glu_region(c->vec, c->glu->act, c->glu->G, in, c->glu->G, c->glu->U, in, (uint32_t)t0, (uint32_t)t1,
-                       c0, c1);
+    if (g->kind == MM_PRE_NORM) {
+        assert(c0 == 0 && c1 == in);
+        cmf_cpu_rmsnorm_rows(c->vec, g->G, g->src, in, (uint32_t)t0, (uint32_t)t1, (uint32_t)in, g->w, g->add_one,
+                             g->eps);
+        return;
+    }
+    cmf_cpu_glu_region(c->vec, g->act, g->G, in, g->G, g->src, in, (uint32_t)t0, (uint32_t)t1, c0, c1);
+}
+
+/* The whole op of g over the call's n rows, before the products (no fused phase). */
+static void glu_all(cmf_cpu_pool *p, const mm_glu *g, int n, uint64_t in) {
+    if (g->kind == MM_PRE_NORM)
+        cmf_cpu_rmsnorm_run(p, g->G, g->src, in, (uint32_t)n, (uint32_t)in, g->w, g->add_one, g->eps);
+    else
+        cmf_cpu_glu_run(p, g->act, g->G, in, g->G, g->src, in, (uint32_t)n, (uint32_t)in);
 }
 
 #define ACT_PLANES 9
@@ -552,7 +575,10 @@ static cmf_status split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int npart
     }
     uint64_t in = parts[0].W && parts[0].W->ndim ? parts[0].W->shape[parts[0].W->ndim - 1] : 0;
     mm_glu g2;
-    if (glu) g2 = (mm_glu){glu->G + (size_t)n_dec * in, glu->U + (size_t)n_dec * in, glu->act};
+    if (glu) {
+        g2 = *glu;
+        g2.G = glu->G + (size_t)n_dec * in, g2.src = glu->src + (size_t)n_dec * in;
+    }
     return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, glu ? &g2 : NULL, err);
 }
 
@@ -564,15 +590,23 @@ cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *pa
 cmf_status cmf_cpu_matmul_glu_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *part, float *G, const float *U, int act,
                                     int n, int n_dec, cmf_error *err) {
     if (!part || !G || !U) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul_glu_split: NULL part, G or U");
-    mm_glu glu = {G, U, act};
+    mm_glu glu = {MM_PRE_GLU, G, U, act, NULL, 0.0f, 0.0f};
     return split(p, part, 1, G, n, n_dec, &glu, err);
+}
+
+cmf_status cmf_cpu_matmul_parts_norm_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts, const float *X,
+                                           float *xn, const float *w, float add_one, float eps, int n, int n_dec,
+                                           cmf_error *err) {
+    if (!X || !xn) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul_parts_norm_split: NULL X or xn");
+    mm_glu norm = {MM_PRE_NORM, xn, X, 0, w, add_one, eps};
+    return split(p, parts, nparts, xn, n, n_dec, &norm, err);
 }
 
 static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                            const float *X, int n, int cls, const mm_glu *glu, cmf_error *err) {
     if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts or %d parts", nparts);
-    assert(!glu || (nparts == 1 && X == glu->G)); /* H formed once, in X */
+    assert(!glu || X == glu->G); /* the op writes the call's X */
     uint64_t rows_of[CMF_CPU_MM_MAX_PARTS], in = 0;
     for (int i = 0; i < nparts; i++) {
         cmf_status st = check_part(&parts[i], n, "cmf_cpu_matmul", &rows_of[i], &in, err);
@@ -580,8 +614,12 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     }
     bool empty = true;
     for (int i = 0; i < nparts; i++) empty = empty && parts[i].nrows == 0;
-    if (empty) return CMF_OK;
+    if (empty) {
+        if (glu) glu_all(p, glu, n, in); /* the op's output is the caller's too (xn) */
+        return CMF_OK;
+    }
     if (nparts > 1 && !can_share(parts, nparts, in)) {
+        if (glu) glu_all(p, glu, n, in); /* X once, then every part of it */
         for (int i = 0; i < nparts; i++) {
             cmf_status st = mm_parts(p, &parts[i], 1, X, n, cls, NULL, err);
             if (st != CMF_OK) return st;
@@ -693,12 +731,14 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
 #endif
     /* the quantization as a job of its own, or (fused) the first phase of the rows' job */
     bool fuse = cmf_cpu_pool_fuse(p) && n_pre > 1; /* one task (a decode row) runs inline: X is in this core's cache */
-    if (glu && n_pre && fuse) { /* each quantization task forms its region of H first */
+    /* the q8 weight rows in place quantize superblocks of every token: no whole rows to norm */
+    bool rows_whole = !(gemm && fam == FAM_Q8 && act.gamx == 2);
+    if (glu && n_pre && fuse && (glu->kind != MM_PRE_NORM || rows_whole)) { /* each task forms its region first */
         qc.glu = glu;
         qc.vec = cmf_cpu_vec_for(lv);
-    } else if (glu) { /* no phase of several tasks: H first, as the glu op does */
-        cmf_cpu_glu_run(p, glu->act, glu->G, in, glu->G, glu->U, in, (uint32_t)n, (uint32_t)in);
-        if (prof) t_prof = cmf_cpu_prof_op_end(prof, CMF_PROF_GLU, t_prof);
+    } else if (glu) { /* no phase of several tasks: the op first, as its own backend op does */
+        glu_all(p, glu, n, in);
+        if (prof) t_prof = cmf_cpu_prof_op_end(prof, glu->kind == MM_PRE_NORM ? CMF_PROF_NORM : CMF_PROF_GLU, t_prof);
     }
     if (n_pre && !fuse) {
         cmf_cpu_pool_run(p, pre, &qc, n_pre);

@@ -95,6 +95,21 @@ static cmf_status cpu_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uin
     return cmf_cpu_matmul_parts_split(pool_of(b), pp, (int)n_parts, X, (int)n, (int)n_dec, err);
 }
 
+/* backend.h matmul_parts_norm: the rows normed inside the products'
+ * quantization phase where its tasks take whole rows
+ * (cmf_cpu_matmul_parts_norm_split) */
+static cmf_status cpu_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts, const float *X,
+                                        uint32_t n, int32_t n_dec, const float *w, float add_one, float eps, float *xn,
+                                        cmf_error *err) {
+    cmf_cpu_mm_part pp[CMF_CPU_MM_MAX_PARTS];
+    if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
+        return cmf_error_set(err, CMF_ERR_ARG, "cpu matmul_parts_norm: %u parts", n_parts);
+    for (uint32_t i = 0; i < n_parts; i++)
+        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy, NULL, 0.0f};
+    return cmf_cpu_matmul_parts_norm_split(pool_of(b), pp, (int)n_parts, X, xn, w, add_one, eps, (int)n, (int)n_dec,
+                                           err);
+}
+
 static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s);
 
 /* The residual add in the product's tasks (cmf_cpu_mm_part.add): each task
@@ -187,30 +202,27 @@ typedef struct {
     const cmf_cpu_vec *vec; /* of the pool's level: the sum of squares */
 } rms_ctx;
 
-/* Rows [lo, hi): the sum of squares is vec->dot(x, x) (partial sums in
- * SIMD lanes: one dependent add per 16-32 elements, not per element). */
+/* Rows [lo, hi) (cmf_cpu_rmsnorm_rows: the sum of squares is vec->dot(x,
+ * x), partial sums in SIMD lanes, one dependent add per 16-32 elements). */
 static void rms_task(void *vctx, int task, int n_tasks) {
     rms_ctx *c = vctx;
     uint32_t lo, hi;
     chunk(task, n_tasks, c->n, &lo, &hi);
-    for (uint32_t i = lo; i < hi; i++) {
-        const float *x = c->x + (size_t)i * c->ld;
-        float *y = c->y + (size_t)i * c->ld;
-        float ss = c->vec->dot(x, x, c->dim);
-        float r = 1.0f / sqrtf(ss / (float)c->dim + c->eps);
-        for (uint32_t j = 0; j < c->dim; j++) {
-            float w = c->w ? c->w[j] + c->add_one : 1.0f;
-            y[j] = (x[j] * r) * w;
-        }
-    }
+    cmf_cpu_rmsnorm_rows(c->vec, c->y, c->x, c->ld, lo, hi, c->dim, c->w, c->add_one, c->eps);
+}
+
+void cmf_cpu_rmsnorm_run(cmf_cpu_pool *p, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
+                         const float *w, float add_one, float eps) {
+    rms_ctx c = {y, x, ld, n, dim, w, add_one, eps, cmf_cpu_vec_for(p ? cmf_cpu_pool_level(p) : CMF_CPU_REF)};
+    int threads = p ? cmf_cpu_pool_threads(p) : 1;
+    if (!p || n * (size_t)dim < 16384) rms_task(&c, 0, 1);
+    else cmf_cpu_pool_run(p, rms_task, &c, (uint32_t)threads > n ? (int)(n ? n : 1) : threads);
 }
 
 static void cpu_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n,
                         uint32_t dim, const float *w, float add_one, float eps) {
     PROF_BEGIN(b);
-    rms_ctx c = {y, x, ld, n, dim, w, add_one, eps, cmf_cpu_vec_for(cmf_cpu_pool_level(pool_of(b)))};
-    if (n * (size_t)dim < 16384) rms_task(&c, 0, 1);
-    else cmf_cpu_pool_run(pool_of(b), rms_task, &c, n_tasks_for(b, n));
+    cmf_cpu_rmsnorm_run(pool_of(b), y, x, ld, n, dim, w, add_one, eps);
     PROF_END(CMF_PROF_NORM);
 }
 
@@ -681,6 +693,7 @@ static const cmf_backend_ops cpu_ops = {
     .pool_copy = cpu_pool_copy,
     .matmul = cpu_matmul,
     .matmul_parts = cpu_matmul_parts,
+    .matmul_parts_norm = cpu_matmul_parts_norm,
     .matmul_add = cpu_matmul_add,
     .glu_matmul_add = cpu_glu_matmul_add,
     .lora = cpu_lora,

@@ -3,7 +3,8 @@
  * f16 KV cache to float and back, dot products and y += a*x, the inner
  * loops of attention, RMSNorm's sum of squares (ops_cpu.c), and the GLU
  * activations over a region of rows (cmf_cpu_glu_region: the GLU op and
- * the down projection's fused quantization phase). Chosen by CPU level like the matmul kernels: the
+ * the down projection's fused quantization phase) and RMSNorm over rows
+ * (cmf_cpu_rmsnorm_rows: the rmsnorm op and the products of normed rows). Chosen by CPU level like the matmul kernels: the
  * AVX2 level uses vec_avx2.c (AVX2 + FMA + F16C), the AVX-512 levels
  * vec_avx512.c, every other level (and CMF_CPU=ref) the plain C below.
  */
@@ -135,5 +136,19 @@ void cmf_cpu_glu_region(const cmf_cpu_vec *vec, int act, float *out, size_t ld_o
             continue;
         }
         for (uint64_t j = 0; j < c1 - c0; j++) o[j] = act_apply(g[j], act) * u[j];
+    }
+}
+
+void cmf_cpu_rmsnorm_rows(const cmf_cpu_vec *vec, float *y, const float *x, size_t ld, uint32_t lo, uint32_t hi,
+                          uint32_t dim, const float *w, float add_one, float eps) {
+    for (uint32_t i = lo; i < hi; i++) {
+        const float *xr = x + (size_t)i * ld;
+        float *yr = y + (size_t)i * ld;
+        float ss = vec->dot(xr, xr, dim);
+        float r = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (uint32_t j = 0; j < dim; j++) {
+            float wj = w ? w[j] + add_one : 1.0f;
+            yr[j] = (xr[j] * r) * wj;
+        }
     }
 }
