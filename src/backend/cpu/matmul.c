@@ -124,14 +124,14 @@ void mm_q4_scales(const cmf_tensor *W, uint64_t rows, uint64_t nb, uint64_t r, u
  *   MM_PRE_NORM: X = rmsnorm(src) with w, add_one, eps
  *                (cmf_cpu_matmul_parts_norm_split; whole rows only). */
 enum { MM_PRE_GLU, MM_PRE_NORM };
-typedef struct mm_glu {
+typedef struct mm_xop {
     int kind;
     float *G;         /* the call's X: where the op writes */
     const float *src; /* [n][in]: U, or the rows to norm */
     int act;
     const float *w;
     float add_one, eps;
-} mm_glu;
+} mm_xop;
 
 typedef struct quant_ctx {
     const float *X;
@@ -140,15 +140,15 @@ typedef struct quant_ctx {
     int layout; /* MM_LAYOUT_* (matmul_int.h) */
     bool amxdec; /* MM_LAYOUT_SB permuted for mm_q8_decode_rows_amx */
     int parts;   /* quant16_task: tasks per token tile */
-    const mm_glu *glu;      /* non-NULL: each task first forms the region of H = X it reads */
-    const cmf_cpu_vec *vec; /* with glu: the pool level's */
+    const mm_xop *xop;      /* non-NULL: each task first forms the region of X it reads */
+    const cmf_cpu_vec *vec; /* with xop: the pool level's */
 } quant_ctx;
 
-/* With c->glu: its op over tokens [t0, t1) x inputs [c0, c1) of the call's
+/* With c->xop: the op over tokens [t0, t1) x inputs [c0, c1) of the call's
  * X (MM_PRE_NORM: whole rows, c0 = 0 and c1 = in; mm_parts sees to it). */
-static void glu_region(const quant_ctx *c, int t0, int t1, uint64_t c0, uint64_t c1) {
-    if (!c->glu || t1 <= t0) return;
-    const mm_glu *g = c->glu;
+static void xop_region(const quant_ctx *c, int t0, int t1, uint64_t c0, uint64_t c1) {
+    if (!c->xop || t1 <= t0) return;
+    const mm_xop *g = c->xop;
     const size_t in = (size_t)c->a->in;
     if (g->kind == MM_PRE_NORM) {
         assert(c0 == 0 && c1 == in);
@@ -160,7 +160,7 @@ static void glu_region(const quant_ctx *c, int t0, int t1, uint64_t c0, uint64_t
 }
 
 /* The whole op of g over the call's n rows, before the products (no fused phase). */
-static void glu_all(cmf_cpu_pool *p, const mm_glu *g, int n, uint64_t in) {
+static void xop_all(cmf_cpu_pool *p, const mm_xop *g, int n, uint64_t in) {
     if (g->kind == MM_PRE_NORM)
         cmf_cpu_rmsnorm_run(p, g->G, g->src, in, (uint32_t)n, (uint32_t)in, g->w, g->add_one, g->eps);
     else
@@ -331,7 +331,7 @@ void mm_quant_ref(const mm_act *a, const float *X, const uint8_t *col, int layou
 static void quant_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    glu_region(c, t, t + 1, 0, c->a->in);
+    xop_region(c, t, t + 1, 0, c->a->in);
 #if defined(__x86_64__) || defined(__i386__)
     if (c->layout == MM_LAYOUT_QUAD || c->layout == MM_LAYOUT_SB) { /* AVX-512: same bits */
         mm_quant_avx512(c->a, c->X, c->col, c->layout == MM_LAYOUT_QUAD, t);
@@ -349,11 +349,11 @@ static void quant16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
     bool q4 = c->layout == MM_LAYOUT_EVENODD;
-    if (c->glu) {
+    if (c->xop) {
         int t0, t1;
         uint64_t c0, c1;
         mm_gemm_quant_region(c->a, q4, t / c->parts, t % c->parts, c->parts, &t0, &t1, &c0, &c1);
-        glu_region(c, t0, t1, c0, c1);
+        xop_region(c, t0, t1, c0, c1);
     }
     mm_gemm_quant_avx512(c->a, c->X, c->col, q4, t / c->parts, t % c->parts, c->parts);
 }
@@ -362,7 +362,7 @@ static void quant16_task(void *vctx, int t, int n_tasks) {
 static void bf16_task(void *vctx, int t, int n_tasks) {
     (void)n_tasks;
     quant_ctx *c = vctx;
-    if (t < (int)c->a->n) glu_region(c, t, t + 1, 0, c->a->in);
+    if (t < (int)c->a->n) xop_region(c, t, t + 1, 0, c->a->in);
     mm_amxbf16_act_fill(c->a, c->a->xbf, t);
 }
 
@@ -547,22 +547,22 @@ cmf_status cmf_cpu_matmul(cmf_cpu_pool *p, const cmf_tensor *W, uint64_t row0, u
 enum { MM_CLASS_AUTO, MM_CLASS_DECODE, MM_CLASS_PROMPT };
 
 static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
-                           const float *X, int n, int cls, const mm_glu *glu, cmf_error *err);
+                           const float *X, int n, int cls, const mm_xop *xop, cmf_error *err);
 
 cmf_status cmf_cpu_matmul_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
                                 const float *X, int n, cmf_error *err) {
     return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, NULL, err);
 }
 
-/* cmf_cpu_matmul_parts_split, and with glu cmf_cpu_matmul_glu_split (X = glu->G) */
+/* cmf_cpu_matmul_parts_split; with xop (X = xop->G) its glu and norm forms */
 static cmf_status split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts, const float *X, int n,
-                        int n_dec, const mm_glu *glu, cmf_error *err) {
-    if (n_dec < 0) return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, glu, err);
+                        int n_dec, const mm_xop *xop, cmf_error *err) {
+    if (n_dec < 0) return mm_parts(p, parts, nparts, X, n, MM_CLASS_AUTO, xop, err);
     if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS || n_dec > n)
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts, %d parts or n_dec %d > n %d",
                              nparts, n_dec, n);
     if (n_dec > 0) {
-        cmf_status st = mm_parts(p, parts, nparts, X, n_dec, MM_CLASS_DECODE, glu, err);
+        cmf_status st = mm_parts(p, parts, nparts, X, n_dec, MM_CLASS_DECODE, xop, err);
         if (st != CMF_OK || n_dec == n) return st;
     }
     /* the prompt rows: the same parts, their Y rows after the decode rows */
@@ -574,12 +574,12 @@ static cmf_status split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int npart
         if (parts[i].add) rest[i].add = parts[i].add + skip;
     }
     uint64_t in = parts[0].W && parts[0].W->ndim ? parts[0].W->shape[parts[0].W->ndim - 1] : 0;
-    mm_glu g2;
-    if (glu) {
-        g2 = *glu;
-        g2.G = glu->G + (size_t)n_dec * in, g2.src = glu->src + (size_t)n_dec * in;
+    mm_xop g2;
+    if (xop) {
+        g2 = *xop;
+        g2.G = xop->G + (size_t)n_dec * in, g2.src = xop->src + (size_t)n_dec * in;
     }
-    return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, glu ? &g2 : NULL, err);
+    return mm_parts(p, rest, nparts, X + (size_t)n_dec * in, n - n_dec, MM_CLASS_PROMPT, xop ? &g2 : NULL, err);
 }
 
 cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
@@ -590,23 +590,23 @@ cmf_status cmf_cpu_matmul_parts_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *pa
 cmf_status cmf_cpu_matmul_glu_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *part, float *G, const float *U, int act,
                                     int n, int n_dec, cmf_error *err) {
     if (!part || !G || !U) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul_glu_split: NULL part, G or U");
-    mm_glu glu = {MM_PRE_GLU, G, U, act, NULL, 0.0f, 0.0f};
-    return split(p, part, 1, G, n, n_dec, &glu, err);
+    mm_xop xop = {MM_PRE_GLU, G, U, act, NULL, 0.0f, 0.0f};
+    return split(p, part, 1, G, n, n_dec, &xop, err);
 }
 
 cmf_status cmf_cpu_matmul_parts_norm_split(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts, const float *X,
                                            float *xn, const float *w, float add_one, float eps, int n, int n_dec,
                                            cmf_error *err) {
     if (!X || !xn) return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul_parts_norm_split: NULL X or xn");
-    mm_glu norm = {MM_PRE_NORM, xn, X, 0, w, add_one, eps};
+    mm_xop norm = {MM_PRE_NORM, xn, X, 0, w, add_one, eps};
     return split(p, parts, nparts, xn, n, n_dec, &norm, err);
 }
 
 static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int nparts,
-                           const float *X, int n, int cls, const mm_glu *glu, cmf_error *err) {
+                           const float *X, int n, int cls, const mm_xop *xop, cmf_error *err) {
     if (!parts || !X || nparts < 1 || nparts > CMF_CPU_MM_MAX_PARTS)
         return cmf_error_set(err, CMF_ERR_ARG, "cmf_cpu_matmul: NULL X/parts or %d parts", nparts);
-    assert(!glu || X == glu->G); /* the op writes the call's X */
+    assert(!xop || X == xop->G); /* the op writes the call's X */
     uint64_t rows_of[CMF_CPU_MM_MAX_PARTS], in = 0;
     for (int i = 0; i < nparts; i++) {
         cmf_status st = check_part(&parts[i], n, "cmf_cpu_matmul", &rows_of[i], &in, err);
@@ -615,11 +615,11 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     bool empty = true;
     for (int i = 0; i < nparts; i++) empty = empty && parts[i].nrows == 0;
     if (empty) {
-        if (glu) glu_all(p, glu, n, in); /* the op's output is the caller's too (xn) */
+        if (xop) xop_all(p, xop, n, in); /* the op's output is the caller's too (xn) */
         return CMF_OK;
     }
     if (nparts > 1 && !can_share(parts, nparts, in)) {
-        if (glu) glu_all(p, glu, n, in); /* X once, then every part of it */
+        if (xop) xop_all(p, xop, n, in); /* X once, then every part of it */
         for (int i = 0; i < nparts; i++) {
             cmf_status st = mm_parts(p, &parts[i], 1, X, n, cls, NULL, err);
             if (st != CMF_OK) return st;
@@ -733,12 +733,12 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     bool fuse = cmf_cpu_pool_fuse(p) && n_pre > 1; /* one task (a decode row) runs inline: X is in this core's cache */
     /* the q8 weight rows in place quantize superblocks of every token: no whole rows to norm */
     bool rows_whole = !(gemm && fam == FAM_Q8 && act.gamx == 2);
-    if (glu && n_pre && fuse && (glu->kind != MM_PRE_NORM || rows_whole)) { /* each task forms its region first */
-        qc.glu = glu;
+    if (xop && n_pre && fuse && (xop->kind != MM_PRE_NORM || rows_whole)) { /* each task forms its region first */
+        qc.xop = xop;
         qc.vec = cmf_cpu_vec_for(lv);
-    } else if (glu) { /* no phase of several tasks: the op first, as its own backend op does */
-        glu_all(p, glu, n, in);
-        if (prof) t_prof = cmf_cpu_prof_op_end(prof, glu->kind == MM_PRE_NORM ? CMF_PROF_NORM : CMF_PROF_GLU, t_prof);
+    } else if (xop) { /* no phase of several tasks: the op first, as its own backend op does */
+        xop_all(p, xop, n, in);
+        if (prof) t_prof = cmf_cpu_prof_op_end(prof, xop->kind == MM_PRE_NORM ? CMF_PROF_NORM : CMF_PROF_GLU, t_prof);
     }
     if (n_pre && !fuse) {
         cmf_cpu_pool_run(p, pre, &qc, n_pre);
