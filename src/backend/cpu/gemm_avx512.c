@@ -913,55 +913,56 @@ static void amx_q4(const int32_t *pan, const float *sc, uint64_t nblk, const int
  * one float step a superblock, in ukern_q8's order. A tile product takes a
  * pair of blocks (K = 64: A = 16 tokens x the pair's 64 high or low bytes,
  * B = the pair's 16 k-quads x 16 rows; a pad block past nblk is zero in X
- * and in the panel). Superblocks per group: AMX_G8 (the chunk's, GEMM_KC8 /
- * MM_SB). */
+ * and in the panel). A call is one K chunk, at most AMX_G8 superblocks
+ * (GEMM_KC8 / MM_SB): all their tile products first, then each token's
+ * float steps straight into Y, with no accumulator array in between. */
 #define AMX_G8 (GEMM_KC8 / MM_SB)
 static void amx_q8(const int32_t *pan, uint64_t nblk, const int32_t *xq, const float *dx, __m512 ws0,
                    __m512 ws1, int T, float *y, size_t ldy, __mmask16 m0, __mmask16 m1, int first) {
-    float acc[AMX_T][GEMM_MR] __attribute__((aligned(64)));
     int32_t cb[AMX_G8][4][AMX_T][16] __attribute__((aligned(64)));
     AMX_TILES(1);
-    memset(acc, 0, sizeof acc);
     const uint64_t nsb = (nblk + GEMM_SBB - 1) / GEMM_SBB;
-    for (uint64_t g = 0; g < nsb; g += AMX_G8) {
-        const uint64_t ng = nsb - g < AMX_G8 ? nsb - g : AMX_G8;
-        for (uint64_t i = 0; i < ng; i++) { /* superblock g + i: its blocks' products summed in the tiles */
-            const uint64_t b0 = (g + i) * GEMM_SBB, b1 = nblk - b0 < GEMM_SBB ? nblk : b0 + GEMM_SBB;
-            AMX_ZERO_C4();
-            for (uint64_t b = b0; b < b1; b += 2) { /* b0 is even: GEMM_SBB is */
-                const int32_t *pb = pan + b * 8 * GEMM_MR;
-                const int8_t *xb = (const int8_t *)xq + b / 2 * (uint64_t)T * 128;
-                AMX_LOAD(4, xb, 128);
-                AMX_LOAD(5, xb + 64, 128);
-                AMX_LOAD(6, pb, GEMM_MR * 4);
-                AMX_LOAD(7, pb + 16, GEMM_MR * 4);
-                AMX_DPBSSD(0, 4, 6);
-                AMX_DPBSSD(1, 4, 7);
-                AMX_DPBUSD(2, 5, 6);
-                AMX_DPBUSD(3, 5, 7);
-            }
-            AMX_STORE_C4(cb[i]);
+    assert(nsb <= AMX_G8); /* a K chunk is one group: each token's sums go straight to Y */
+    for (uint64_t i = 0; i < nsb; i++) { /* superblock i: its blocks' products summed in the tiles */
+        const uint64_t b0 = i * GEMM_SBB, b1 = nblk - b0 < GEMM_SBB ? nblk : b0 + GEMM_SBB;
+        AMX_ZERO_C4();
+        for (uint64_t b = b0; b < b1; b += 2) { /* b0 is even: GEMM_SBB is */
+            const int32_t *pb = pan + b * 8 * GEMM_MR;
+            const int8_t *xb = (const int8_t *)xq + b / 2 * (uint64_t)T * 128;
+            AMX_LOAD(4, xb, 128);
+            AMX_LOAD(5, xb + 64, 128);
+            AMX_LOAD(6, pb, GEMM_MR * 4);
+            AMX_LOAD(7, pb + 16, GEMM_MR * 4);
+            AMX_DPBSSD(0, 4, 6);
+            AMX_DPBSSD(1, 4, 7);
+            AMX_DPBUSD(2, 5, 6);
+            AMX_DPBUSD(3, 5, 7);
         }
-        for (int t = 0; t < T; t++) {
-            __m512 a0 = _mm512_load_ps(acc[t]), a1 = _mm512_load_ps(acc[t] + 16);
-            for (uint64_t i = 0; i < ng; i++) {
-                __m512 d = _mm512_set1_ps(dx[(g + i) * GEMM_SBB * (uint64_t)T + (uint64_t)t]);
-                __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][0][t]), 8),
-                                              _mm512_load_si512(cb[i][2][t]));
-                __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][1][t]), 8),
-                                              _mm512_load_si512(cb[i][3][t]));
-                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), d, a0);
-                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), d, a1);
-            }
-            _mm512_store_ps(acc[t], a0);
-            _mm512_store_ps(acc[t] + 16, a1);
+        AMX_STORE_C4(cb[i]);
+    }
+    /* per token, in ukern_q8's order: an fma a superblock from zero, the
+     * rows' q8 scales, then into Y (added after the first K chunk) */
+    for (int t = 0; t < T; t++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (uint64_t i = 0; i < nsb; i++) {
+            __m512 d = _mm512_set1_ps(dx[i * GEMM_SBB * (uint64_t)T + (uint64_t)t]);
+            __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][0][t]), 8),
+                                          _mm512_load_si512(cb[i][2][t]));
+            __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[i][1][t]), 8),
+                                          _mm512_load_si512(cb[i][3][t]));
+            a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), d, a0);
+            a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), d, a1);
         }
+        a0 = _mm512_mul_ps(a0, ws0);
+        a1 = _mm512_mul_ps(a1, ws1);
+        float *yt = y + (size_t)t * ldy;
+        if (!first) {
+            a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m0, yt));
+            a1 = _mm512_add_ps(a1, _mm512_maskz_loadu_ps(m1, yt + 16));
+        }
+        _mm512_mask_storeu_ps(yt, m0, a0);
+        _mm512_mask_storeu_ps(yt + 16, m1, a1);
     }
-    for (int t = 0; t < T; t++) { /* the rows' q8 scales */
-        _mm512_store_ps(acc[t], _mm512_mul_ps(_mm512_load_ps(acc[t]), ws0));
-        _mm512_store_ps(acc[t] + 16, _mm512_mul_ps(_mm512_load_ps(acc[t] + 16), ws1));
-    }
-    amx_store_acc(acc, T, y, ldy, m0, m1, first);
 }
 
 /* q8 panel for AMX: rows [0, 32) x inputs [k0, k0+kc) as int8 k-quads,
