@@ -372,10 +372,6 @@ AI __m512i block_q16(__m512 v0, __m512 v1, float inv) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(q0)), _mm512_cvtsepi32_epi16(q1), 1);
 }
 
-AI bool nonfinite32(__m512 v0, __m512 v1) { /* 0x99: QNaN, SNaN, +inf, -inf */
-    return (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) != 0;
-}
-
 /* vpermt2b indices: of the 32 int32 q of a block (q0 lanes 0-15, q1 16-31,
  * each |q| <= 32767), the high bytes (byte 1: q >> 8, signed) then the low
  * bytes (byte 0) - the two halves block_q16's int16 gives through a shift
