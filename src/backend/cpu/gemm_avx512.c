@@ -307,20 +307,16 @@ static void act_tile_at(const mm_act *a, int g, int *s, int *T) {
     *T = a->n - *s < AMX_T ? a->n - *s : AMX_T;
 }
 
-/* mm_act.gamx of q8 X packed as B tiles for weight rows as the A tiles
- * (panel_q8_rows; 1: X as the A tiles of amx_q8 / amx_q4). */
-#define AMX_WROWS 2
-
 /* An AMX tile load reads AMX_T rows of a token tile even where it holds
  * fewer tokens: up to AMX_T cells past the plane, kept as zero slack. */
 #define AMX_SLACK(q4) ((size_t)AMX_T * ((q4) ? 32 : 128))
 
-/* The quantized X's bytes: q8 with weight rows as A (gamx == AMX_WROWS)
+/* The quantized X's bytes: q8 with weight rows as A (gamx == MM_GAMX_WROWS)
  * keeps AMX_T token columns in every tile (the last one's unused columns
  * are written zero); the other packings hold n tokens and (AMX) the zero
  * slack. */
 static size_t act_x_bytes(const mm_act *a, bool q4) {
-    if (a->gamx == AMX_WROWS && !q4) return (size_t)act_tiles(a) * AMX_T * act_nb(a, q4) * 64;
+    if (a->gamx == MM_GAMX_WROWS && !q4) return (size_t)act_tiles(a) * AMX_T * act_nb(a, q4) * 64;
     return (size_t)a->n * act_nb(a, q4) * (q4 ? 32 : 64) + (a->gamx ? AMX_SLACK(q4) : 0);
 }
 
@@ -333,7 +329,7 @@ int mm_gemm_act_bind(mm_act *a, void *buf, bool q4) {
     size_t cells = (size_t)a->n * act_nb(a, q4); /* token-blocks */
     uint8_t *p = buf;
     a->xg = (int32_t *)p;
-    if (a->gamx == AMX_WROWS && !q4) { /* every line is written whole by quant_tile_q8_rows */
+    if (a->gamx == MM_GAMX_WROWS && !q4) { /* every line is written whole by quant_tile_q8_rows */
         p += act_x_bytes(a, q4);
     } else {
         p += cells * (q4 ? 32 : 64);
@@ -417,11 +413,17 @@ AI float sb_amax(const float *x, const uint8_t *col, uint64_t in, uint64_t b0, u
     return amax;
 }
 
-/* Superblock blocks [s0, s1) of token row x (a prompt's row: its lines 2
- * KiB ahead prefetched): d = sb_scale_q8 of its max |x|, *inv = 1/d's rule. */
+/* The lines 2 KiB ahead of the 32-block at input k of a prompt row x (the
+ * quantizers read rows front to back; none past the row's in inputs). */
+AI void pf_ahead(const float *x, uint64_t k, uint64_t in) {
+    if (in - k > 512) _mm_prefetch((const char *)(x + k + 512), _MM_HINT_T0);
+    if (in - k > 528) _mm_prefetch((const char *)(x + k + 528), _MM_HINT_T0);
+}
+
+/* Superblock blocks [s0, s1) of token row x (a prompt's row: pf_ahead):
+ * d = sb_scale_q8 of its max |x|, *inv = 1/d's rule. */
 AI float sb_row_scale(const float *x, const uint8_t *col, uint64_t in, uint64_t s0, uint64_t s1, float *inv) {
-    for (uint64_t b = s0; b < s1; b++)
-        for (uint64_t i = b * 32 + 512; i < b * 32 + 544 && i < in; i += 16) _mm_prefetch((const char *)(x + i), _MM_HINT_T0);
+    for (uint64_t b = s0; b < s1; b++) pf_ahead(x, b * 32, in);
     bool nonfinite;
     float amax = sb_amax(x, col, in, s0, s1, &nonfinite);
     return sb_scale_q8(amax, nonfinite, inv);
@@ -481,7 +483,7 @@ __attribute__((target("avx512vbmi"))) static void quant_row_q8_amx(const mm_act 
     }
 }
 
-/* q8, weight rows as A (gamx == AMX_WROWS): superblocks [sb0, sb1) of all
+/* q8, weight rows as A (gamx == MM_GAMX_WROWS): superblocks [sb0, sb1) of all
  * T tokens of the tile at xt (dg: its dx cells), quantized as quant_row_q8
  * does, into the B tiles of panel_q8_rows: per block the 16 tokens' high
  * and low bytes (8 dwords each, in one zmm per token) go through one 16 x
@@ -574,9 +576,8 @@ __attribute__((target("avx512vbmi"))) static void quant_row_q4_amx(const mm_act 
         for (int i = 0; i < 16; i++) {
             m[i] = _mm512_setzero_si512();
             if (i >= ng) continue;
-            uint64_t k = (g0 + (uint64_t)i) * 32, left = in - k;
-            if (left > 512) _mm_prefetch((const char *)(x + k + 512), _MM_HINT_T0); /* 2 KiB ahead */
-            if (left > 528) _mm_prefetch((const char *)(x + k + 528), _MM_HINT_T0);
+            uint64_t k = (g0 + (uint64_t)i) * 32;
+            pf_ahead(x, k, in);
             __m512 v0, v1;
             (void)mm_load_block32(x, col, k, in, &v0, &v1);
             m[i] = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), absm),
@@ -623,7 +624,7 @@ void mm_gemm_quant_region(const mm_act *a, bool q4, int g, int part, int parts, 
     int s0, T;
     act_tile_at(a, g, &s0, &T);
     assert(parts >= 1 && part >= 0 && part < parts);
-    if (!q4 && a->gamx == AMX_WROWS) { /* ranges of superblocks, all the tile's tokens */
+    if (!q4 && a->gamx == MM_GAMX_WROWS) { /* ranges of superblocks, all the tile's tokens */
         const uint64_t nsb = (a->nb + GEMM_SBB - 1) / GEMM_SBB;
         uint64_t e = nsb * (uint64_t)(part + 1) / (uint64_t)parts * MM_SB;
         *t0 = s0, *t1 = s0 + T;
@@ -649,7 +650,7 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
     int r0, r1;
     uint64_t c0, c1;
     mm_gemm_quant_region(a, q4, g, part, parts, &r0, &r1, &c0, &c1);
-    if (!q4 && a->gamx == AMX_WROWS) { /* parts of the tile: ranges of superblocks, all its tokens */
+    if (!q4 && a->gamx == MM_GAMX_WROWS) { /* parts of the tile: ranges of superblocks, all its tokens */
         quant_tile_q8_rows(a, X, col, s0, T, (int8_t *)xg, dg, c0 / MM_SB, (c1 + MM_SB - 1) / MM_SB);
         return;
     }
@@ -667,9 +668,8 @@ void mm_gemm_quant_avx512(const mm_act *a, const float *X, const uint8_t *col, b
         for (uint64_t b = 0; b < nb; b++) {
             size_t cell = b * (uint64_t)T + (uint64_t)l;
             int32_t *xb = xg + cell * (size_t)steps;
-            uint64_t i = b * 32, left = in - i;
-            if (left > 512) _mm_prefetch((const char *)(x + i + 512), _MM_HINT_T0); /* 2 KiB ahead */
-            if (left > 528) _mm_prefetch((const char *)(x + i + 528), _MM_HINT_T0);
+            uint64_t i = b * 32;
+            pf_ahead(x, i, in);
             __m512 v0, v1;
             float amax = mm_load_block32(x, col, i, in, &v0, &v1), id;
             float dd = mm_block_scale(&v0, &v1, amax, 127.0f, &id);
@@ -1100,7 +1100,7 @@ AI void chunk_q8(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, uint64_t k
  * matrix (row stride `in`), B = X of a pair of blocks as 16 k-quads x 16
  * tokens, C[r][t] = sum_k W[r][k] X[t][k] (TDPBSSD for X's high bytes,
  * TDPBSUD, signed W x unsigned bytes, for its low ones). The packing
- * (gamx == AMX_WROWS): tile g of AMX_T token columns starts at byte
+ * (gamx == MM_GAMX_WROWS): tile g of AMX_T token columns starts at byte
  * 2048 g npairs of xg (npairs = nb / 2, nb even), pair c at 2048 c, its
  * high bytes then (+1024) its low bytes, k-quad q at 64 q, token l at 4 l;
  * a tile's unused columns are zero. dx is laid out as for the other
@@ -1142,7 +1142,7 @@ static void panel_q8_rows(mm_job *j, const prow *pr, uint64_t r0, uint64_t nr, i
     float yacc[WA_TILES][GEMM_MR][AMX_T] __attribute__((aligned(64)));
     int32_t cb[AMX_G8][4][16][16] __attribute__((aligned(64)));
     uint8_t bounce[GEMM_MR * 64] __attribute__((aligned(64)));
-    assert(a->gamx == AMX_WROWS && ntiles >= 1 && ntiles <= WA_TILES && pr[0].live);
+    assert(a->gamx == MM_GAMX_WROWS && ntiles >= 1 && ntiles <= WA_TILES && pr[0].live);
     AMX_TILES(1);
     if (direct) /* the first lines of every row: the steady-state prefetch below runs CMF_WA_PF ahead */
         for (int i = 0; i < GEMM_MR; i++)
@@ -1488,7 +1488,7 @@ void mm_gemm_avx512(mm_job *j, uint64_t rb, uint64_t re) {
             else if (vnni) task_int(j, pr, tb, te, stride, 1, 1, 0, ph);
             else task_int(j, pr, tb, te, stride, 1, 0, 0, ph);
         } else if (q8) {
-            if (amx && j->a->gamx == AMX_WROWS) {
+            if (amx && j->a->gamx == MM_GAMX_WROWS) {
                 uint64_t t0 = cmf_cpu_prof_now(j->prof);
                 for (uint64_t r0 = tb; r0 < te; r0 += GEMM_MR)
                     panel_q8_rows(j, pr[(r0 - tb) / GEMM_MR], r0, te - r0 < GEMM_MR ? te - r0 : GEMM_MR,

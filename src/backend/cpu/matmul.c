@@ -701,7 +701,9 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
         bool q4 = fam == FAM_Q4;
         /* tiles of 16 tokens for the AMX path; q8 with few tokens: X as the B
          * tiles of weight rows read in place (gemm_avx512.c panel_q8_rows) */
-        act.gamx = lv != CMF_CPU_AMX ? 0 : !q4 && n <= cmf_cpu_pool_amx_wrows(p) ? 2 : 1;
+        act.gamx = lv != CMF_CPU_AMX                              ? MM_GAMX_NONE
+                   : !q4 && n <= cmf_cpu_pool_amx_wrows(p) ? MM_GAMX_WROWS
+                                                            : MM_GAMX_TILES;
         size_t bytes = mm_gemm_act_bytes(&act, q4);
         void *buf = act_buffer(p, bytes, &heap);
         if (!buf)
@@ -732,7 +734,7 @@ static cmf_status mm_parts(cmf_cpu_pool *p, const cmf_cpu_mm_part *parts, int np
     /* the quantization as a job of its own, or (fused) the first phase of the rows' job */
     bool fuse = cmf_cpu_pool_fuse(p) && n_pre > 1; /* one task (a decode row) runs inline: X is in this core's cache */
     /* the q8 weight rows in place quantize superblocks of every token: no whole rows to norm */
-    bool rows_whole = !(gemm && fam == FAM_Q8 && act.gamx == 2);
+    bool rows_whole = !(gemm && fam == FAM_Q8 && act.gamx == MM_GAMX_WROWS);
     if (xop && n_pre && fuse && (xop->kind != MM_PRE_NORM || rows_whole)) { /* each task forms its region first */
         qc.xop = xop;
         qc.vec = cmf_cpu_vec_for(lv);

@@ -66,6 +66,12 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* mm_act.gamx: X packed for the avx512 levels' GEMM (0), for the AMX level
+ * as the A tiles of amx_q8 / amx_q4 (tiles of 16 tokens; q8: the high and
+ * low bytes of the int16), or (q8, few tokens) as the B tiles of weight
+ * rows read in place (gemm_avx512.c panel_q8_rows). */
+enum { MM_GAMX_NONE = 0, MM_GAMX_TILES = 1, MM_GAMX_WROWS = 2 };
+
 typedef struct mm_act {
     int n;
     uint64_t in;
@@ -88,8 +94,7 @@ typedef struct mm_act {
     int32_t *xg;  /* quantized X, one dword per token and k-step */
     float *dxg;   /* scale per token and block */
     int32_t *sxg; /* q4: -8 * sum of q per token and block; else NULL */
-    int gamx;     /* set before mm_gemm_act_bind: packed for the AMX level
-                   * (tiles of 16 tokens; q8: high/low bytes of the int16) */
+    int gamx;     /* set before mm_gemm_act_bind: MM_GAMX_* */
     uint16_t *xbf; /* AMX-BF16 GEMM (f16/bf16 weights): X as bf16 [n16][in32] */
 } mm_act;
 

@@ -71,10 +71,13 @@ static void chunk(int task, int n_tasks, uint32_t n, uint32_t *lo, uint32_t *hi)
     *hi = (uint32_t)z;
 }
 
-static int n_tasks_for(cmf_backend *b, uint32_t n_rows) {
-    int t = b->n_threads > 0 ? b->n_threads : 1;
+/* Tasks for a row-wise op of n_rows over t threads: one a thread, at most one a row. */
+static int row_tasks(int t, uint32_t n_rows) {
+    t = t > 0 ? t : 1;
     return (uint32_t)t > n_rows ? (int)(n_rows ? n_rows : 1) : t;
 }
+
+static int n_tasks_for(cmf_backend *b, uint32_t n_rows) { return row_tasks(b->n_threads, n_rows); }
 
 /* ---- matmul and embedding rows ----------------------------------------- */
 
@@ -85,14 +88,21 @@ static cmf_status cpu_matmul(cmf_backend *b, const cmf_tensor *W, uint64_t row0,
     return cmf_cpu_matmul_parts_split(pool_of(b), &part, 1, X, (int)n, (int)n_dec, err);
 }
 
+/* The backend's parts as the matmul module's (no adds); CMF_ERR_ARG for a count out of range. */
+static cmf_status cpu_parts(const cmf_mm_part *parts, uint32_t n_parts, cmf_cpu_mm_part *pp, const char *fn,
+                            cmf_error *err) {
+    if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
+        return cmf_error_set(err, CMF_ERR_ARG, "cpu %s: %u parts", fn, n_parts);
+    for (uint32_t i = 0; i < n_parts; i++)
+        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy, NULL, 0.0f};
+    return CMF_OK;
+}
+
 static cmf_status cpu_matmul_parts(cmf_backend *b, const cmf_mm_part *parts, uint32_t n_parts,
                                    const float *X, uint32_t n, int32_t n_dec, cmf_error *err) {
     cmf_cpu_mm_part pp[CMF_CPU_MM_MAX_PARTS];
-    if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
-        return cmf_error_set(err, CMF_ERR_ARG, "cpu matmul_parts: %u parts", n_parts);
-    for (uint32_t i = 0; i < n_parts; i++)
-        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy, NULL, 0.0f};
-    return cmf_cpu_matmul_parts_split(pool_of(b), pp, (int)n_parts, X, (int)n, (int)n_dec, err);
+    cmf_status st = cpu_parts(parts, n_parts, pp, "matmul_parts", err);
+    return st ? st : cmf_cpu_matmul_parts_split(pool_of(b), pp, (int)n_parts, X, (int)n, (int)n_dec, err);
 }
 
 /* backend.h matmul_parts_norm: the rows normed inside the products'
@@ -102,12 +112,10 @@ static cmf_status cpu_matmul_parts_norm(cmf_backend *b, const cmf_mm_part *parts
                                         uint32_t n, int32_t n_dec, const float *w, float add_one, float eps, float *xn,
                                         cmf_error *err) {
     cmf_cpu_mm_part pp[CMF_CPU_MM_MAX_PARTS];
-    if (n_parts < 1 || n_parts > CMF_CPU_MM_MAX_PARTS)
-        return cmf_error_set(err, CMF_ERR_ARG, "cpu matmul_parts_norm: %u parts", n_parts);
-    for (uint32_t i = 0; i < n_parts; i++)
-        pp[i] = (cmf_cpu_mm_part){parts[i].W, parts[i].row0, parts[i].n_rows, parts[i].Y, (int)parts[i].ldy, NULL, 0.0f};
-    return cmf_cpu_matmul_parts_norm_split(pool_of(b), pp, (int)n_parts, X, xn, w, add_one, eps, (int)n, (int)n_dec,
-                                           err);
+    cmf_status st = cpu_parts(parts, n_parts, pp, "matmul_parts_norm", err);
+    return st ? st
+              : cmf_cpu_matmul_parts_norm_split(pool_of(b), pp, (int)n_parts, X, xn, w, add_one, eps, (int)n,
+                                                (int)n_dec, err);
 }
 
 static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t count, float s);
@@ -117,13 +125,22 @@ static void cpu_add_scaled(cmf_backend *b, float *y, const float *x, size_t coun
  * the whole output after the product (a decode step's adds ran on one
  * thread). Same bits as matmul then add_scaled (cmf_cpu_axpy), which is what
  * it does with the pool's fusion off (CMF_CPU_FUSE=0). */
-static cmf_status cpu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
-                                 int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err) {
+/* matmul_add, and with U glu_matmul_add (the product's input act(G)·U,
+ * G = X): Y += s·P, in the tasks' epilogue unless CMF_CPU_FUSE=0 */
+static cmf_status product_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, float *G,
+                              const float *U, int act, uint32_t n, int32_t n_dec, float s, float *Y, float *tmp,
+                              cmf_error *err) {
     bool fuse = cmf_cpu_pool_fuse(pool_of(b));
     cmf_cpu_mm_part part = {W, 0, n_rows, tmp, (int)n_rows, fuse ? Y : NULL, s};
-    cmf_status st = cmf_cpu_matmul_parts_split(pool_of(b), &part, 1, X, (int)n, (int)n_dec, err);
+    cmf_status st = U ? cmf_cpu_matmul_glu_split(pool_of(b), &part, G, U, act, (int)n, (int)n_dec, err)
+                      : cmf_cpu_matmul_parts_split(pool_of(b), &part, 1, X, (int)n, (int)n_dec, err);
     if (st == CMF_OK && !fuse) cpu_add_scaled(b, Y, tmp, (size_t)n * n_rows, s);
     return st;
+}
+
+static cmf_status cpu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, const float *X, uint32_t n,
+                                 int32_t n_dec, float s, float *Y, float *tmp, cmf_error *err) {
+    return product_add(b, W, n_rows, X, NULL, NULL, 0, n, n_dec, s, Y, tmp, err);
 }
 
 /* backend.h glu_matmul_add: the GLU formed inside the down product's
@@ -131,11 +148,7 @@ static cmf_status cpu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n
 static cmf_status cpu_glu_matmul_add(cmf_backend *b, const cmf_tensor *W, uint64_t n_rows, float *G, const float *U,
                                      uint32_t n, int32_t n_dec, cmf_act act, float s, float *Y, float *tmp,
                                      cmf_error *err) {
-    bool fuse = cmf_cpu_pool_fuse(pool_of(b));
-    cmf_cpu_mm_part part = {W, 0, n_rows, tmp, (int)n_rows, fuse ? Y : NULL, s};
-    cmf_status st = cmf_cpu_matmul_glu_split(pool_of(b), &part, G, U, (int)act, (int)n, (int)n_dec, err);
-    if (st == CMF_OK && !fuse) cpu_add_scaled(b, Y, tmp, (size_t)n * n_rows, s);
-    return st;
+    return product_add(b, W, n_rows, G, G, U, (int)act, n, n_dec, s, Y, tmp, err);
 }
 
 static cmf_status cpu_lora(cmf_backend *b, const cmf_lora_seg *segs, uint32_t n_segs, const float *X, uint32_t in,
@@ -214,9 +227,8 @@ static void rms_task(void *vctx, int task, int n_tasks) {
 void cmf_cpu_rmsnorm_run(cmf_cpu_pool *p, float *y, const float *x, size_t ld, uint32_t n, uint32_t dim,
                          const float *w, float add_one, float eps) {
     rms_ctx c = {y, x, ld, n, dim, w, add_one, eps, cmf_cpu_vec_for(p ? cmf_cpu_pool_level(p) : CMF_CPU_REF)};
-    int threads = p ? cmf_cpu_pool_threads(p) : 1;
     if (!p || n * (size_t)dim < 16384) rms_task(&c, 0, 1);
-    else cmf_cpu_pool_run(p, rms_task, &c, (uint32_t)threads > n ? (int)(n ? n : 1) : threads);
+    else cmf_cpu_pool_run(p, rms_task, &c, row_tasks(cmf_cpu_pool_threads(p), n));
 }
 
 static void cpu_rmsnorm(cmf_backend *b, float *y, const float *x, size_t ld, uint32_t n,
@@ -545,9 +557,8 @@ static void glu_task(void *vctx, int task, int n_tasks) {
 void cmf_cpu_glu_run(cmf_cpu_pool *p, int act, float *out, size_t ld_out, const float *gate, const float *up,
                      size_t ld_in, uint32_t n, uint32_t dim) {
     glu_ctx c = {out, gate, up, ld_out, ld_in, n, dim, act, cmf_cpu_vec_for(p ? cmf_cpu_pool_level(p) : CMF_CPU_REF)};
-    int threads = p ? cmf_cpu_pool_threads(p) : 1;
     if (!p || (size_t)n * dim < 65536) glu_task(&c, 0, 1); /* decode: not worth a wake-up */
-    else cmf_cpu_pool_run(p, glu_task, &c, (uint32_t)threads > n ? (int)(n ? n : 1) : threads);
+    else cmf_cpu_pool_run(p, glu_task, &c, row_tasks(cmf_cpu_pool_threads(p), n));
 }
 
 static void cpu_glu(cmf_backend *b, float *out, size_t ld_out, const float *gate, const float *up,
